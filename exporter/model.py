@@ -1,0 +1,147 @@
+"""The one data model: devices and their samples, in SI base units.
+
+Every source (sysfs, rocm_smi) produces these types; the poller bundles them into a Snapshot;
+exposition, rules and the JSON API only ever read them. Units are SI base units everywhere:
+celsius, watts, joules, bytes, hertz, volts, seconds, ratios in 0..1, transfers per second.
+
+A field a device does not supply is None (or absent from a mapping) — decided afresh on every read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+def frozen_map(items: Mapping | None = None) -> Mapping:
+    """An immutable mapping, so a Snapshot shared across tasks can never be mutated."""
+    return MappingProxyType(dict(items)) if items else _EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLink:
+    """One KFD io_link from this device to a peer device (or CPU node)."""
+
+    peer_pci_bus_id: str  # PCI BDF of the peer, "" for a CPU node
+    link_type: str  # "xgmi" | "pcie" | other KFD type name
+    hops: int
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentity:
+    """What a device is. Read at discovery and refreshed on a slow schedule, never per cycle.
+
+    Devices are keyed by (pci_bus_id, unique_id): card and hwmon numbers are not stable.
+    """
+
+    pci_bus_id: str  # "0000:c1:00.0", lower-case
+    card: str  # "card3" — for humans, not a key
+    device_dir: str  # resolved path of the PCI device directory under the sysfs root
+    unique_id: str = ""  # 16 hex digits, "" when the device has none
+    hwmon_dir: str = ""  # resolved hwmon directory, "" when none
+    vendor_id: str = "0x1002"
+    device_id: str = ""  # PCI device id, "0x740c"
+    product: str = ""  # marketing name: "AMD Instinct MI250X"
+    asic: str = ""  # "aldebaran" | "aqua_vanjaram" | ...
+    serial: str = ""
+    vbios: str = ""
+    driver_version: str = ""
+    package: str = ""  # physical package id: both GCDs of an MI250X share it
+    die: int = 0  # die index within the package (MI250X: 0 or 1)
+    compute_partition: str = ""  # "SPX" | "DPX" | ... ("" when not partitionable)
+    memory_partition: str = ""  # "NPS1" ...
+    xgmi_hive_id: str = ""
+    xgmi_physical_id: int | None = None
+    numa_node: int | None = None
+    firmware: Mapping[str, str] = field(default_factory=frozen_map)  # block -> "0x0000001a"
+    topology: tuple[TopologyLink, ...] = ()
+    gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pci_bus_id, self.unique_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One read of one device. All values in SI base units; None/absent = not supplied."""
+
+    timestamp: float  # unix seconds at which the read finished
+    # sensor ("edge", "junction", "memory", "hbm0".."hbm3", "vr_gfx", "vr_soc", "vr_mem") -> °C
+    temperatures: Mapping[str, float] = field(default_factory=frozen_map)
+    # (sensor, threshold) -> °C, threshold in ("critical", "emergency")
+    temperature_thresholds: Mapping[tuple[str, str], float] = field(default_factory=frozen_map)
+    power_watts: float | None = None
+    power_cap_watts: float | None = None
+    power_cap_max_watts: float | None = None
+    energy_joules: float | None = None  # hardware accumulator, monotonic until driver reload
+    busy: Mapping[str, float] = field(default_factory=frozen_map)  # engine -> ratio 0..1
+    memory_used_bytes: Mapping[str, float] = field(default_factory=frozen_map)  # pool -> bytes
+    memory_total_bytes: Mapping[str, float] = field(default_factory=frozen_map)
+    clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)  # domain -> Hz
+    clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
+    voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
+    throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
+    pcie_link_transfers_per_second: float | None = None  # current, e.g. 16e9
+    pcie_max_link_transfers_per_second: float | None = None
+    pcie_link_width: int | None = None
+    pcie_max_link_width: int | None = None
+    pcie_bandwidth_bytes_per_second: float | None = None
+    pcie_replays: int | None = None
+    pcie_recoveries: int | None = None
+    pcie_naks_sent: int | None = None
+    pcie_naks_received: int | None = None
+    xgmi_link_width: int | None = None
+    xgmi_link_bits_per_second: float | None = None
+    xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up
+    xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
+    xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
+    xgmi_error_events: int | None = None  # accumulated by the source (the file clears on read)
+    # (block, type) -> count, type in ("correctable", "uncorrectable", "deferred")
+    ecc_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
+    ras_retired_pages: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """A device as the poller last saw it: identity, latest good sample, and whether it is up."""
+
+    identity: DeviceIdentity
+    gpu: int  # index in PCI BDF order: the `gpu` label
+    sample: Sample | None  # the latest sample that was read in full; None before the first
+    up: bool
+    down_reason: str = ""  # "timeout" | "read_error" | "not_found" | ... when not up
+    read_errors: Mapping[str, int] = field(default_factory=frozen_map)  # reason -> total
+    read_timeouts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlertState:
+    """One in-daemon alert on one device (see rules.py)."""
+
+    gpu: int
+    alert: str
+    severity: str
+    firing: bool
+    since: float  # unix seconds of the last transition
+    value: float | None = None
+    pending_since: float | None = None
+    clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1
+    suggested_gfx_clock_max_hertz: float | None = None
+    suggestion: str = ""  # human sentence + command; always a suggestion, never applied
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Immutable result of one poll cycle: what /metrics, the rules and the API all read."""
+
+    taken_at: float
+    devices: tuple[DeviceState, ...] = ()
+    alerts: tuple[AlertState, ...] = ()
+    poll_duration_seconds: float = 0.0
+    source: str = ""  # "sysfs" | "rocm-smi"
+    cycle: int = 0

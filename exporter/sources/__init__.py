@@ -1,0 +1,1 @@
+"""Sources read devices and produce the data model (exporter.model)."""

@@ -1,0 +1,30 @@
+"""The Source protocol: the one small interface every device source implements."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from exporter.model import DeviceIdentity, Sample
+
+
+class SourceError(Exception):
+    """A read failed for a reason worth naming (the `reason` label of read_errors_total)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Source(Protocol):
+    name: str
+
+    def discover(self) -> Sequence[DeviceIdentity]:
+        """Find devices. Blocking; called at start and on the slow refresh schedule."""
+        ...
+
+    def read(self, device: DeviceIdentity) -> Sample:
+        """Read one device once. Blocking (run in a thread or worker). Raises SourceError."""
+        ...
+
+    def close(self) -> None:
+        ...
