@@ -1,0 +1,220 @@
+"""HTTP: /metrics (pre-rendered bytes), /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /.
+
+The handlers never touch hardware: they read the state published at the end of the last poll
+cycle. /metrics is answered by a raw ASGI fast path in front of FastAPI, because a scrape
+should cost little more than sending bytes; everything else goes through FastAPI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
+from exporter import __version__
+from exporter.exposition import RenderedMetrics
+from exporter.model import AlertState, DeviceState, Snapshot
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+TEXT_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+@dataclasses.dataclass(slots=True)
+class PublishedState:
+    """What the poll loop publishes after each cycle; replaced whole, never mutated."""
+
+    snapshot: Snapshot | None = None
+    metrics: RenderedMetrics | None = None
+    started_at: float = dataclasses.field(default_factory=time.time)
+    source: str = ""
+    source_reason: str = ""
+    alert_commands: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
+
+
+class MetricsFastPath:
+    """ASGI middleware answering GET <telemetry path> straight from the pre-rendered bytes."""
+
+    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
+        self.app = app
+        self.state_ref = state_ref
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        rendered = self.state_ref().metrics
+        if rendered is None:
+            await _send(send, 503, b"text/plain; charset=utf-8", b"no poll cycle has finished yet\n", [])
+            return
+        accept = b""
+        accept_encoding = b""
+        for name, value in scope["headers"]:
+            if name == b"accept":
+                accept = value
+            elif name == b"accept-encoding":
+                accept_encoding = value
+        openmetrics = b"application/openmetrics-text" in accept
+        gzip_ok = b"gzip" in accept_encoding
+        if openmetrics:
+            body = rendered.openmetrics_gzip if gzip_ok else rendered.openmetrics
+            content_type = OPENMETRICS_CONTENT_TYPE
+        else:
+            body = rendered.text_gzip if gzip_ok else rendered.text
+            content_type = TEXT_CONTENT_TYPE
+        extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
+        extra.append((b"vary", b"Accept, Accept-Encoding"))
+        if scope["method"] == "HEAD":
+            body_to_send = b""
+        elif scope["method"] == "GET":
+            body_to_send = body
+        else:
+            await _send(
+                send, 405, b"text/plain; charset=utf-8", b"method not allowed\n", [(b"allow", b"GET, HEAD")]
+            )
+            return
+        await _send(send, 200, content_type, body_to_send, extra, content_length=len(body))
+
+
+async def _send(
+    send: Send,
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    extra: list[tuple[bytes, bytes]],
+    content_length: int | None = None,
+) -> None:
+    headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body) if content_length is None else content_length).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def device_json(state: DeviceState) -> dict[str, Any]:
+    ident = state.identity
+    sample = state.sample
+    data: dict[str, Any] = {
+        "gpu": state.gpu,
+        "up": state.up,
+        "down_reason": state.down_reason or None,
+        "identity": {
+            "pci_bus_id": ident.pci_bus_id,
+            "card": ident.card,
+            "unique_id": ident.unique_id,
+            "product": ident.product,
+            "asic": ident.asic,
+            "device_id": ident.device_id,
+            "serial": ident.serial,
+            "vbios": ident.vbios,
+            "driver_version": ident.driver_version,
+            "package": ident.package,
+            "die": ident.die,
+            "compute_partition": ident.compute_partition,
+            "memory_partition": ident.memory_partition,
+            "gpu_metrics_version": ident.gpu_metrics_version,
+            "firmware": dict(ident.firmware),
+            "topology": [dataclasses.asdict(link) for link in ident.topology],
+        },
+        "sample": None,
+        "read_errors": dict(state.read_errors),
+        "read_timeouts": state.read_timeouts,
+    }
+    if sample is not None:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(sample):
+            value = getattr(sample, f.name)
+            if isinstance(value, MutableMapping) or hasattr(value, "items"):
+                value = {"/".join(k) if isinstance(k, tuple) else str(k): v for k, v in value.items()}
+            out[f.name] = value
+        out["age_seconds"] = round(time.time() - sample.timestamp, 3)
+        data["sample"] = out
+    return data
+
+
+def alert_json(alert: AlertState, command: str) -> dict[str, Any]:
+    data = dataclasses.asdict(alert)
+    data["state"] = (
+        "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
+    )
+    data["suggested_command"] = command or None
+    data["note"] = "A suggestion only: the exporter never changes GPU settings."
+    return data
+
+
+def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics") -> Any:
+    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url="/api/docs", redoc_url=None)
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok\n"
+
+    @app.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> PlainTextResponse:
+        if state_ref().snapshot is None:
+            return PlainTextResponse("waiting for the first poll cycle\n", status_code=503)
+        return PlainTextResponse("ready\n")
+
+    @app.get("/api/v1/devices")
+    async def devices() -> JSONResponse:
+        snapshot = state_ref().snapshot
+        if snapshot is None:
+            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+        return JSONResponse(
+            {
+                "taken_at": snapshot.taken_at,
+                "source": snapshot.source,
+                "cycle": snapshot.cycle,
+                "poll_duration_seconds": snapshot.poll_duration_seconds,
+                "devices": [device_json(d) for d in snapshot.devices],
+            }
+        )
+
+    @app.get("/api/v1/alerts")
+    async def alerts() -> JSONResponse:
+        state = state_ref()
+        snapshot = state.snapshot
+        if snapshot is None:
+            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+        return JSONResponse(
+            {
+                "taken_at": snapshot.taken_at,
+                "alerts": [
+                    alert_json(a, state.alert_commands.get((a.gpu, a.alert), a.suggestion))
+                    for a in snapshot.alerts
+                ],
+            }
+        )
+
+    @app.get("/", response_class=HTMLResponse)
+    async def landing() -> str:
+        state = state_ref()
+        snapshot = state.snapshot
+        count = len(snapshot.devices) if snapshot else 0
+        up = sum(1 for d in snapshot.devices if d.up) if snapshot else 0
+        path = html.escape(telemetry_path)
+        return (
+            "<!doctype html><html><head><title>amdgpu-exporter</title></head><body>"
+            f"<h1>amdgpu-exporter {html.escape(__version__)}</h1>"
+            f"<p>Source: {html.escape(state.source)} ({html.escape(state.source_reason)}). "
+            f"Devices: {count}, up: {up}.</p><ul>"
+            f'<li><a href="{path}">{path}</a> — Prometheus metrics</li>'
+            '<li><a href="/api/v1/devices">/api/v1/devices</a> — latest samples as JSON</li>'
+            '<li><a href="/api/v1/alerts">/api/v1/alerts</a> — in-daemon alerts and clock-down suggestions</li>'
+            '<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>'
+            '<li><a href="/api/docs">/api/docs</a> — API reference</li>'
+            "</ul></body></html>"
+        )
+
+    return MetricsFastPath(app, state_ref, telemetry_path)

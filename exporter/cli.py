@@ -1,0 +1,101 @@
+"""`amdgpu-exporter`: serve (the default), simulate, snapshot.
+
+Every failure an operator can cause (a bad flag, a bad file, no GPU, a busy port) ends in one
+sentence on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from exporter import __version__
+from exporter.config import ConfigError, Settings, add_arguments, resolve
+from exporter.logging import configure_logging
+
+SUBCOMMANDS = ("serve", "simulate", "snapshot")
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"amdgpu-exporter {__version__}")
+    add_arguments(parser)
+    return parser
+
+
+def _settings(prog: str, description: str, argv: Sequence[str]) -> Settings:
+    args = _parser(prog, description).parse_args(list(argv))
+    return resolve(args)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"amdgpu-exporter: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else "serve"
+    if argv and argv[0] in SUBCOMMANDS:
+        argv = argv[1:]
+    try:
+        if command == "simulate":
+            from exporter.simulator.__main__ import main as simulate_main
+
+            return simulate_main(argv, prog="amdgpu-exporter simulate")
+        if command == "snapshot":
+            settings = _settings(
+                "amdgpu-exporter snapshot", "Poll every device once and print the result as JSON.", argv
+            )
+            configure_logging(
+                settings.log_level, "console" if settings.log_format == "auto" else settings.log_format
+            )
+            return _snapshot(settings)
+        settings = _settings(
+            "amdgpu-exporter", "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).", argv
+        )
+        configure_logging(settings.log_level, settings.log_format)
+        from exporter.daemon import serve
+
+        asyncio.run(serve(settings))
+        return 0
+    except ConfigError as error:
+        return _fail(str(error))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        from exporter.daemon import StartupError
+        from exporter.rules import RulesConfigError
+
+        if isinstance(error, StartupError | RulesConfigError):
+            return _fail(str(error))
+        raise
+
+
+def _snapshot(settings: Settings) -> int:
+    from exporter.api import device_json
+    from exporter.daemon import StartupError, select_source
+    from exporter.poller import Poller
+
+    async def run() -> int:
+        source, name, _ = select_source(settings, settings.path_sysfs)
+        poller = Poller(
+            source, interval=settings.interval, read_timeout=settings.read_timeout, source_name=name
+        )
+        try:
+            if not poller.discover():
+                raise StartupError(f"no AMD GPU found under {settings.path_sysfs}/class/drm")
+            snapshot = await poller.poll_once()
+        finally:
+            poller.close()
+        print(json.dumps({"source": name, "devices": [device_json(d) for d in snapshot.devices]}, indent=2))
+        return 0
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Settings: flags > environment (AMDGPU_EXPORTER_*) > YAML file > defaults, validated.
+
+Every option is declared once in OPTIONS; the flag, the environment variable and the YAML key
+are all derived from its name, so the three can never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad flag, environment variable or config file; the message is one clear sentence."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """'1s', '500ms', '2m', '1.5' (seconds) -> seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (examples: 1s, 500ms, 2m)")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """':9442' -> ('0.0.0.0', 9442); '127.0.0.1:9442'; '[::1]:9442'."""
+    text = str(text).strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{text!r} is not host:port (examples: :9442, 127.0.0.1:9442, [::1]:9442)")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port_text)
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _telemetry_path(text: str) -> str:
+    if not text.startswith("/") or text in ("/", "/healthz", "/readyz") or text.startswith("/api/"):
+        raise ValueError(f"{text!r} must be a path such as /metrics, not / or one of the API paths")
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # "web.listen-address": flag --web.listen-address, env AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    repeatable: bool = False
+    is_flag: bool = False  # a switch with no value on the command line
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name
+
+    @property
+    def env(self) -> str:
+        return "AMDGPU_EXPORTER_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+
+    @property
+    def dest(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]", "_", self.name)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
+    Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
+    Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
+    Option("interval", parse_duration, "1s", "time between poll cycles"),
+    Option(
+        "read-timeout",
+        parse_duration,
+        "2s",
+        "deadline for one device read; a device missing it is marked down",
+    ),
+    Option(
+        "discovery-interval", parse_duration, "5m", "how often devices, identity and topology are re-read"
+    ),
+    Option(
+        "slow-interval",
+        parse_duration,
+        "10s",
+        "how often caps, thresholds, DPM tables and RAS counts are re-read",
+    ),
+    Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
+    Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
+    Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
+    Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
+    Option(
+        "log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"
+    ),
+    Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
+    Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
+    Option(
+        "demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    web_listen_address: tuple[str, int]
+    web_telemetry_path: str
+    path_sysfs: str
+    interval: float
+    read_timeout: float
+    discovery_interval: float
+    slow_interval: float
+    source: str
+    rules_file: str
+    alertmanager_url: tuple[str, ...]
+    log_level: str
+    log_format: str
+    demo: bool
+    demo_fleet: str
+    demo_scenario: str
+    config_file: str = ""
+    origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for option in OPTIONS:
+        if option.is_flag:
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                action="store_const",
+                const=True,
+                default=None,
+                help=f"{option.help} [env {option.env}]",
+            )
+        elif option.repeatable:
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                action="append",
+                default=None,
+                metavar="VALUE",
+                help=f"{option.help} [env {option.env}, comma-separated]",
+            )
+        else:
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                default=None,
+                metavar="VALUE",
+                help=f"{option.help} (default {option.default}) [env {option.env}]",
+            )
+    parser.add_argument(
+        "--config.file",
+        dest="config_file",
+        default=None,
+        metavar="PATH",
+        help="YAML file with any of the options above as keys [env AMDGPU_EXPORTER_CONFIG_FILE]",
+    )
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"config file {path}{where} is not valid YAML: {getattr(error, 'problem', error)}"
+        ) from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of option: value")
+    known = {o.name for o in OPTIONS}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})"
+        )
+    return data
+
+
+def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    config_file = args.config_file or environ.get("AMDGPU_EXPORTER_CONFIG_FILE", "")
+    from_file = _load_file(config_file) if config_file else {}
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for option in OPTIONS:
+        raw: Any = getattr(args, option.dest, None)
+        origin = "flag"
+        if raw is None and option.env in environ:
+            raw, origin = environ[option.env], "env"
+            if option.repeatable:
+                raw = [part.strip() for part in str(raw).split(",") if part.strip()]
+        if raw is None and option.name in from_file:
+            raw, origin = from_file[option.name], "file"
+        if raw is None:
+            raw, origin = option.default, "default"
+        where = {
+            "flag": option.flag,
+            "env": option.env,
+            "file": f"{option.name} in {config_file}",
+            "default": "",
+        }
+        try:
+            if option.repeatable:
+                items: Sequence[Any] = [raw] if isinstance(raw, str) else list(raw or ())
+                value: Any = tuple(option.parse(item) for item in items)
+            else:
+                value = option.parse(raw)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"{where[origin] or option.name}: {error}") from error
+        values[option.dest] = value
+        origins[option.name] = origin
+    return Settings(**values, config_file=config_file, origins=origins)

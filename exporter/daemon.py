@@ -1,0 +1,185 @@
+"""Wires the pipeline: source -> poller -> rules -> exposition -> HTTP, plus the demo simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from exporter import rules as alert_rules
+from exporter.api import PublishedState, create_app
+from exporter.config import ConfigError, Settings
+from exporter.exposition import ExporterInfo, Exposition
+from exporter.logging import get_logger
+from exporter.model import AlertState, Snapshot
+from exporter.poller import Poller
+from exporter.sources.base import Source
+from exporter.sources.sysfs import SysfsSource
+
+log = get_logger("exporter.daemon")
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start; the message is one sentence for the operator."""
+
+
+@contextlib.contextmanager
+def demo_tree(settings: Settings) -> Iterator[str]:
+    """Run the simulator in-process on a temporary folder; yields the folder standing for /sys."""
+    from exporter.simulator import Simulator
+
+    with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-demo-") as tmp:
+        root = Path(tmp) / "sys"
+        try:
+            simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
+        except ValueError as error:
+            raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        simulator.write_tree()
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=simulator.run, args=(min(settings.interval, 1.0), stop), name="simulator", daemon=True
+        )
+        thread.start()
+        log.info("demo_started", sysfs=str(root), fleet=settings.demo_fleet, scenario=settings.demo_scenario)
+        try:
+            yield str(root)
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
+def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str]:
+    """Returns (source, name, why). rocm-smi only where the library can read this root."""
+    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
+    if settings.source == "sysfs":
+        return sysfs, "sysfs", "chosen by --source"
+    from exporter.sources import rocm_smi
+
+    if settings.source == "rocm-smi":
+        ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
+        if not ok:
+            raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
+        return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", "chosen by --source"
+    if Path(sysfs_root).resolve() != Path("/sys"):
+        return sysfs, "sysfs", f"auto: librocm_smi64 only reads /sys, and --path.sysfs is {sysfs_root}"
+    ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
+    if ok:
+        return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", f"auto: {reason}"
+    return sysfs, "sysfs", f"auto: ROCm SMI library unusable ({reason})"
+
+
+def open_listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, reuse_port=False)
+    except OSError as error:
+        raise StartupError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    return sock
+
+
+class Pipeline:
+    """Everything that happens after a poll cycle: rules, rendering, publishing, paging."""
+
+    def __init__(self, settings: Settings, source_name: str, reason: str, rules: Any, pusher: Any) -> None:
+        self.info = ExporterInfo(source=source_name, source_reason=reason)
+        self.exposition = Exposition(self.info)
+        self.rules = rules
+        self.pusher = pusher
+        self.source: Any = None
+        self.state = PublishedState(source=source_name, source_reason=reason)
+        self._alerts: tuple[AlertState, ...] = ()
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
+        self._alerts = alerts
+        for transition in transitions:
+            log.warning("alert_transition", **_transition_fields(transition))
+        snapshot = dataclasses.replace(snapshot, alerts=alerts)
+        self.exposition.poll_duration.observe(snapshot.poll_duration_seconds)
+        restarts = getattr(self.source, "worker_restarts", None)
+        self.info.worker_restarts = restarts if isinstance(restarts, int) else None
+        if self.pusher is not None:
+            self.pusher.update(snapshot)
+            self.info.alertmanager_results = {
+                "sent": self.pusher.sent_total,
+                "failed": self.pusher.failed_total,
+            }
+        rendered = self.exposition.render(snapshot)
+        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered)
+
+
+def _transition_fields(transition: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(transition) and not isinstance(transition, type):
+        return {f"alert_{k}" if k in ("event", "level") else k: v for k, v in dataclasses.asdict(transition).items()}
+    return {"transition": str(transition)}
+
+
+async def serve(settings: Settings) -> None:
+    rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
+    host, port = settings.web_listen_address
+    listener = open_listener(host, port)
+    with contextlib.ExitStack() as stack:
+        sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
+        source, source_name, reason = select_source(settings, sysfs_root)
+        log.info("source_selected", source=source_name, reason=reason)
+        poller = Poller(
+            source,
+            interval=settings.interval,
+            read_timeout=settings.read_timeout,
+            discovery_interval=settings.discovery_interval,
+            source_name=source_name,
+        )
+        stack.callback(poller.close)
+        devices = await asyncio.get_running_loop().run_in_executor(None, poller.discover)
+        if not devices:
+            raise StartupError(
+                f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
+                "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
+            )
+        pusher = None
+        if settings.alertmanager_url:
+            from exporter.alertmanager import AlertmanagerPusher
+
+            pusher = AlertmanagerPusher(list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}")
+        pipeline = Pipeline(settings, source_name, reason, rules, pusher)
+        pipeline.source = source
+        poller.on_snapshot = pipeline.on_snapshot
+        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
+        server = uvicorn.Server(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        shown_host = f"[{host}]" if ":" in host else host
+        shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
+        log.info(
+            "listening",
+            url=f"http://{shown_host}:{port}{settings.web_telemetry_path}",
+            devices=len(devices),
+            interval=settings.interval,
+        )
+        tasks = [
+            asyncio.create_task(poller.run(stop), name="poller"),
+            asyncio.create_task(server.serve(sockets=[listener]), name="http"),
+        ]
+        if pusher is not None:
+            tasks.append(asyncio.create_task(pusher.run(stop), name="alertmanager"))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        server.should_exit = True
+        for task in done:
+            if task is not stopper and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        await asyncio.wait(tasks, timeout=5)
+        log.info("stopped")

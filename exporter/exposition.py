@@ -1,0 +1,261 @@
+"""Snapshot -> /metrics bytes, rendered once per poll cycle with prometheus-client.
+
+A scrape then only sends bytes: its cost does not depend on how many GPUs there are or
+whether one of them is hung (see DESIGN.md). Text, OpenMetrics and their gzip forms are all
+rendered here, at the end of the cycle, so the HTTP layer never formats anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import exposition as text_exposition
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics import exposition as openmetrics_exposition
+
+from exporter import __version__
+from exporter.metrics_table import DEVICE_METRICS
+from exporter.model import DeviceState, Snapshot
+
+IDENTITY_LABELS = (
+    "gpu",
+    "card",
+    "pci_bus_id",
+    "unique_id",
+    "serial",
+    "product",
+    "asic",
+    "package",
+    "die",
+    "vbios",
+    "driver",
+    "compute_partition",
+    "memory_partition",
+)
+
+# Exporter-level families (not read from a device sample); listed here so the metric reference
+# and the coverage tests see every name the exporter can emit.
+EXPORTER_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("amdgpu_up", "gauge", "1 if the device's last read succeeded within its deadline, else 0."),
+    ("amdgpu_device_info", "gauge", "Identity of a device (always 1); join on gpu for labels."),
+    ("amdgpu_sample_timestamp_seconds", "gauge", "Unix time of the device's latest good sample."),
+    ("amdgpu_firmware_info", "gauge", "Firmware version of a block (always 1)."),
+    ("amdgpu_topology_link_info", "gauge", "KFD io_link from a device to a peer (always 1)."),
+    ("amdgpu_alert_firing", "gauge", "1 while an in-daemon alert fires on a device."),
+    ("amdgpu_clock_down_suggested_ratio", "gauge", "Suggested gfx clock ceiling reduction (0..1)."),
+    ("amdgpu_suggested_gfx_clock_max_hertz", "gauge", "Suggested gfx clock ceiling."),
+    ("amdgpu_exporter_build_info", "gauge", "Exporter version and the source it reads (always 1)."),
+    ("amdgpu_exporter_poll_duration_seconds", "histogram", "Wall time of one poll cycle of all devices."),
+    ("amdgpu_exporter_last_poll_timestamp_seconds", "gauge", "Unix time the last poll cycle finished."),
+    ("amdgpu_exporter_read_errors_total", "counter", "Failed device reads by reason."),
+    ("amdgpu_exporter_read_timeouts_total", "counter", "Device reads that missed their deadline."),
+    ("amdgpu_exporter_worker_restarts_total", "counter", "Restarts of the rocm-smi worker process."),
+    (
+        "amdgpu_exporter_alertmanager_notifications_total",
+        "counter",
+        "Alert pushes to Alertmanager by result.",
+    ),
+)
+
+
+_HELP = {name: help_text for name, _, help_text in EXPORTER_METRICS}
+
+
+def all_metric_names() -> list[str]:
+    """Every family name /metrics can carry (counters with their _total suffix)."""
+    return [spec.exposed_name for spec in DEVICE_METRICS] + [name for name, _, _ in EXPORTER_METRICS]
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedMetrics:
+    text: bytes
+    text_gzip: bytes
+    openmetrics: bytes
+    openmetrics_gzip: bytes
+
+
+@dataclass(slots=True)
+class ExporterInfo:
+    """Process-level facts exposition needs besides the snapshot."""
+
+    source: str = ""
+    source_reason: str = ""
+    worker_restarts: int | None = None  # None when the source has no worker
+    alertmanager_results: dict[str, int] = field(default_factory=dict)  # result -> count
+
+
+def _device_info_labels(state: DeviceState) -> list[str]:
+    ident = state.identity
+    return [
+        str(state.gpu),
+        ident.card,
+        ident.pci_bus_id,
+        ident.unique_id,
+        ident.serial,
+        ident.product,
+        ident.asic,
+        ident.package,
+        str(ident.die),
+        ident.vbios,
+        ident.driver_version,
+        ident.compute_partition,
+        ident.memory_partition,
+    ]
+
+
+class SnapshotCollector:
+    """A prometheus-client collector over the current snapshot (replaced once per cycle)."""
+
+    def __init__(self, info: ExporterInfo) -> None:
+        self.snapshot = Snapshot(taken_at=0.0)
+        self.info = info
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.snapshot
+        yield from self._device_families(snapshot.devices)
+        yield from self._identity_families(snapshot.devices)
+        yield from self._alert_families(snapshot)
+        yield from self._exporter_families(snapshot)
+
+    def _device_families(self, devices: Iterable[DeviceState]) -> Iterator[Metric]:
+        live = [d for d in devices if d.up and d.sample is not None]
+        for spec in DEVICE_METRICS:
+            family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+            family = family_type(spec.name, spec.help, labels=("gpu", *spec.labels))
+            for state in live:
+                assert state.sample is not None
+                gpu = str(state.gpu)
+                for labels, value in spec.values(state.sample):
+                    family.add_metric([gpu, *labels], value)
+            yield family
+
+    def _identity_families(self, devices: tuple[DeviceState, ...]) -> Iterator[Metric]:
+        up = GaugeMetricFamily("amdgpu_up", _HELP["amdgpu_up"], labels=("gpu",))
+        info = GaugeMetricFamily("amdgpu_device_info", _HELP["amdgpu_device_info"], labels=IDENTITY_LABELS)
+        stamp = GaugeMetricFamily(
+            "amdgpu_sample_timestamp_seconds", _HELP["amdgpu_sample_timestamp_seconds"], labels=("gpu",)
+        )
+        firmware = GaugeMetricFamily(
+            "amdgpu_firmware_info", _HELP["amdgpu_firmware_info"], labels=("gpu", "block", "version")
+        )
+        topology = GaugeMetricFamily(
+            "amdgpu_topology_link_info",
+            _HELP["amdgpu_topology_link_info"],
+            labels=("gpu", "peer", "type", "hops", "weight"),
+        )
+        errors = CounterMetricFamily(
+            "amdgpu_exporter_read_errors",
+            _HELP["amdgpu_exporter_read_errors_total"],
+            labels=("gpu", "reason"),
+        )
+        timeouts = CounterMetricFamily(
+            "amdgpu_exporter_read_timeouts", _HELP["amdgpu_exporter_read_timeouts_total"], labels=("gpu",)
+        )
+        gpu_by_bdf = {d.identity.pci_bus_id: str(d.gpu) for d in devices}
+        for state in devices:
+            gpu = str(state.gpu)
+            up.add_metric([gpu], 1.0 if state.up else 0.0)
+            info.add_metric(_device_info_labels(state), 1.0)
+            if state.sample is not None:
+                stamp.add_metric([gpu], state.sample.timestamp)
+            for block, version in sorted(state.identity.firmware.items()):
+                firmware.add_metric([gpu, block, version], 1.0)
+            for link in state.identity.topology:
+                peer = gpu_by_bdf.get(
+                    link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id
+                )
+                topology.add_metric([gpu, peer, link.link_type, str(link.hops), str(link.weight)], 1.0)
+            for reason, count in sorted(state.read_errors.items()):
+                errors.add_metric([gpu, reason], float(count))
+            timeouts.add_metric([gpu], float(state.read_timeouts))
+        yield from (up, info, stamp, firmware, topology, errors, timeouts)
+
+    def _alert_families(self, snapshot: Snapshot) -> Iterator[Metric]:
+        firing = GaugeMetricFamily(
+            "amdgpu_alert_firing", _HELP["amdgpu_alert_firing"], labels=("gpu", "alert", "severity")
+        )
+        ratio = GaugeMetricFamily(
+            "amdgpu_clock_down_suggested_ratio", _HELP["amdgpu_clock_down_suggested_ratio"], labels=("gpu",)
+        )
+        ceiling = GaugeMetricFamily(
+            "amdgpu_suggested_gfx_clock_max_hertz",
+            _HELP["amdgpu_suggested_gfx_clock_max_hertz"],
+            labels=("gpu",),
+        )
+        ratio_by_gpu: dict[int, float] = {}
+        ceiling_by_gpu: dict[int, float] = {}
+        for alert in snapshot.alerts:
+            firing.add_metric([str(alert.gpu), alert.alert, alert.severity], 1.0 if alert.firing else 0.0)
+            if alert.clock_down_ratio > ratio_by_gpu.get(alert.gpu, 0.0):
+                ratio_by_gpu[alert.gpu] = alert.clock_down_ratio
+            if alert.suggested_gfx_clock_max_hertz is not None:
+                previous = ceiling_by_gpu.get(alert.gpu)
+                if previous is None or alert.suggested_gfx_clock_max_hertz < previous:
+                    ceiling_by_gpu[alert.gpu] = alert.suggested_gfx_clock_max_hertz
+        # Every device gets a ratio series (0 when nothing is suggested) so dashboards and alert
+        # expressions do not have to handle absence.
+        for state in snapshot.devices:
+            ratio.add_metric([str(state.gpu)], ratio_by_gpu.get(state.gpu, 0.0))
+        for gpu, hertz in sorted(ceiling_by_gpu.items()):
+            ceiling.add_metric([str(gpu)], hertz)
+        yield from (firing, ratio, ceiling)
+
+    def _exporter_families(self, snapshot: Snapshot) -> Iterator[Metric]:
+        build = GaugeMetricFamily(
+            "amdgpu_exporter_build_info",
+            _HELP["amdgpu_exporter_build_info"],
+            labels=("version", "source", "source_reason"),
+        )
+        build.add_metric([__version__, self.info.source, self.info.source_reason], 1.0)
+        yield build
+        last = GaugeMetricFamily(
+            "amdgpu_exporter_last_poll_timestamp_seconds",
+            _HELP["amdgpu_exporter_last_poll_timestamp_seconds"],
+        )
+        last.add_metric([], snapshot.taken_at)
+        yield last
+        if self.info.worker_restarts is not None:
+            restarts = CounterMetricFamily(
+                "amdgpu_exporter_worker_restarts", _HELP["amdgpu_exporter_worker_restarts_total"]
+            )
+            restarts.add_metric([], float(self.info.worker_restarts))
+            yield restarts
+        notifications = CounterMetricFamily(
+            "amdgpu_exporter_alertmanager_notifications",
+            _HELP["amdgpu_exporter_alertmanager_notifications_total"],
+            labels=("result",),
+        )
+        for result, count in sorted(self.info.alertmanager_results.items()):
+            notifications.add_metric([result], float(count))
+        yield notifications
+
+
+class Exposition:
+    """Owns the registry; `render(snapshot)` returns the bytes every scrape until the next cycle."""
+
+    def __init__(self, info: ExporterInfo | None = None) -> None:
+        self.info = info or ExporterInfo()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._collector = SnapshotCollector(self.info)
+        self.registry.register(self._collector)
+        self.poll_duration = Histogram(
+            "amdgpu_exporter_poll_duration_seconds",
+            _HELP["amdgpu_exporter_poll_duration_seconds"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=self.registry,
+        )
+
+    def render(self, snapshot: Snapshot) -> RenderedMetrics:
+        self._collector.snapshot = snapshot
+        text = text_exposition.generate_latest(self.registry)
+        openmetrics = openmetrics_exposition.generate_latest(self.registry)
+        # Level 5: most of the size win at a fraction of level 9's CPU; done once per cycle.
+        return RenderedMetrics(
+            text=text,
+            text_gzip=gzip.compress(text, compresslevel=5, mtime=0),
+            openmetrics=openmetrics,
+            openmetrics_gzip=gzip.compress(openmetrics, compresslevel=5, mtime=0),
+        )

@@ -1,0 +1,230 @@
+"""The poll loop: every device read in parallel, off the event loop, each against a deadline.
+
+Why poll at all (instead of reading at scrape time): most amdgpu reads are SMU round trips
+serialised by a driver lock; several Prometheus servers or ad-hoc curls would multiply them; the
+in-daemon rules need a steady sample stream; and a hung read must never hang a scrape.
+
+Default interval 1 s: one gpu_metrics read per GCD per cycle is one SMU round trip, cheap enough
+that a 16-GCD node spends a few milliseconds a second on it, and 1 s resolves the thermal rule's
+for-duration and the compute/communication waveform far better than a 15 s scrape could.
+
+A device whose read misses its deadline is marked down, and its stuck read is NOT re-issued
+until that read returns: a hung GPU costs exactly one blocked thread, never a growing pile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from exporter.logging import get_logger
+from exporter.model import DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
+from exporter.sources.base import Source, SourceError
+
+log = get_logger("exporter.poller")
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """Mutable per-device bookkeeping, private to the poller (snapshots copy out of it)."""
+
+    identity: DeviceIdentity
+    sample: Sample | None = None
+    up: bool = False
+    down_reason: str = "not_read_yet"
+    present: bool = True
+    inflight: concurrent.futures.Future[Sample] | None = None
+    read_errors: dict[str, int] = field(default_factory=dict)
+    read_timeouts: int = 0
+
+
+class NoDevicesError(RuntimeError):
+    """Discovery found no device at all."""
+
+
+class Poller:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        interval: float = 1.0,
+        read_timeout: float = 2.0,
+        discovery_interval: float = 300.0,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+        source_name: str = "",
+    ) -> None:
+        if interval <= 0 or read_timeout <= 0:
+            raise ValueError("interval and read timeout must be positive")
+        self.source = source
+        self.interval = interval
+        self.read_timeout = read_timeout
+        self.discovery_interval = discovery_interval
+        self.on_snapshot = on_snapshot
+        self.source_name = source_name or getattr(source, "name", "")
+        self._devices: dict[tuple[str, str], _Tracked] = {}
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_size = 0
+        self._last_discovery = 0.0
+        self._cycle = 0
+
+    # -- discovery -------------------------------------------------------------------------
+    def discover(self) -> Sequence[DeviceIdentity]:
+        """Blocking discovery, merged into the known set. Devices that vanish stay, marked gone."""
+        found = list(self.source.discover())
+        seen = set()
+        for identity in found:
+            seen.add(identity.key)
+            tracked = self._devices.get(identity.key)
+            if tracked is None:
+                self._devices[identity.key] = _Tracked(identity=identity)
+                log.info(
+                    "device_found",
+                    pci_bus_id=identity.pci_bus_id,
+                    card=identity.card,
+                    product=identity.product,
+                )
+            else:
+                tracked.identity = identity
+                tracked.present = True
+        for key, tracked in self._devices.items():
+            if key not in seen and tracked.present:
+                tracked.present = False
+                tracked.up = False
+                tracked.down_reason = "gone"
+                log.warning("device_gone", pci_bus_id=tracked.identity.pci_bus_id, card=tracked.identity.card)
+        self._last_discovery = time.monotonic()
+        self._ensure_executor()
+        return found
+
+    def _ensure_executor(self) -> None:
+        # One thread per device plus headroom: each device has at most one read in flight, so a
+        # hung device can never starve the others of threads.
+        wanted = len(self._devices) + 2
+        if self._executor is None or wanted > self._executor_size:
+            old = self._executor
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=wanted, thread_name_prefix="read"
+            )
+            self._executor_size = wanted
+            if old is not None:
+                old.shutdown(wait=False)
+
+    @property
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    # -- one cycle -------------------------------------------------------------------------
+    async def poll_once(self) -> Snapshot:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        assert self._executor is not None, "discover() first"
+        waiting: dict[asyncio.Future[Sample], _Tracked] = {}
+        for tracked in self._devices.values():
+            if not tracked.present:
+                continue
+            if tracked.inflight is not None and not tracked.inflight.done():
+                # Still stuck in the read we gave up on: do not pile another read on top of it.
+                tracked.up = False
+                tracked.down_reason = "stuck"
+                continue
+            read = self._executor.submit(self.source.read, tracked.identity)
+            tracked.inflight = read
+            waiting[asyncio.wrap_future(read, loop=loop)] = tracked
+        if waiting:
+            await asyncio.wait(list(waiting), timeout=self.read_timeout)
+            for future, tracked in waiting.items():
+                if future.done():
+                    self._record_result(tracked, future)
+                    continue
+                tracked.up = False
+                tracked.down_reason = "timeout"
+                tracked.read_timeouts += 1
+                # Consume the eventual result so asyncio does not warn about it.
+                future.add_done_callback(_ignore_result)
+                log.warning("read_timeout", pci_bus_id=tracked.identity.pci_bus_id, timeout=self.read_timeout)
+        self._cycle += 1
+        return self._snapshot(time.monotonic() - started)
+
+    def _record_result(self, tracked: _Tracked, future: asyncio.Future[Sample]) -> None:
+        error = future.exception()
+        if error is None:
+            was_down = not tracked.up and tracked.sample is not None
+            tracked.sample = future.result()
+            tracked.up = True
+            tracked.down_reason = ""
+            if was_down:
+                log.info("device_recovered", pci_bus_id=tracked.identity.pci_bus_id)
+            return
+        reason = error.reason if isinstance(error, SourceError) else type(error).__name__
+        tracked.read_errors[reason] = tracked.read_errors.get(reason, 0) + 1
+        if tracked.up or tracked.down_reason != reason:
+            log.warning(
+                "read_failed", pci_bus_id=tracked.identity.pci_bus_id, reason=reason, error=str(error)
+            )
+        tracked.up = False
+        tracked.down_reason = reason
+
+    def _snapshot(self, duration: float) -> Snapshot:
+        ordered = sorted(self._devices.values(), key=lambda t: t.identity.pci_bus_id)
+        states = tuple(
+            DeviceState(
+                identity=t.identity,
+                gpu=index,
+                sample=t.sample,
+                up=t.up,
+                down_reason=t.down_reason,
+                read_errors=frozen_map(t.read_errors),
+                read_timeouts=t.read_timeouts,
+            )
+            for index, t in enumerate(ordered)
+        )
+        return Snapshot(
+            taken_at=time.time(),
+            devices=states,
+            poll_duration_seconds=duration,
+            source=self.source_name,
+            cycle=self._cycle,
+        )
+
+    # -- the loop --------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every `interval` seconds on a fixed schedule (no drift) until `stop` is set."""
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while not stop.is_set():
+            if time.monotonic() - self._last_discovery >= self.discovery_interval:
+                await self._rediscover(loop)
+            snapshot = await self.poll_once()
+            if self.on_snapshot is not None:
+                try:
+                    self.on_snapshot(snapshot)
+                except Exception:  # a bug downstream must not stop polling
+                    log.exception("snapshot_handler_failed")
+            next_tick += self.interval
+            delay = next_tick - loop.time()
+            if delay < 0:  # a slow cycle: skip the missed ticks instead of bursting
+                next_tick = loop.time()
+                delay = 0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _rediscover(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            await asyncio.wait_for(loop.run_in_executor(None, self.discover), timeout=self.read_timeout * 5)
+        except Exception as error:  # keep polling the devices we know
+            self._last_discovery = time.monotonic()
+            log.warning("rediscovery_failed", error=str(error) or type(error).__name__)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.source.close()
+
+
+def _ignore_result(future: asyncio.Future[Sample]) -> None:
+    if not future.cancelled():
+        future.exception()

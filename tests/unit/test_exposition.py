@@ -1,0 +1,143 @@
+"""Exposition: one table in, valid Prometheus text and OpenMetrics out, absent means absent."""
+
+from __future__ import annotations
+
+import gzip
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from exporter.exposition import Exposition, all_metric_names
+from exporter.metrics_table import DEVICE_METRICS
+from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, TopologyLink, frozen_map
+
+
+def _identity(bdf: str, card: str, die: int = 0) -> DeviceIdentity:
+    return DeviceIdentity(
+        pci_bus_id=bdf,
+        card=card,
+        device_dir=f"/sys/devices/pci0000:00/{bdf}",
+        unique_id="0123456789abcdef",
+        product="AMD Instinct MI250X",
+        asic="aldebaran",
+        serial="PKG1",
+        package="PKG1",
+        die=die,
+        firmware=frozen_map({"smc": "0x00563c00"}),
+        topology=(TopologyLink("0000:c2:00.0", "xgmi", 1, 15), TopologyLink("", "pcie", 1, 20)),
+    )
+
+
+def _snapshot() -> Snapshot:
+    die0 = Sample(
+        timestamp=1000.0,
+        temperatures=frozen_map({"junction": 71.0, "hbm0": 60.0}),
+        temperature_thresholds=frozen_map({("junction", "critical"): 110.0}),
+        power_watts=380.0,
+        energy_joules=12345.5,
+        busy=frozen_map({"gfx": 0.97}),
+        memory_used_bytes=frozen_map({"vram": 2.0**34}),
+        ecc_errors=frozen_map({("umc", "correctable"): 3}),
+        pcie_naks_sent=4,
+    )
+    die1 = Sample(
+        timestamp=1000.0, temperatures=frozen_map({"junction": 65.0}), busy=frozen_map({"gfx": 0.5})
+    )
+    return Snapshot(
+        taken_at=1001.0,
+        devices=(
+            DeviceState(_identity("0000:c1:00.0", "card0"), 0, die0, True),
+            DeviceState(_identity("0000:c2:00.0", "card1", die=1), 1, die1, True),
+            DeviceState(_identity("0000:d1:00.0", "card2"), 2, die1, False, "timeout", read_timeouts=2),
+        ),
+        alerts=(AlertState(0, "GpuJunctionHot", "warning", True, 999.0, 86.0, None, 0.1, 1.53e9, "lower"),),
+    )
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in parse_text(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_values_labels_and_absence() -> None:
+    rendered = Exposition().render(_snapshot())
+    samples = _samples(rendered.text.decode())
+    assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] == 71.0
+    assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "hbm0")))] == 60.0
+    assert samples[("amdgpu_energy_joules_total", (("gpu", "0"),))] == 12345.5
+    assert (
+        samples[("amdgpu_ecc_errors_total", (("block", "umc"), ("gpu", "0"), ("type", "correctable")))] == 3
+    )
+    assert samples[("amdgpu_pcie_naks_total", (("direction", "sent"), ("gpu", "0")))] == 4
+    # die 1 supplies no power: no series at all, not a zero
+    assert ("amdgpu_power_watts", (("gpu", "1"),)) not in samples
+    assert samples[("amdgpu_power_watts", (("gpu", "0"),))] == 380.0
+    # the down device: up 0, identity and sample age kept, no stale values served as current
+    assert samples[("amdgpu_up", (("gpu", "2"),))] == 0
+    assert samples[("amdgpu_sample_timestamp_seconds", (("gpu", "2"),))] == 1000.0
+    assert not any(name == "amdgpu_busy_ratio" and ("gpu", "2") in labels for name, labels in samples)
+    assert samples[("amdgpu_exporter_read_timeouts_total", (("gpu", "2"),))] == 2
+    # topology resolves peers to gpu indexes
+    key = (
+        "amdgpu_topology_link_info",
+        (("gpu", "0"), ("hops", "1"), ("peer", "1"), ("type", "xgmi"), ("weight", "15")),
+    )
+    assert samples[key] == 1
+    assert (
+        samples[("amdgpu_alert_firing", (("alert", "GpuJunctionHot"), ("gpu", "0"), ("severity", "warning")))]
+        == 1
+    )
+    assert samples[("amdgpu_clock_down_suggested_ratio", (("gpu", "0"),))] == 0.1
+    assert samples[("amdgpu_clock_down_suggested_ratio", (("gpu", "1"),))] == 0.0
+    assert samples[("amdgpu_suggested_gfx_clock_max_hertz", (("gpu", "0"),))] == 1.53e9
+    info = next(labels for name, labels in samples if name == "amdgpu_device_info" and ("gpu", "1") in labels)
+    assert ("die", "1") in info and ("package", "PKG1") in info and ("pci_bus_id", "0000:c2:00.0") in info
+
+
+def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
+    rendered = Exposition().render(_snapshot())
+    assert gzip.decompress(rendered.text_gzip) == rendered.text
+    assert gzip.decompress(rendered.openmetrics_gzip) == rendered.openmetrics
+    assert rendered.openmetrics.endswith(b"# EOF\n")
+    om_names = {s.name for f in parse_openmetrics(rendered.openmetrics.decode()) for s in f.samples}
+    text_names = {s.name for f in parse_text(rendered.text.decode()) for s in f.samples}
+    assert "amdgpu_energy_joules_total" in om_names
+    assert text_names - {n for n in text_names if n.endswith("_created")} <= om_names | {"amdgpu_up"}
+
+
+def test_every_table_entry_follows_the_naming_conventions() -> None:
+    names = all_metric_names()
+    assert len(names) == len(set(names))
+    unit_suffixes = (
+        "_celsius",
+        "_watts",
+        "_joules",
+        "_bytes",
+        "_hertz",
+        "_volts",
+        "_ratio",
+        "_seconds",
+        "_per_second",
+        "_width",
+        "_active",
+        "_up",
+        "_total",
+        "_info",
+        "_pages",
+    )
+    for spec in DEVICE_METRICS:
+        assert spec.name.startswith("amdgpu_")
+        assert not spec.name.endswith("_total"), "counters get _total from prometheus-client"
+        assert spec.kind in ("gauge", "counter")
+        assert spec.exposed_name.endswith(unit_suffixes), spec.name
+        assert spec.help.strip()
+
+
+def test_a_device_with_an_empty_sample_renders_without_error() -> None:
+    state = DeviceState(_identity("0000:01:00.0", "card0"), 0, Sample(timestamp=5.0), True)
+    text = Exposition().render(Snapshot(taken_at=6.0, devices=(state,))).text.decode()
+    assert 'amdgpu_up{gpu="0"} 1.0' in text
+    assert "amdgpu_temperature_celsius{" not in text
