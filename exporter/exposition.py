@@ -38,35 +38,51 @@ IDENTITY_LABELS = (
 
 # Exporter-level families (not read from a device sample); listed here so the metric reference
 # and the coverage tests see every name the exporter can emit.
-EXPORTER_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("amdgpu_up", "gauge", "1 if the device's last read succeeded within its deadline, else 0."),
-    ("amdgpu_device_info", "gauge", "Identity of a device (always 1); join on gpu for labels."),
-    ("amdgpu_sample_timestamp_seconds", "gauge", "Unix time of the device's latest good sample."),
-    ("amdgpu_firmware_info", "gauge", "Firmware version of a block (always 1)."),
-    ("amdgpu_topology_link_info", "gauge", "KFD io_link from a device to a peer (always 1)."),
-    ("amdgpu_alert_firing", "gauge", "1 while an in-daemon alert fires on a device."),
-    ("amdgpu_clock_down_suggested_ratio", "gauge", "Suggested gfx clock ceiling reduction (0..1)."),
-    ("amdgpu_suggested_gfx_clock_max_hertz", "gauge", "Suggested gfx clock ceiling."),
-    ("amdgpu_exporter_build_info", "gauge", "Exporter version and the source it reads (always 1)."),
-    ("amdgpu_exporter_poll_duration_seconds", "histogram", "Wall time of one poll cycle of all devices."),
-    ("amdgpu_exporter_last_poll_timestamp_seconds", "gauge", "Unix time the last poll cycle finished."),
-    ("amdgpu_exporter_read_errors_total", "counter", "Failed device reads by reason."),
-    ("amdgpu_exporter_read_timeouts_total", "counter", "Device reads that missed their deadline."),
-    ("amdgpu_exporter_worker_restarts_total", "counter", "Restarts of the rocm-smi worker process."),
+EXPORTER_METRICS: tuple[tuple[str, str, str, str], ...] = (  # name, type, labels, help
+    ("amdgpu_up", "gauge", "gpu", "1 if the device's last read succeeded within its deadline, else 0."),
+    (
+        "amdgpu_device_info",
+        "gauge",
+        ", ".join(IDENTITY_LABELS),
+        "Identity of a device (always 1); join on gpu for labels.",
+    ),
+    ("amdgpu_sample_timestamp_seconds", "gauge", "gpu", "Unix time of the device's latest good sample."),
+    ("amdgpu_firmware_info", "gauge", "gpu, block, version", "Firmware version of a block (always 1)."),
+    (
+        "amdgpu_topology_link_info",
+        "gauge",
+        "gpu, peer, type, hops, weight",
+        "KFD io_link from a device to a peer (always 1).",
+    ),
+    ("amdgpu_alert_firing", "gauge", "gpu, alert, severity", "1 while an in-daemon alert fires on a device."),
+    ("amdgpu_clock_down_suggested_ratio", "gauge", "gpu", "Suggested gfx clock ceiling reduction (0..1)."),
+    ("amdgpu_suggested_gfx_clock_max_hertz", "gauge", "gpu", "Suggested gfx clock ceiling."),
+    (
+        "amdgpu_exporter_build_info",
+        "gauge",
+        "version, source, source_reason",
+        "Exporter version and the source it reads (always 1).",
+    ),
+    ("amdgpu_exporter_poll_duration_seconds", "histogram", "", "Wall time of one poll cycle of all devices."),
+    ("amdgpu_exporter_last_poll_timestamp_seconds", "gauge", "", "Unix time the last poll cycle finished."),
+    ("amdgpu_exporter_read_errors_total", "counter", "gpu, reason", "Failed device reads by reason."),
+    ("amdgpu_exporter_read_timeouts_total", "counter", "gpu", "Device reads that missed their deadline."),
+    ("amdgpu_exporter_worker_restarts_total", "counter", "", "Restarts of the rocm-smi worker process."),
     (
         "amdgpu_exporter_alertmanager_notifications_total",
         "counter",
+        "result",
         "Alert pushes to Alertmanager by result.",
     ),
 )
 
 
-_HELP = {name: help_text for name, _, help_text in EXPORTER_METRICS}
+_HELP = {name: help_text for name, _, _, help_text in EXPORTER_METRICS}
 
 
 def all_metric_names() -> list[str]:
     """Every family name /metrics can carry (counters with their _total suffix)."""
-    return [spec.exposed_name for spec in DEVICE_METRICS] + [name for name, _, _ in EXPORTER_METRICS]
+    return [spec.exposed_name for spec in DEVICE_METRICS] + [name for name, _, _, _ in EXPORTER_METRICS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +180,7 @@ class SnapshotCollector:
             for block, version in sorted(state.identity.firmware.items()):
                 firmware.add_metric([gpu, block, version], 1.0)
             for link in state.identity.topology:
-                peer = gpu_by_bdf.get(
-                    link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id
-                )
+                peer = gpu_by_bdf.get(link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id)
                 topology.add_metric([gpu, peer, link.link_type, str(link.hops), str(link.weight)], 1.0)
             for reason, count in sorted(state.read_errors.items()):
                 errors.add_metric([gpu, reason], float(count))

@@ -1,0 +1,132 @@
+"""Poller: parallel reads, deadlines, a stuck read never re-issued, recovery without restart."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.poller import Poller
+from exporter.sources.base import SourceError
+
+
+class ScriptedSource:
+    """A source whose reads block on an event for chosen devices (a hung GPU) or fail."""
+
+    name = "scripted"
+
+    def __init__(self, count: int) -> None:
+        self.devices = [
+            DeviceIdentity(pci_bus_id=f"0000:{i + 1:02x}:00.0", card=f"card{i}", device_dir="") for i in range(count)
+        ]
+        self.hung: set[str] = set()
+        self.failing: set[str] = set()
+        self.release = threading.Event()
+        self.calls: Counter[str] = Counter()
+        self.read_delay = 0.0
+
+    def discover(self):
+        return self.devices
+
+    def read(self, device: DeviceIdentity) -> Sample:
+        self.calls[device.pci_bus_id] += 1
+        if device.pci_bus_id in self.hung:
+            self.release.wait()
+        if device.pci_bus_id in self.failing:
+            raise SourceError("io_error", "EIO")
+        time.sleep(self.read_delay)
+        return Sample(timestamp=time.time(), temperatures=frozen_map({"junction": 50.0}))
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_reads_run_in_parallel() -> None:
+    source = ScriptedSource(8)
+    source.read_delay = 0.2
+    poller = Poller(source, interval=1, read_timeout=1.5)
+    poller.discover()
+    started = time.monotonic()
+    snapshot = asyncio.run(poller.poll_once())
+    elapsed = time.monotonic() - started
+    poller.close()
+    assert all(d.up for d in snapshot.devices)
+    assert elapsed < 0.2 * 8 / 2, f"8 reads of 0.2 s took {elapsed:.2f} s: not parallel"
+    assert [d.gpu for d in snapshot.devices] == list(range(8))
+
+
+def test_hung_device_goes_down_is_not_reissued_and_comes_back() -> None:
+    source = ScriptedSource(4)
+    hung = source.devices[2].pci_bus_id
+    source.hung.add(hung)
+    poller = Poller(source, interval=0.05, read_timeout=0.2)
+    poller.discover()
+    threads_before = threading.active_count()
+
+    async def cycles(n: int):
+        return [await poller.poll_once() for _ in range(n)]
+
+    snapshots = asyncio.run(cycles(50))
+    first, last = snapshots[0], snapshots[-1]
+    assert [d.up for d in first.devices] == [True, True, False, True]
+    assert first.devices[2].down_reason == "timeout"
+    assert last.devices[2].down_reason == "stuck"
+    assert last.devices[2].read_timeouts == 1
+    assert source.calls[hung] == 1, "a stuck read must not be re-issued"
+    assert source.calls[source.devices[0].pci_bus_id] == 50, "the others keep being read"
+    assert threading.active_count() - threads_before <= len(source.devices) + 2
+    source.release.set()  # the GPU answers again
+    time.sleep(0.05)
+    source.hung.clear()
+    after = asyncio.run(cycles(2))
+    assert after[-1].devices[2].up
+    poller.close()
+
+
+def test_read_errors_are_counted_by_reason() -> None:
+    source = ScriptedSource(2)
+    source.failing.add(source.devices[1].pci_bus_id)
+    poller = Poller(source, interval=1, read_timeout=1)
+    poller.discover()
+
+    async def cycles():
+        return [await poller.poll_once() for _ in range(3)]
+
+    snapshots = asyncio.run(cycles())
+    poller.close()
+    bad = snapshots[-1].devices[1]
+    assert not bad.up and bad.down_reason == "io_error" and bad.read_errors["io_error"] == 3
+    assert snapshots[-1].devices[0].up
+
+
+def test_vanished_device_is_kept_and_marked_gone() -> None:
+    source = ScriptedSource(3)
+    poller = Poller(source, interval=1, read_timeout=1)
+    poller.discover()
+    source.devices = source.devices[:2]
+    poller.discover()
+    snapshot = asyncio.run(poller.poll_once())
+    poller.close()
+    assert len(snapshot.devices) == 3
+    assert snapshot.devices[2].down_reason == "gone" and not snapshot.devices[2].up
+
+
+def test_run_loop_keeps_schedule_and_stops() -> None:
+    source = ScriptedSource(2)
+    seen = []
+    poller = Poller(source, interval=0.05, read_timeout=0.5, on_snapshot=seen.append)
+    poller.discover()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(poller.run(stop))
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(main())
+    poller.close()
+    assert 6 <= len(seen) <= 12
+    assert [s.cycle for s in seen] == list(range(1, len(seen) + 1))
