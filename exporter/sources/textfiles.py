@@ -1,0 +1,545 @@
+"""Pure parsers for the text files the sysfs source reads (amdgpu, hwmon, PCI core, KFD topology).
+
+Each parser takes the file's content (str, or the raw bytes of a read) and returns a value in SI base
+units, or raises TextParseError with a message that quotes what it saw. Nothing else escapes: a
+parser is never the reason a poll cycle dies. The formats are the kernel's own (amdgpu_pm.c,
+smu_cmn.c / *_ppt.c, amdgpu_ras.c, drivers/pci, kfd_topology.c); where kernels differ, every
+variant seen upstream is accepted and anything else is rejected.
+
+Strict on purpose: the real library reads gpu_busy_percent "abc" as 0 % and mem_info "-5" as
+18446744073709551611. Here garbage is an error, surrounding whitespace is not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+__all__ = [
+    "BadPage",
+    "DpmLevels",
+    "PcieBw",
+    "PcieDpmLevel",
+    "RasCounts",
+    "TextParseError",
+    "TextUnavailableError",
+    "count_bad_pages",
+    "parse_bad_pages",
+    "parse_fw_version",
+    "parse_hex_id",
+    "parse_key_values",
+    "parse_link_speed",
+    "parse_link_width",
+    "parse_pcie_bw",
+    "parse_percent_ratio",
+    "parse_pp_dpm",
+    "parse_pp_dpm_pcie",
+    "parse_ras_err_count",
+    "parse_ras_features",
+    "parse_scaled",
+    "parse_signed",
+    "parse_text_line",
+    "parse_uevent",
+    "parse_unique_id",
+    "parse_unsigned",
+    "parse_word",
+    "parse_word_list",
+]
+
+
+class TextParseError(ValueError):
+    """The file's text is not in the format its kernel writer produces."""
+
+
+class TextUnavailableError(TextParseError):
+    """The driver answered, but with its "no value right now" text ("unavailable" after a RAS
+    interrupt, "Query currently inaccessible" during reset, "Unknown" link speed). Transient, not
+    malformed: a caller may count it differently from garbage."""
+
+
+U64_MAX = 2**64 - 1
+U32_MAX = 2**32 - 1
+I64_MIN = -(2**63)
+I64_MAX = 2**63 - 1
+
+# Only ASCII whitespace is "surrounding whitespace": str.strip() would also eat U+0085, U+00A0 ...
+_ASCII_SPACE = " \t\n\r\v\f"
+_LINE_SPACE = " \t\r"
+_MHZ = 1e6
+_GIGA = Decimal(10**9)
+# Widths a PCIe link can train to; 0 = link down. Anything else (63 = config space read all-ones
+# after the device fell off the bus) is not a width.
+_PCIE_WIDTHS = frozenset({0, 1, 2, 4, 8, 12, 16, 32})
+_PCIE_DPM_WIDTHS = _PCIE_WIDTHS - {0}
+
+
+def _fail(what: str, text: str) -> TextParseError:
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    return TextParseError(f"{what}: {shown!r}")
+
+
+def _as_text(text: str | bytes) -> str:
+    """Accept the str of a text read or the bytes of a binary one; anything else is an error."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, bytes | bytearray):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise TextParseError(f"not UTF-8 text: {bytes(text[:60])!r}") from None
+    raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
+
+
+def _stripped(text: str | bytes) -> str:
+    return _as_text(text).strip(_ASCII_SPACE)
+
+
+def _lines(text: str) -> list[str]:
+    """Non-empty content split into lines with per-line blanks trimmed; an empty line inside the
+    content is malformed (no kernel writer emits one)."""
+    if not text:
+        return []
+    lines = [line.strip(_LINE_SPACE) for line in text.split("\n")]
+    if any(not line for line in lines):
+        raise _fail("blank line inside the file", text)
+    return lines
+
+
+_DECIMAL = re.compile(r"(-?)([0-9]+)")
+
+
+def _decimal(text: str, low: int, high: int, what: str) -> int:
+    match = _DECIMAL.fullmatch(text)
+    if match is None:
+        raise _fail(f"not a decimal {what}", text)
+    sign, digits = match.groups()
+    digits = digits.lstrip("0") or "0"
+    # u64/i64 need at most 20 digits; checking length first keeps int() away from huge strings.
+    if len(digits) > 20:
+        raise _fail(f"{what} out of range", text)
+    value = int(sign + digits)
+    if not low <= value <= high:
+        raise _fail(f"{what} out of range [{low}, {high}]", text)
+    return value
+
+
+def parse_unsigned(text: str | bytes) -> int:
+    """`%u` / `%llu` files (mem_info_*, pcie_replay_count, xgmi_error, ...): 0 .. 2^64-1."""
+    return _decimal(_stripped(text), 0, U64_MAX, "unsigned integer")
+
+
+def parse_signed(text: str | bytes) -> int:
+    """`%d` / `%lld` files: -2^63 .. 2^63-1."""
+    return _decimal(_stripped(text), I64_MIN, I64_MAX, "signed integer")
+
+
+def parse_percent_ratio(text: str | bytes) -> float:
+    """gpu_busy_percent / mem_busy_percent (`%d\\n`, percent) -> ratio 0..1."""
+    stripped = _stripped(text)
+    value = _decimal(stripped, I64_MIN, I64_MAX, "percentage")
+    if not 0 <= value <= 100:
+        raise _fail("percentage outside 0..100", stripped)
+    return value / 100
+
+
+def parse_scaled(text: str | bytes, scale: float) -> float:
+    """A hwmon integer times its unit: millidegC 1e-3, uW 1e-6, mV 1e-3, Hz 1.
+
+    hwmon writes `%d` or `%u`/`%llu`, so the range is -2^63 .. 2^64-1. For scales that are 1/N the
+    value is divided by N, which rounds correctly (45123 * 1e-3 would not give 45.123 exactly).
+    """
+    if not (isinstance(scale, int | float) and math.isfinite(scale) and scale != 0):
+        raise TextParseError(f"scale must be a finite non-zero number, got {scale!r}")
+    value = _decimal(_stripped(text), I64_MIN, U64_MAX, "integer")
+    if abs(scale) < 1:
+        divisor = round(1 / scale)
+        if divisor != 0 and 1 / divisor == scale:
+            return value / divisor
+    return value * float(scale)
+
+
+# ---- pp_dpm_{sclk,mclk,socclk,fclk,vclk,dclk,dcefclk} ------------------------------------------
+
+_DPM_LEVEL = re.compile(r"([0-9]{1,3}):[ \t]*([0-9]{1,10})[ \t]*[Mm][Hh][Zz][ \t]*(\*?)")
+# S: the clock is in deep sleep, below the lowest level; F: proposed for fine-grained tables, the
+# exact current clock. Either is the first line and carries the current clock.
+_DPM_PREFIX = re.compile(r"([SF]):[ \t]*([0-9]{1,10})[ \t]*[Mm][Hh][Zz][ \t]*(\*?)")
+
+
+@dataclass(frozen=True, slots=True)
+class DpmLevels:
+    """A pp_dpm_* clock table. levels_hertz in file order; current_index is the position (not the
+    printed number) of the first level marked `*`; deep_sleep_hertz from an `S:` line;
+    fine_grained_hertz from an `F:` line."""
+
+    levels_hertz: tuple[float, ...]
+    current_index: int | None
+    deep_sleep_hertz: float | None
+    fine_grained_hertz: float | None = None
+
+    @property
+    def current_hertz(self) -> float | None:
+        """The clock right now: the S:/F: line when present (it is the measured clock), else the
+        marked level, else None (no level marked, which older kernels do between levels)."""
+        if self.deep_sleep_hertz is not None:
+            return self.deep_sleep_hertz
+        if self.fine_grained_hertz is not None:
+            return self.fine_grained_hertz
+        if self.current_index is not None:
+            return self.levels_hertz[self.current_index]
+        return None
+
+    @property
+    def max_hertz(self) -> float:
+        return max(self.levels_hertz)
+
+
+def _mhz(digits: str, text: str) -> float:
+    value = int(digits)
+    if value > U32_MAX:
+        raise _fail("clock out of range for %u MHz", text)
+    return value * _MHZ
+
+
+def parse_pp_dpm(text: str | bytes) -> DpmLevels:
+    """`%d: %uMhz %s\\n` per level, `*` on the current one; an optional first `S: NMhz *` (deep
+    sleep; levels then number from 0 or, in smu_cmn's writer, from 1); `unavailable` after a RAS
+    interrupt raises TextUnavailableError. Aldebaran may mark two levels within 25 MHz of the clock."""
+    stripped = _stripped(text)
+    if stripped.lower() == "unavailable":
+        raise TextUnavailableError("pp_dpm table unavailable (RAS interrupt)")
+    lines = _lines(stripped)
+    if not lines:
+        raise _fail("empty clock table", stripped)
+
+    deep_sleep: float | None = None
+    fine_grained: float | None = None
+    prefix = _DPM_PREFIX.fullmatch(lines[0])
+    if prefix is not None:
+        hertz = _mhz(prefix.group(2), stripped)
+        if prefix.group(1) == "S":
+            deep_sleep = hertz
+        else:
+            fine_grained = hertz
+        lines = lines[1:]
+        if not lines:
+            raise _fail(f"{prefix.group(1)}: line without clock levels", stripped)
+
+    levels: list[float] = []
+    current: int | None = None
+    first_number: int | None = None
+    for line in lines:
+        match = _DPM_LEVEL.fullmatch(line)
+        if match is None:
+            raise _fail("not a clock level line", line)
+        number = int(match.group(1))
+        if first_number is None:
+            first_number = number
+            allowed = (0, 1) if prefix is not None else (0,)
+            if number not in allowed:
+                raise _fail("clock levels do not start at level 0", stripped)
+        elif number != first_number + len(levels):
+            raise _fail("clock levels are not numbered consecutively", stripped)
+        if match.group(3) and current is None:
+            current = len(levels)
+        levels.append(_mhz(match.group(2), stripped))
+    return DpmLevels(tuple(levels), current, deep_sleep, fine_grained)
+
+
+# ---- pp_dpm_pcie ---------------------------------------------------------------------------------
+
+_PCIE_DPM_LEVEL = re.compile(
+    r"([0-9]{1,3}):[ \t]*([0-9]{1,3}(?:\.[0-9]{1,2})?)GT/s,[ \t]*x([0-9]{1,2})"
+    r"(?:[ \t]+([0-9]{1,10})[ \t]*[Mm][Hh][Zz])?[ \t]*(\*?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PcieDpmLevel:
+    """One pp_dpm_pcie line. lclk_hertz is absent on pre-SMU11 kernels (`0: 8.0GT/s, x16 *`)."""
+
+    transfers_per_second: float
+    width: int
+    current: bool
+    lclk_hertz: float | None = None
+
+
+def _giga_transfers(number: str, text: str) -> float:
+    value = Decimal(number)
+    if value <= 0:
+        raise _fail("link speed must be positive", text)
+    return float(value * _GIGA)
+
+
+def parse_pp_dpm_pcie(text: str | bytes) -> tuple[PcieDpmLevel, ...]:
+    """`%d: %s %s %dMhz %s\\n`, e.g. `1: 16.0GT/s, x16 619Mhz *`. A level whose gen or width the
+    kernel could not name (it prints an empty string) is rejected: no number can stand for it."""
+    stripped = _stripped(text)
+    if stripped.lower() == "unavailable":
+        raise TextUnavailableError("pp_dpm_pcie unavailable (RAS interrupt)")
+    lines = _lines(stripped)
+    if not lines:
+        raise _fail("empty PCIe level table", stripped)
+    levels: list[PcieDpmLevel] = []
+    for line in lines:
+        match = _PCIE_DPM_LEVEL.fullmatch(line)
+        if match is None:
+            raise _fail("not a PCIe level line", line)
+        number, speed, width_digits, lclk, star = match.groups()
+        if int(number) != len(levels):
+            raise _fail("PCIe levels are not numbered 0, 1, ...", stripped)
+        width = int(width_digits)
+        if width not in _PCIE_DPM_WIDTHS:
+            raise _fail("not a PCIe link width", line)
+        levels.append(
+            PcieDpmLevel(
+                transfers_per_second=_giga_transfers(speed, line),
+                width=width,
+                current=bool(star),
+                lclk_hertz=None if lclk is None else _mhz(lclk, line),
+            )
+        )
+    return tuple(levels)
+
+
+# ---- PCI core: current_link_speed / max_link_speed / *_link_width -------------------------------
+
+_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
+
+
+def parse_link_speed(text: str | bytes) -> float:
+    """`16.0 GT/s PCIe` (pci_speed_string), `16 GT/s` (kernels before 4.17) -> 16e9 T/s.
+    `Unknown` / `Unknown speed` raise TextUnavailableError; PCI-X and AGP strings are rejected."""
+    stripped = _stripped(text)
+    if stripped in ("Unknown", "Unknown speed"):
+        raise TextUnavailableError(f"link speed unknown: {stripped!r}")
+    match = _LINK_SPEED.fullmatch(stripped)
+    if match is None:
+        raise _fail("not a PCIe link speed", stripped)
+    return _giga_transfers(match.group(1), stripped)
+
+
+def parse_link_width(text: str | bytes) -> int:
+    """`%u\\n` lanes; 0 = link down. Values no link can have are rejected."""
+    stripped = _stripped(text)
+    width = _decimal(stripped, 0, U32_MAX, "link width")
+    if width not in _PCIE_WIDTHS:
+        raise _fail("not a PCIe link width", stripped)
+    return width
+
+
+# ---- RAS -------------------------------------------------------------------------------------------
+
+_RAS_COUNT = re.compile(r"(ue|ce|de):[ \t]*([0-9]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class RasCounts:
+    """ras/<block>_err_count: cumulative since driver load. deferred is None without a `de:` line."""
+
+    correctable: int
+    uncorrectable: int
+    deferred: int | None
+
+
+def parse_ras_err_count(text: str | bytes) -> RasCounts:
+    """`ue: %lu\\nce: %lu\\n` (+ `de: %lu\\n` on newer kernels); `Query currently inaccessible`
+    (not ready, or a reset is under way) raises TextUnavailableError."""
+    stripped = _stripped(text)
+    if stripped == "Query currently inaccessible":
+        raise TextUnavailableError("RAS error count query currently inaccessible")
+    counts: dict[str, int] = {}
+    for line in _lines(stripped):
+        match = _RAS_COUNT.fullmatch(line)
+        if match is None:
+            raise _fail("not a RAS count line", line)
+        key, digits = match.groups()
+        if key in counts:
+            raise _fail(f"RAS count {key!r} appears twice", stripped)
+        counts[key] = _decimal(digits, 0, U64_MAX, "error count")
+    if "ue" not in counts or "ce" not in counts:
+        raise _fail("RAS error count needs both ue: and ce:", stripped)
+    return RasCounts(correctable=counts["ce"], uncorrectable=counts["ue"], deferred=counts.get("de"))
+
+
+_RAS_FEATURES = re.compile(r"feature mask:[ \t]*0[xX]([0-9a-fA-F]{1,16})")
+
+
+def parse_ras_features(text: str | bytes) -> int:
+    """ras/features: `feature mask: 0x%x\\n` -> the mask (bit n = RAS block n enabled)."""
+    stripped = _stripped(text)
+    match = _RAS_FEATURES.fullmatch(stripped)
+    if match is None:
+        raise _fail("not a RAS feature mask", stripped)
+    return int(match.group(1), 16)
+
+
+_BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
+
+
+@dataclass(frozen=True, slots=True)
+class BadPage:
+    """One ras/gpu_vram_bad_pages record. status: R reserved (retired), P pending, F fault."""
+
+    page_frame: int
+    size_bytes: int
+    status: str
+
+
+def parse_bad_pages(text: str | bytes) -> tuple[BadPage, ...]:
+    """`0x%08x : 0x%08x : %1s\\n` per record; an empty file means no bad pages."""
+    pages: list[BadPage] = []
+    for line in _lines(_stripped(text)):
+        match = _BAD_PAGE.fullmatch(line)
+        if match is None:
+            raise _fail("not a bad page record", line)
+        page, size, status = match.groups()
+        pages.append(BadPage(int(page, 16), int(size, 16), status))
+    return tuple(pages)
+
+
+def count_bad_pages(text: str | bytes) -> int:
+    """Number of retired (R) pages; pending and faulted records are valid but not counted."""
+    return sum(1 for page in parse_bad_pages(text) if page.status == "R")
+
+
+# ---- identity: firmware, unique_id, PCI ids --------------------------------------------------------
+
+_FW_VERSION = re.compile(r"0[xX]([0-9a-fA-F]{1,8})")
+_UNIQUE_ID = re.compile(r"[0-9a-fA-F]{1,16}")
+_HEX_ID = re.compile(r"0[xX]([0-9a-fA-F]{1,16})")
+
+
+def parse_fw_version(text: str | bytes) -> str:
+    """fw_version/*_fw_version `0x%08x\\n` -> "0x0000001a" (8 lower-case hex digits)."""
+    stripped = _stripped(text)
+    match = _FW_VERSION.fullmatch(stripped)
+    if match is None:
+        raise _fail("not a 32-bit firmware version", stripped)
+    return f"0x{int(match.group(1), 16):08x}"
+
+
+def parse_unique_id(text: str | bytes) -> str:
+    """unique_id `%016llx\\n` (or the unpadded `%llx` of the serial fallback) -> 16 lower-case hex."""
+    stripped = _stripped(text)
+    if _UNIQUE_ID.fullmatch(stripped) is None:
+        raise _fail("not a 64-bit hex id", stripped)
+    return f"{int(stripped, 16):016x}"
+
+
+def parse_hex_id(text: str | bytes) -> str:
+    """PCI vendor/device/subsystem/revision `0x%04x\\n` -> "0x1002" (lower case, width kept)."""
+    stripped = _stripped(text)
+    match = _HEX_ID.fullmatch(stripped)
+    if match is None:
+        raise _fail("not a 0x-prefixed hex id", stripped)
+    return "0x" + match.group(1).lower()
+
+
+# ---- pcie_bw ---------------------------------------------------------------------------------------
+
+_PCIE_BW = re.compile(r"([0-9]+)[ \t]+([0-9]+)[ \t]+(-?[0-9]+)")
+# pcie_get_mps(): 128 << (DEVCTL payload field); 128..4096 are the values PCIe defines.
+_MAX_PAYLOAD_SIZES = frozenset(128 << n for n in range(6))
+
+
+@dataclass(frozen=True, slots=True)
+class PcieBw:
+    """pcie_bw: message counts over the 1 s the read sleeps, and the max payload size."""
+
+    received: int
+    sent: int
+    max_payload_bytes: int
+
+    def estimate_bytes_per_second(self) -> float:
+        """Upper bound: every message counted as a full payload, over the driver's 1 s window."""
+        return float((self.received + self.sent) * self.max_payload_bytes)
+
+
+def parse_pcie_bw(text: str | bytes) -> PcieBw:
+    """`%llu %llu %i\\n`: received messages, posted requests sent, max payload size in bytes."""
+    stripped = _stripped(text)
+    match = _PCIE_BW.fullmatch(stripped)
+    if match is None:
+        raise _fail("not a pcie_bw triple", stripped)
+    received = _decimal(match.group(1), 0, U64_MAX, "counter")
+    sent = _decimal(match.group(2), 0, U64_MAX, "counter")
+    mps = _decimal(match.group(3), I64_MIN, I64_MAX, "payload size")
+    if mps not in _MAX_PAYLOAD_SIZES:
+        raise _fail("max payload size is not 128..4096 bytes", stripped)
+    return PcieBw(received=received, sent=sent, max_payload_bytes=mps)
+
+
+# ---- key/value files: KFD properties, uevent --------------------------------------------------------
+
+_KEY_VALUE = re.compile(r"([A-Za-z0-9_]+)[ \t]+([0-9]+)")
+_UEVENT = re.compile(r"([A-Za-z0-9_]+)=(.*)")
+
+
+def parse_key_values(text: str | bytes) -> dict[str, int]:
+    """KFD topology `properties` (node, io_link, mem_bank): `%s %u\\n` / `%s %llu\\n` lines."""
+    stripped = _stripped(text)
+    values: dict[str, int] = {}
+    for line in _lines(stripped):
+        match = _KEY_VALUE.fullmatch(line)
+        if match is None:
+            raise _fail("not a 'name value' line", line)
+        key, digits = match.groups()
+        if key in values:
+            raise _fail(f"property {key!r} appears twice", stripped)
+        values[key] = _decimal(digits, 0, U64_MAX, "property value")
+    return values
+
+
+def parse_uevent(text: str | bytes) -> dict[str, str]:
+    """`KEY=value\\n` lines (`DRIVER=amdgpu`, `PCI_SLOT_NAME=0000:c1:00.0`); values may be empty."""
+    stripped = _stripped(text)
+    values: dict[str, str] = {}
+    for line in _lines(stripped):
+        match = _UEVENT.fullmatch(line)
+        if match is None or not match.group(2).isprintable():
+            raise _fail("not a KEY=value line", line)
+        key, value = match.groups()
+        if key in values:
+            raise _fail(f"uevent key {key!r} appears twice", stripped)
+        values[key] = value
+    return values
+
+
+# ---- words and lines -------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[!-~]+")
+# board_info writes "%s : %s\n" ("type : oam"); the spaces around ':' tell it from a word with a
+# colon in it, such as a PCI address.
+_LABELLED_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*[ \t]+:[ \t]+([!-~]+)")
+
+
+def parse_word(text: str | bytes) -> str:
+    """A one-token file (power_dpm_force_performance_level `auto`, current_compute_partition `SPX`,
+    hwmon labels, vbios_version) or a labelled token (board_info `type : oam` -> "oam")."""
+    stripped = _stripped(text)
+    labelled = _LABELLED_WORD.fullmatch(stripped)
+    if labelled is not None:
+        return labelled.group(1)
+    if _WORD.fullmatch(stripped) is None:
+        raise _fail("not a single word", stripped)
+    return stripped
+
+
+def parse_word_list(text: str | bytes) -> tuple[str, ...]:
+    """available_compute_partition `SPX, DPX, QPX, CPX\\n` -> ("SPX", "DPX", "QPX", "CPX")."""
+    stripped = _stripped(text)
+    words = tuple(part.strip(_LINE_SPACE) for part in stripped.split(","))
+    if any(_WORD.fullmatch(word) is None for word in words):
+        raise _fail("not a comma-separated word list", stripped)
+    return words
+
+
+def parse_text_line(text: str | bytes) -> str:
+    """A one-line free-text file (product_name, serial_number, manufacturer): printable, non-empty."""
+    stripped = _stripped(text)
+    if not stripped or "\n" in stripped or not stripped.isprintable():
+        raise _fail("not one printable line", stripped)
+    return stripped
