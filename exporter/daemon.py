@@ -102,7 +102,7 @@ class Pipeline:
         alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts
         for transition in transitions:
-            log.warning("alert_transition", **_transition_fields(transition))
+            log.warning("alert_transition", **transition.log_fields())
         snapshot = dataclasses.replace(snapshot, alerts=alerts)
         self.exposition.poll_duration.observe(snapshot.poll_duration_seconds)
         restarts = getattr(self.source, "worker_restarts", None)
@@ -114,13 +114,8 @@ class Pipeline:
                 "failed": self.pusher.failed_total,
             }
         rendered = self.exposition.render(snapshot)
-        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered)
-
-
-def _transition_fields(transition: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(transition) and not isinstance(transition, type):
-        return {f"alert_{k}" if k in ("event", "level") else k: v for k, v in dataclasses.asdict(transition).items()}
-    return {"transition": str(transition)}
+        commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
+        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
 
 
 async def serve(settings: Settings) -> None:
@@ -149,7 +144,12 @@ async def serve(settings: Settings) -> None:
         if settings.alertmanager_url:
             from exporter.alertmanager import AlertmanagerPusher
 
-            pusher = AlertmanagerPusher(list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}")
+            try:
+                pusher = AlertmanagerPusher(
+                    list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+                )
+            except ValueError as error:
+                raise ConfigError(f"--alertmanager.url: {error}") from error
         pipeline = Pipeline(settings, source_name, reason, rules, pusher)
         pipeline.source = source
         poller.on_snapshot = pipeline.on_snapshot

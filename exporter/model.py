@@ -9,9 +9,9 @@ A field a device does not supply is None (or absent from a mapping) — decided 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -133,6 +133,10 @@ class AlertState:
     clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1
     suggested_gfx_clock_max_hertz: float | None = None
     suggestion: str = ""  # human sentence + command; always a suggestion, never applied
+    # Clock-down bookkeeping (rules.py): steps are fractions of the gfx clock max seen when the alert
+    # fired, so an operator applying a suggestion does not make the next step compound on it.
+    reference_gfx_clock_max_hertz: float | None = None
+    clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step
 
 
 @dataclass(frozen=True, slots=True)

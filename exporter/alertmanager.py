@@ -1,0 +1,263 @@
+"""Direct paging without Prometheus: push in-daemon alerts to Alertmanager's v2 API.
+
+    pusher = AlertmanagerPusher(["http://127.0.0.1:9093"], instance="node1:9400", rules=rules)
+    task = asyncio.create_task(pusher.run(stop))      # the background sender
+    pusher.update(snapshot)                           # after each poll cycle: never blocks
+
+Alertmanager expects what Prometheus does: every firing alert re-posted on a fixed cadence with an
+endsAt a few intervals ahead (so a daemon that dies lets its alerts expire instead of firing
+forever), and a resolved alert posted with endsAt = the time it resolved. Resolved alerts are
+re-posted for `resolved_retention` seconds, as Prometheus does, in case a post was lost.
+
+update() only swaps in the new set of alerts and drops a wake-up token into each endpoint's
+one-slot queue; one sender task per Alertmanager posts the newest set, so a slow or dead
+Alertmanager delays only itself and never the poll loop, and a retry never sends stale alerts.
+Failures back off exponentially up to the resend interval and end up as log lines and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from exporter.logging import get_logger
+from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.rules import Rule, alert_annotations
+
+log = get_logger("exporter.alertmanager")
+
+API_PATH = "/api/v2/alerts"
+# Prometheus sets endsAt to 4 resend intervals ahead: three lost posts in a row do not resolve it.
+ENDS_AT_INTERVALS = 4
+
+
+def alerts_endpoint(url: str) -> str:
+    """'http://am:9093' or 'http://host/prefix/' -> the v2 alerts URL; ValueError when not http(s)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"--alertmanager.url must be an http:// or https:// URL, not {url!r}")
+    base = url.strip().rstrip("/")
+    return base if base.endswith(API_PATH) else base + API_PATH
+
+
+def rfc3339(unix_seconds: float) -> str:
+    return datetime.fromtimestamp(unix_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingAlert:
+    """One alert as Alertmanager sees it; `resolved_at` is None while it fires."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at: float
+    resolved_at: float | None = None
+
+    def payload(self, now: float, valid_for: float, generator_url: str = "") -> dict[str, Any]:
+        ends_at = self.resolved_at if self.resolved_at is not None else now + valid_for
+        body: dict[str, Any] = {
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "startsAt": rfc3339(self.starts_at),
+            "endsAt": rfc3339(max(ends_at, self.starts_at)),
+        }
+        if generator_url:
+            body["generatorURL"] = generator_url
+        return body
+
+
+def alert_labels(state: AlertState, device: DeviceState | None, instance: str) -> dict[str, str]:
+    """alertname, severity, instance, gpu and the device identity; empty values are left out
+    (Alertmanager, like Prometheus, treats an empty label as an absent one)."""
+    labels = {
+        "alertname": state.alert,
+        "severity": state.severity,
+        "instance": instance,
+        "gpu": str(state.gpu),
+    }
+    if device is not None:
+        identity = device.identity
+        labels.update(
+            pci_bus_id=identity.pci_bus_id,
+            serial=identity.serial,
+            product=identity.product,
+            package=identity.package,
+            die=str(identity.die),
+        )
+    return {name: value for name, value in labels.items() if value}
+
+
+class AlertmanagerPusher:
+    """Sends firing and resolved in-daemon alerts to one or more Alertmanagers."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        instance: str,
+        resend_interval: float = 60.0,
+        timeout: float = 5.0,
+        *,
+        rules: Sequence[Rule] = (),
+        generator_url: str = "",
+        resolved_retention: float = 900.0,
+        retry_initial: float = 1.0,
+    ) -> None:
+        if not urls:
+            raise ValueError("AlertmanagerPusher needs at least one Alertmanager URL")
+        if resend_interval <= 0 or timeout <= 0 or retry_initial <= 0:
+            raise ValueError("resend_interval, timeout and retry_initial must be more than 0")
+        self.endpoints = tuple(dict.fromkeys(alerts_endpoint(url) for url in urls))
+        self.instance = instance
+        self.resend_interval = resend_interval
+        self.timeout = timeout
+        self.generator_url = generator_url
+        self.resolved_retention = resolved_retention
+        self.retry_initial = retry_initial
+        self._rules = {rule.alert: rule for rule in rules}
+        # (gpu, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
+        self._outbox: Mapping[tuple[int, str], OutgoingAlert] = {}
+        # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
+        self._wake: dict[str, asyncio.Queue[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.sent_total = 0  # alerts accepted by an Alertmanager (one per alert per post)
+        self.failed_total = 0  # alerts in posts that failed
+        self.last_error: dict[str, str] = {}  # endpoint -> last failure, "" once it works again
+
+    # -- called by the poll loop --
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Record what should be sent after this cycle. Never blocks, never does I/O."""
+        now = snapshot.taken_at
+        devices = {device.gpu: device for device in snapshot.devices}
+        previous = self._outbox
+        outbox: dict[tuple[int, str], OutgoingAlert] = {}
+        for state in snapshot.alerts:
+            if not state.firing:
+                continue
+            key = (state.gpu, state.alert)
+            device = devices.get(state.gpu)
+            old = previous.get(key)
+            starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
+            outbox[key] = OutgoingAlert(
+                labels=alert_labels(state, device, self.instance),
+                annotations=alert_annotations(self._rules.get(state.alert), state, device),
+                starts_at=starts_at,
+            )
+        resolved_since = {(s.gpu, s.alert): s.since for s in snapshot.alerts if not s.firing}
+        for key, old in previous.items():
+            if key in outbox:
+                continue
+            if old.resolved_at is None:
+                at = resolved_since.get(key, now)
+                outbox[key] = OutgoingAlert(
+                    old.labels, old.annotations, old.starts_at, resolved_at=max(at, old.starts_at)
+                )
+            elif now - old.resolved_at < self.resolved_retention:
+                outbox[key] = old
+        self._outbox = outbox
+        if _needs_prompt_send(previous, outbox):
+            self._wake_senders()
+
+    def pending_payload(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The body the next post will carry (firing alerts first), as of `now`."""
+        at = time.time() if now is None else now
+        valid_for = ENDS_AT_INTERVALS * self.resend_interval
+        alerts = sorted(self._outbox.values(), key=lambda a: (a.resolved_at is not None, sorted(a.labels.items())))
+        return [alert.payload(at, valid_for, self.generator_url) for alert in alerts]
+
+    # -- the background sender --
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Post to every Alertmanager until `stop` is set: at once on a change, else every resend_interval."""
+        self._wake = {url: asyncio.Queue(maxsize=1) for url in self.endpoints}
+        self._loop = asyncio.get_running_loop()
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            senders = [
+                asyncio.create_task(self._sender(client, url), name=f"alertmanager {url}") for url in self.endpoints
+            ]
+            try:
+                await stop.wait()
+            finally:
+                for task in senders:
+                    task.cancel()
+                for task in senders:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                self._loop = None
+
+    async def _sender(self, client: httpx.AsyncClient, url: str) -> None:
+        backoff = self.retry_initial
+        while True:
+            body = self.pending_payload()
+            delay = self.resend_interval
+            if body:
+                if await self._post(client, url, body):
+                    backoff = self.retry_initial
+                else:
+                    delay = backoff
+                    backoff = min(backoff * 2, self.resend_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake[url].get(), timeout=delay)
+
+    async def _post(self, client: httpx.AsyncClient, url: str, body: list[dict[str, Any]]) -> bool:
+        try:
+            response = await client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        else:
+            if response.is_success:
+                self.sent_total += len(body)
+                if self.last_error.get(url):
+                    log.info("alertmanager_reachable_again", url=url, alerts=len(body))
+                self.last_error[url] = ""
+                return True
+            error = f"HTTP {response.status_code}: {response.text.strip()[:200]}"
+        self.failed_total += len(body)
+        self.last_error[url] = error
+        log.warning("alertmanager_post_failed", url=url, alerts=len(body), error=error)
+        return False
+
+    def _wake_senders(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return  # run() has not started: its first pass sends everything anyway
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._signal()
+        else:
+            loop.call_soon_threadsafe(self._signal)
+
+    def _signal(self) -> None:
+        for queue in self._wake.values():
+            # A token already waiting means a send is already due: one is enough.
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+
+
+def _needs_prompt_send(
+    previous: Mapping[tuple[int, str], OutgoingAlert], current: Mapping[tuple[int, str], OutgoingAlert]
+) -> bool:
+    """A new, resolved or re-labelled alert, or a changed suggestion, is sent at once; a changed
+    value in the description alone waits for the next regular resend."""
+    for key, alert in current.items():
+        old = previous.get(key)
+        if old is None:
+            if alert.resolved_at is None:
+                return True
+            continue
+        if (old.resolved_at is None) != (alert.resolved_at is None) or old.labels != alert.labels:
+            return True
+        if old.annotations.get("suggestion") != alert.annotations.get("suggestion"):
+            return True
+    return False

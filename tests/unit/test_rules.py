@@ -1,0 +1,558 @@
+"""In-daemon alert rules: loading/validation and the pure evaluation step."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
+from exporter.rules import (
+    ClockDown,
+    Rule,
+    RulesConfigError,
+    Transition,
+    alert_annotations,
+    default_rules,
+    evaluate,
+    format_duration,
+    load_rules,
+    parse_duration,
+    parse_rules,
+    rocm_smi_indices,
+    suggested_command,
+)
+
+MHZ = 1e6
+GFX_MAX = 1700 * MHZ  # MI250X
+
+
+def device(
+    gpu: int = 0,
+    junction: float | None = 60.0,
+    up: bool = True,
+    card: str | None = None,
+    gfx_max: float | None = GFX_MAX,
+    **sample_fields: object,
+) -> DeviceState:
+    identity = DeviceIdentity(
+        pci_bus_id=f"0000:{0xC1 + gpu:02x}:00.0",
+        card=card if card is not None else f"card{gpu}",
+        device_dir=f"/sys/devices/pci0000:00/0000:{0xC1 + gpu:02x}:00.0",
+        serial=f"SN{gpu}",
+        product="AMD Instinct MI250X",
+    )
+    temperatures = {"edge": 50.0}
+    if junction is not None:
+        temperatures["junction"] = junction
+    sample = Sample(
+        timestamp=0.0,
+        temperatures=frozen_map(temperatures),
+        clocks_max_hertz=frozen_map({"gfx": gfx_max} if gfx_max is not None else {}),
+        **sample_fields,  # type: ignore[arg-type]
+    )
+    return DeviceState(identity=identity, gpu=gpu, sample=sample, up=up)
+
+
+def snap(at: float, *devices: DeviceState) -> Snapshot:
+    return Snapshot(taken_at=at, devices=tuple(devices))
+
+
+class Run:
+    """Feeds snapshots through evaluate() the way the poller does, keeping the states."""
+
+    def __init__(self, rules: tuple[Rule, ...] | None = None) -> None:
+        self.rules = rules if rules is not None else default_rules()
+        self.states: tuple[AlertState, ...] = ()
+        self.transitions: list[Transition] = []
+
+    def feed(self, snapshot: Snapshot) -> tuple[Transition, ...]:
+        self.states, transitions = evaluate(self.rules, self.states, snapshot)
+        self.transitions.extend(transitions)
+        return transitions
+
+    def junction(self, at: float, celsius: float | None, **kwargs: object) -> tuple[Transition, ...]:
+        return self.feed(snap(at, device(junction=celsius, **kwargs)))  # type: ignore[arg-type]
+
+    def state(self, gpu: int = 0) -> AlertState:
+        (found,) = [s for s in self.states if s.gpu == gpu]
+        return found
+
+    def kinds(self) -> list[str]:
+        return [t.kind for t in self.transitions]
+
+
+# --- the shipped default ------------------------------------------------------------------------
+
+
+def test_default_rule_is_the_thermal_clock_down_rule() -> None:
+    (rule,) = default_rules()
+    assert (rule.metric, rule.key, rule.comparison) == ("temperature_celsius", "junction", ">")
+    assert (rule.threshold, rule.clear_threshold) == (85.0, 80.0)
+    assert rule.for_seconds == 60.0
+    assert rule.clock_down == ClockDown(
+        step_ratio=0.05, step_interval_seconds=60.0, floor_ratio=0.75, range_min_hertz=500 * MHZ
+    )
+
+
+# --- for-duration -----------------------------------------------------------------------------
+
+
+def test_cool_device_gets_an_inactive_state_and_no_transition() -> None:
+    run = Run()
+    assert run.junction(0, 60.0) == ()
+    state = run.state()
+    assert (state.firing, state.pending_since, state.value, state.clock_down_ratio) == (False, None, 60.0, 0.0)
+    assert state.suggested_gfx_clock_max_hertz is None and state.suggestion == ""
+
+
+def test_fires_only_after_the_for_duration() -> None:
+    run = Run()
+    run.junction(0, 70.0)
+    (pending,) = run.junction(10, 86.0)
+    assert (pending.kind, pending.at, pending.value) == ("pending", 10, 86.0)
+    assert run.state().pending_since == 10 and not run.state().firing
+    for t in range(11, 70):
+        assert run.junction(t, 86.0) == ()
+        assert not run.state().firing
+    (firing,) = run.junction(70, 87.0)
+    assert firing.kind == "firing" and firing.value == 87.0
+    state = run.state()
+    assert state.firing and state.since == 70 and state.pending_since is None
+    assert state.clock_down_ratio == pytest.approx(0.05)
+    assert state.suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
+    assert suggested_command(state.suggestion) == "rocm-smi -d 0 --setsrange 500 1615"
+    assert state.suggestion.startswith("Suggestion only")
+    assert firing.suggestion == state.suggestion
+
+
+def test_pending_fires_at_first_breaching_sample_after_for_not_in_the_band() -> None:
+    run = Run()
+    run.junction(0, 86.0)
+    run.junction(30, 83.0)  # in the hysteresis band: still pending, not cleared
+    assert run.state().pending_since == 0
+    assert run.junction(61, 84.0) == ()  # for has passed, but 84 does not breach
+    assert not run.state().firing
+    (firing,) = run.junction(62, 85.5)
+    assert firing.kind == "firing"
+
+
+def test_pending_that_clears_goes_back_to_inactive_silently() -> None:
+    run = Run()
+    run.junction(0, 86.0)
+    assert run.junction(20, 79.0) == ()
+    assert run.state().pending_since is None and not run.state().firing
+    run.junction(30, 86.0)  # pending again, from 30
+    assert run.junction(80, 86.0) == ()
+    assert run.junction(90, 86.0)[0].kind == "firing"
+    assert run.kinds() == ["pending", "pending", "firing"]
+
+
+def test_zero_for_fires_on_the_first_breach() -> None:
+    rules = parse_rules(
+        'rules:\n  - {alert: Hot, metric: temperature_celsius, sensor: junction, comparison: ">", threshold: 85}\n'
+    )
+    run = Run(rules)
+    run.junction(0, 80.0)
+    (firing,) = run.junction(1, 90.0)
+    assert firing.kind == "firing" and run.state().suggestion == ""
+    # No hysteresis configured: clear_threshold = threshold, so 84 clears.
+    assert run.junction(2, 84.0)[0].kind == "resolved"
+
+
+# --- hysteresis, steps, floor, clear -------------------------------------------------------------
+
+
+def fire(run: Run, at: float = 0.0, celsius: float = 90.0) -> None:
+    run.junction(at, celsius)
+    run.junction(at + 60, celsius)
+    assert run.state().firing
+
+
+def test_flapping_between_84_and_86_does_not_flap_the_alert() -> None:
+    run = Run()
+    fire(run)
+    run.transitions.clear()
+    for i in range(1, 600):
+        run.junction(60 + i, 86.0 if i % 2 else 84.0)
+        assert run.state().firing
+    assert set(run.kinds()) == {"clock_down_step"}
+
+
+def test_steps_five_percent_each_period_while_hot_up_to_the_floor() -> None:
+    run = Run()
+    fire(run)  # fired at 60 with the first 5 % step
+    ratios = [run.state().clock_down_ratio]
+    ceilings = [run.state().suggested_gfx_clock_max_hertz]
+    for t in range(61, 60 + 60 * 10):
+        for transition in run.junction(t, 90.0):
+            assert transition.kind == "clock_down_step"
+            assert (t - 60) % 60 == 0, "a step comes one step_interval after the last one"
+            ratios.append(run.state().clock_down_ratio)
+            ceilings.append(run.state().suggested_gfx_clock_max_hertz)
+    assert ratios == pytest.approx([0.05, 0.10, 0.15, 0.20, 0.25])
+    assert ceilings == pytest.approx([GFX_MAX * (1 - r) for r in ratios])
+    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1275"
+    assert "floor" in run.state().suggestion
+
+
+def test_no_step_while_in_the_hysteresis_band() -> None:
+    run = Run()
+    fire(run)
+    for t in range(61, 400):
+        assert run.junction(t, 82.0) == ()
+    assert run.state().clock_down_ratio == pytest.approx(0.05)
+    # Hot again: the step is overdue, so it comes at once, and then one interval later.
+    assert [t.kind for t in run.junction(400, 86.0)] == ["clock_down_step"]
+    assert run.junction(459, 86.0) == ()
+    assert [t.kind for t in run.junction(460, 86.0)] == ["clock_down_step"]
+
+
+def test_steps_are_fractions_of_the_max_seen_when_it_fired() -> None:
+    run = Run()
+    fire(run)
+    # The operator applied the first suggestion: the device now reports a 1615 MHz max.
+    run.junction(120, 90.0, gfx_max=1615 * MHZ)
+    state = run.state()
+    assert state.clock_down_ratio == pytest.approx(0.10)
+    assert state.suggested_gfx_clock_max_hertz == pytest.approx(1530 * MHZ)
+    assert state.reference_gfx_clock_max_hertz == GFX_MAX
+
+
+def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> None:
+    run = Run()
+    run.junction(0, 90.0, gfx_max=None)
+    run.junction(60, 90.0, gfx_max=None)
+    state = run.state()
+    assert state.firing and state.clock_down_ratio == pytest.approx(0.05)
+    assert state.suggested_gfx_clock_max_hertz is None
+    assert suggested_command(state.suggestion) == ""
+    run.junction(61, 90.0)
+    assert run.state().suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
+    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1615"
+
+
+def test_clears_only_below_80_and_suggests_restoring() -> None:
+    run = Run()
+    fire(run)
+    run.junction(120, 90.0)  # second step
+    assert run.junction(121, 80.0) == ()
+    assert run.state().firing
+    (resolved,) = run.junction(122, 79.9)
+    assert resolved.kind == "resolved" and resolved.value == 79.9 and resolved.at == 122
+    assert suggested_command(resolved.suggestion) == "rocm-smi -d 0 --setsrange 500 1700"
+    state = run.state()
+    assert not state.firing and state.since == 122
+    assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
+    assert state.suggestion == "" and state.reference_gfx_clock_max_hertz is None
+    # It can fire again later, starting from one step.
+    fire(run, at=200)
+    assert run.state().clock_down_ratio == pytest.approx(0.05)
+    assert run.kinds() == ["pending", "firing", "clock_down_step", "resolved", "pending", "firing"]
+
+
+# --- missing data ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        pytest.param(lambda at: snap(at, device(junction=95.0, up=False)), id="device-down"),
+        pytest.param(lambda at: snap(at, device(junction=None)), id="no-junction-sensor"),
+        pytest.param(lambda at: snap(at), id="device-absent"),
+        pytest.param(lambda at: snap(at, dataclasses.replace(device(), sample=None)), id="no-sample"),
+    ],
+)
+def test_missing_data_neither_resolves_nor_fires(missing: Callable[[float], Snapshot]) -> None:
+    firing = Run()
+    fire(firing)
+    before = firing.state()
+    for at in range(61, 500):
+        assert firing.feed(missing(at)) == ()
+    assert firing.state() == before
+
+    pending = Run()
+    pending.junction(0, 90.0)
+    before = pending.state()
+    for at in range(1, 500):
+        assert pending.feed(missing(at)) == ()
+    assert pending.state() == before
+
+    never_seen = Run()
+    assert never_seen.feed(missing(0)) == () and never_seen.states == ()
+
+
+def test_devices_are_independent_and_states_sorted() -> None:
+    run = Run()
+    run.feed(snap(0, device(2, 90.0), device(0, 60.0), device(1, 90.0)))
+    transitions = run.feed(snap(60, device(2, 90.0), device(0, 60.0), device(1, 90.0)))
+    assert [(t.gpu, t.kind) for t in transitions] == [(1, "firing"), (2, "firing")]
+    assert [s.gpu for s in run.states] == [0, 1, 2]
+    assert [s.firing for s in run.states] == [False, True, True]
+
+
+def test_rule_removed_from_config_drops_its_states() -> None:
+    run = Run()
+    fire(run)
+    states, transitions = evaluate((), run.states, snap(100, device(junction=90.0)))
+    assert states == () and transitions == ()
+
+
+def test_command_uses_rocm_smi_card_order_not_pci_order() -> None:
+    devices = [device(0, card="card3"), device(1, card="card1"), device(2, card="card2")]
+    assert rocm_smi_indices(devices) == {0: 2, 1: 0, 2: 1}
+    run = Run()
+    run.feed(snap(0, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
+    run.feed(snap(60, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
+    commands = {s.gpu: suggested_command(s.suggestion) for s in run.states}
+    assert commands[0] == "rocm-smi -d 2 --setsrange 500 1615"
+    assert commands[1] == "rocm-smi -d 0 --setsrange 500 1615"
+
+
+def test_below_comparison_and_other_metrics() -> None:
+    rules = parse_rules(
+        """
+rules:
+  - alert: GpuIdle
+    metric: busy_ratio
+    engine: gfx
+    comparison: "<"
+    threshold: 0.05
+    clear_threshold: 0.2
+    for: 2m
+    severity: info
+    suggestion: "Check the job on GPU {gpu} (rocm-smi index {smi_index})."
+  - alert: VramNearlyFull
+    metric: memory_used_ratio
+    pool: vram
+    comparison: ">="
+    threshold: 0.95
+    severity: critical
+"""
+    )
+    run = Run(rules)
+
+    def dev(busy: float, used: float) -> DeviceState:
+        return device(
+            busy=frozen_map({"gfx": busy}),
+            memory_used_bytes=frozen_map({"vram": used}),
+            memory_total_bytes=frozen_map({"vram": 100.0}),
+        )
+
+    run.feed(snap(0, dev(0.01, 95.0)))
+    run.feed(snap(60, dev(0.1, 50.0)))  # idle still pending (band); VRAM cleared (no hysteresis)
+    run.feed(snap(120, dev(0.01, 50.0)))
+    by_alert = {s.alert: s for s in run.states}
+    assert by_alert["GpuIdle"].firing and by_alert["GpuIdle"].severity == "info"
+    assert by_alert["GpuIdle"].suggestion == "Check the job on GPU 0 (rocm-smi index 0)."
+    assert not by_alert["VramNearlyFull"].firing
+    assert [(t.alert, t.kind) for t in run.transitions] == [
+        ("GpuIdle", "pending"),
+        ("VramNearlyFull", "firing"),
+        ("VramNearlyFull", "resolved"),
+        ("GpuIdle", "firing"),
+    ]
+    run.feed(snap(121, dev(0.21, 50.0)))
+    assert not {s.alert: s for s in run.states}["GpuIdle"].firing
+
+
+def test_log_fields_and_annotations() -> None:
+    run = Run()
+    fire(run)
+    (transition,) = [t for t in run.transitions if t.kind == "firing"]
+    fields = transition.log_fields()
+    assert fields["transition"] == "firing" and fields["gpu"] == 0
+    assert fields["suggested_command"] == "rocm-smi -d 0 --setsrange 500 1615"
+    assert fields["clock_down_ratio"] == pytest.approx(0.05)
+    (rule,) = run.rules
+    annotations = alert_annotations(rule, run.state(), device())
+    assert annotations["summary"] == "GPU 0 junction temperature 90.0 °C is above 85 °C"
+    assert "0000:c1:00.0" in annotations["description"] and "1m" in annotations["description"]
+    assert annotations["suggestion"] == run.state().suggestion
+
+
+# --- property: the suggestion is always bounded --------------------------------------------------
+
+readings = st.lists(
+    st.tuples(
+        st.floats(min_value=0.0, max_value=300.0),  # seconds since the previous cycle
+        st.one_of(st.none(), st.floats(min_value=-40.0, max_value=130.0)),  # junction, None = missing
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(readings=readings, floor=st.floats(min_value=0.05, max_value=0.95), step=st.floats(0.001, 0.5))
+def test_any_temperature_sequence_keeps_the_ratio_within_the_floor(
+    readings: list[tuple[float, float | None]], floor: float, step: float
+) -> None:
+    (default,) = default_rules()
+    assert default.clock_down is not None
+    action = dataclasses.replace(default.clock_down, floor_ratio=floor, step_ratio=step)
+    rule = dataclasses.replace(default, clock_down=action)
+    run = Run((rule,))
+    now = 0.0
+    for dt, junction in readings:
+        now += dt
+        before = run.states[0] if run.states else None
+        transitions = run.junction(now, junction)
+        if not run.states:
+            continue
+        state = run.state()
+        assert 0.0 <= state.clock_down_ratio <= 1.0 - floor + 1e-9
+        if state.suggested_gfx_clock_max_hertz is not None:
+            assert GFX_MAX * floor - 1e-3 <= state.suggested_gfx_clock_max_hertz <= GFX_MAX
+        if not state.firing:
+            assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
+        for transition in transitions:
+            assert junction is not None
+            if transition.kind == "resolved":
+                assert junction < rule.clear_threshold
+            else:
+                assert junction > rule.threshold
+        if junction is None:
+            assert state == before
+
+
+# --- loading and validation ------------------------------------------------------------------
+
+
+def test_load_rules_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n"
+        "  - alert: EdgeHot\n"
+        "    metric: temperature_celsius\n"
+        "    sensor: edge\n"
+        "    comparison: gt\n"
+        "    threshold: 70\n"
+        "    for: 1m30s\n"
+        "    action: {type: clock_down, step_ratio: 0.1, floor_ratio: 0.5, range_min_mhz: 800}\n"
+    )
+    (rule,) = load_rules(path)
+    assert rule.comparison == ">" and rule.clear_threshold == 70.0 and rule.severity == "warning"
+    assert rule.for_seconds == 90.0
+    assert rule.clock_down == ClockDown(
+        step_ratio=0.1, step_interval_seconds=90.0, floor_ratio=0.5, range_min_hertz=800 * MHZ
+    )
+
+
+GOOD_RULE = [
+    "rules:",
+    "  - alert: Hot",
+    "    metric: temperature_celsius",
+    "    sensor: junction",
+    '    comparison: ">"',
+    "    threshold: 85",
+    "    for: 60s",
+    "    clear_threshold: 80",
+    "    severity: warning",
+]
+
+
+def with_line(number: int, text: str | None) -> str:
+    """GOOD_RULE with line `number` (1-based) replaced, or removed when text is None."""
+    lines = list(GOOD_RULE)
+    if text is None:
+        del lines[number - 1]
+    else:
+        lines[number - 1] = text
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        (with_line(6, "    threshold: hot"), 6, "'threshold' must be a number"),
+        (with_line(6, "    threshold: yes"), 6, "'threshold' must be a number"),
+        (with_line(6, "    threshold: .nan"), 6, "'threshold' must be a number"),
+        (with_line(6, "    threshold: [85]"), 6, "expected a single value"),
+        (with_line(6, None), 2, "missing 'threshold'"),
+        (with_line(3, "    metric: temprature_celsius"), 3, "unknown metric 'temprature_celsius'"),
+        (with_line(4, "    sensor: junktion"), 4, "unknown sensor 'junktion'"),
+        (with_line(4, "    engine: gfx"), 4, "takes no 'engine'"),
+        (with_line(4, None), 2, "missing 'sensor'"),
+        (with_line(5, "    comparison: >"), 5, "quote it"),
+        (with_line(5, '    comparison: "=="'), 5, "'comparison' must be one of"),
+        (with_line(7, "    for: soon"), 7, "'for' must be a duration"),
+        (with_line(7, "    for: -5"), 7, "'for' must be a duration"),
+        (with_line(8, "    clear_threshold: 90"), 8, "must not be above 'threshold'"),
+        (with_line(9, "    severity: page"), 9, "'severity' must be one of"),
+        (with_line(9, "    severty: warning"), 9, "unknown key 'severty'"),
+        (with_line(9, "    threshold: 86"), 9, "'threshold' appears twice"),
+        (with_line(2, "  - alert: 9lives"), 2, "'alert' must be letters"),
+        (with_line(1, "rulez:"), 1, "unknown key 'rulez'"),
+        (with_line(9, "    summary: 'GPU {gpu} at {temperature}'"), 9, "unknown placeholder {temperature}"),
+        (with_line(9, "    summary: 'GPU {gpu:d} at {value:.1q}'"), 9, "not a valid template"),
+        (with_line(6, "    threshold: [85"), 7, "not valid YAML"),
+        (with_line(9, "    action: {type: power_down}"), 9, "unknown action type 'power_down'"),
+        (with_line(9, "    action: {type: clock_down, step_ratio: 5}"), 9, "'step_ratio' must be between 0 and 1"),
+        (with_line(9, "    action: {type: clock_down, floor_ratio: 1.5}"), 9, "'floor_ratio' must be between 0 and 1"),
+        (with_line(9, "    action: {type: clock_down, range_min_mhz: -1}"), 9, "'range_min_mhz'"),
+        (with_line(7, None) + "    action: {type: clock_down}\n", 9, "'step_interval' must be more than 0"),
+        (with_line(9, "    action: {type: clock_down, steps: 3}"), 9, "unknown key 'steps'"),
+        ("\n".join([*GOOD_RULE, *GOOD_RULE[1:]]) + "\n", 10, "alert 'Hot' is defined twice (first on line 2)"),
+        ("rules: {alert: Hot}\n", 1, "'rules' must be a list"),
+        ("- alert: Hot\n", 1, "the file must be a mapping"),
+        ("other: 1\n", 1, "unknown key 'other'"),
+        ("{}\n", 1, "missing 'rules'"),
+        ("rules:\n  - just text\n", 2, "a rule must be a mapping"),
+    ],
+)
+def test_bad_rule_files_name_the_file_and_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    with pytest.raises(RulesConfigError) as error:
+        load_rules(path)
+    message = str(error.value)
+    assert message.startswith(f"{path} line {line}: "), message
+    assert fragment in message, message
+
+
+def test_empty_or_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    with pytest.raises(RulesConfigError, match=r"empty\.yaml: the file is empty"):
+        load_rules(empty)
+    with pytest.raises(RulesConfigError, match=r"missing\.yaml: cannot read rule file"):
+        load_rules(tmp_path / "missing.yaml")
+
+
+def test_an_empty_rule_list_is_allowed() -> None:
+    assert parse_rules("rules: []\n") == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(90, 90.0), (0.5, 0.5), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("1d", 86400.0)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "5 m", "5x", "1m 30s", "-1s", True, None, math.inf, -3])
+def test_not_durations(text: object) -> None:
+    assert parse_duration(text) is None
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (0.25, 1, 60, 90, 3600, 3725)] == ["250ms", "1s", "1m", "1m30s", "1h", "1h2m5s"]
+
+
+def test_a_floor_of_70_percent_allows_exactly_six_steps() -> None:
+    (default,) = default_rules()
+    assert default.clock_down is not None
+    rule = dataclasses.replace(default, clock_down=dataclasses.replace(default.clock_down, floor_ratio=0.7))
+    run = Run((rule,))
+    fire(run)
+    for t in range(61, 60 + 60 * 12):
+        run.junction(t, 95.0)
+    assert run.kinds().count("clock_down_step") == 5
+    assert run.state().clock_down_ratio == pytest.approx(0.30)
+    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1190"
