@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import signal
@@ -62,6 +63,8 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "chosen by --source"
+    if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
+        return sysfs, "sysfs", "auto: librocm_smi64 only reads /sys, and --path.sysfs points elsewhere"
     from exporter.sources import rocm_smi
 
     if settings.source == "rocm-smi":
@@ -69,8 +72,6 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         if not ok:
             raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
         return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", "chosen by --source"
-    if Path(sysfs_root).resolve() != Path("/sys"):
-        return sysfs, "sysfs", f"auto: librocm_smi64 only reads /sys, and --path.sysfs is {sysfs_root}"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
     if ok:
         return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", f"auto: {reason}"
@@ -97,6 +98,13 @@ class Pipeline:
         self.source: Any = None
         self.state = PublishedState(source=source_name, source_reason=reason)
         self._alerts: tuple[AlertState, ...] = ()
+        # Rendering ~2,000 series is tens of ms of pure Python (more with more GCDs). It runs on its
+        # own thread so the event loop keeps answering scrapes (with the previous bytes) meanwhile;
+        # if cycles outpace it, only the newest snapshot is rendered.
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        self._render_lock = threading.Lock()
+        self._next_render: tuple[Snapshot, dict[tuple[int, str], str]] | None = None
+        self._render_queued = False
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
@@ -113,9 +121,37 @@ class Pipeline:
                 "sent": self.pusher.sent_total,
                 "failed": self.pusher.failed_total,
             }
-        rendered = self.exposition.render(snapshot)
         commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
+        with self._render_lock:
+            self._next_render = (snapshot, commands)
+            if self._render_queued:
+                return
+            self._render_queued = True
+        self._renderer.submit(self._render_latest)
+
+    def publish(self, snapshot: Snapshot, commands: dict[tuple[int, str], str]) -> None:
+        """Render one snapshot and publish it with its bytes (blocking: runs on the render thread)."""
+        rendered = self.exposition.render(snapshot)
         self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
+
+    def _render_latest(self) -> None:
+        while True:
+            with self._render_lock:
+                job, self._next_render = self._next_render, None
+                if job is None:
+                    self._render_queued = False
+                    return
+            try:
+                self.publish(*job)
+            except Exception:  # a rendering bug must not stop publishing later cycles
+                log.exception("render_failed")
+
+    def flush(self) -> None:
+        """Block until every snapshot handed to on_snapshot so far has been published."""
+        self._renderer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        self._renderer.shutdown(wait=True)
 
 
 async def serve(settings: Settings) -> None:
@@ -152,6 +188,7 @@ async def serve(settings: Settings) -> None:
                 raise ConfigError(f"--alertmanager.url: {error}") from error
         pipeline = Pipeline(settings, source_name, reason, rules, pusher)
         pipeline.source = source
+        stack.callback(pipeline.close)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)

@@ -160,9 +160,34 @@ class MetricsAttribute:
     values: tuple[int, ...]
 
 
+# The reasons Aldebaran's firmware maps into indep_throttle_status (aldebaran_ppt.c's throttler map):
+# always exported, 0 or 1, so their series are stable. Any other known reason is exported only while
+# its bit is set — 34 always-zero series per GCD would be noise, but a set bit must never be lost.
+ALWAYS_EXPORTED_THROTTLERS = frozenset(
+    {
+        "ppt0",
+        "ppt1",
+        "tdc_gfx",
+        "tdc_soc",
+        "tdc_mem",
+        "temp_gpu",
+        "temp_mem",
+        "temp_vr_gfx",
+        "temp_vr_soc",
+        "temp_vr_mem0",
+        "apcc",
+    }
+)
+
+
 def throttle_reasons(indep_bits: int) -> dict[str, bool]:
-    """Every known SMU_THROTTLER_* reason -> whether its bit is set in `indep_bits`."""
-    return {name: bool((indep_bits >> bit) & 1) for bit, name in THROTTLER_BITS.items()}
+    """SMU_THROTTLER_* reasons -> active: the always-exported set, plus any other reason that is set."""
+    reasons = {}
+    for bit, name in THROTTLER_BITS.items():
+        active = bool((indep_bits >> bit) & 1)
+        if active or name in ALWAYS_EXPORTED_THROTTLERS:
+            reasons[name] = active
+    return reasons
 
 
 def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from exporter.sources import gpu_metrics_layouts as layouts
 from exporter.sources.gpu_metrics import (
+    ALWAYS_EXPORTED_THROTTLERS,
     GpuMetrics,
     GpuMetricsError,
     decode_gpu_metrics,
@@ -247,7 +248,7 @@ def test_v1_3_aldebaran_every_field() -> None:
     put(blob, 96, "Q", 10**11)  # firmware_timestamp: 1000 s
     put(blob, 104, "3H", 900, 1100, U16_NONE)  # voltage soc, gfx, mem (mV)
     put(blob, 112, "Q", (1 << 0) | (1 << 36) | (1 << 47))  # ppt0, temp_hotspot, prochot_gfx
-    throttle = dict(NO_THROTTLE, ppt0=True, temp_hotspot=True, prochot_gfx=True)
+    throttle = dict(NO_THROTTLE, ppt0=True, temp_hotspot=True, prochot_gfx=True)  # set bits join the stable set
     assert_metrics(
         decode_gpu_metrics(bytes(blob)),
         **V1_1_EXPECTED,
@@ -556,7 +557,10 @@ def test_throttle_reason_names_and_bits() -> None:
         "prochot_gfx",
         "fit",
     }
-    assert len(reasons) == 34
+    # the always-exported reasons plus exactly the other reasons whose bit is set
+    assert set(reasons) == ALWAYS_EXPORTED_THROTTLERS | {"temp_hotspot", "prochot_gfx", "fit"}
+    assert len(throttle_reasons((1 << 64) - 1)) == 34
+    assert set(throttle_reasons(0)) == ALWAYS_EXPORTED_THROTTLERS
     assert all(name == name.lower() and " " not in name for name in reasons)
 
 
