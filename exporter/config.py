@@ -51,7 +51,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """':9442' -> ('0.0.0.0', 9442); '127.0.0.1:9442'; '[::1]:9442'."""
     text = str(text).strip()
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
         raise ValueError(f"{text!r} is not host:port (examples: :9442, 127.0.0.1:9442, [::1]:9442)")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port_text)
@@ -105,9 +105,7 @@ OPTIONS: tuple[Option, ...] = (
         "2s",
         "deadline for one device read; a device missing it is marked down",
     ),
-    Option(
-        "discovery-interval", parse_duration, "5m", "how often devices, identity and topology are re-read"
-    ),
+    Option("discovery-interval", parse_duration, "5m", "how often devices, identity and topology are re-read"),
     Option(
         "slow-interval",
         parse_duration,
@@ -118,14 +116,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
-    Option(
-        "log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"
-    ),
+    Option("log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
     Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
-    Option(
-        "demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"
-    ),
+    Option("demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
+    Option("demo.truth-file", str, "", "with --demo: rewrite the simulator's true values as JSON here on every tick"),
 )
 
 
@@ -146,6 +141,7 @@ class Settings:
     demo: bool
     demo_fleet: str
     demo_scenario: str
+    demo_truth_file: str
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 
@@ -197,9 +193,7 @@ def _load_file(path: str) -> dict[str, Any]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"config file {path}{where} is not valid YAML: {getattr(error, 'problem', error)}"
-        ) from error
+        raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(error, 'problem', error)}") from error
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -207,9 +201,7 @@ def _load_file(path: str) -> dict[str, Any]:
     known = {o.name for o in OPTIONS}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(
-            f"config file {path}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})"
-        )
+        raise ConfigError(f"config file {path}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
     return data
 
 

@@ -44,11 +44,15 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
-        simulator.write_tree()
         stop = threading.Event()
+        truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
-            target=simulator.run, args=(min(settings.interval, 1.0), stop), name="simulator", daemon=True
+            target=simulator.run, args=(min(settings.interval, 1.0), stop, truth), name="simulator", daemon=True
         )
+        # Written here first so discovery never races the thread (run() writes the same t=0 tree again).
+        simulator.write_tree()
+        if truth is not None:
+            simulator.write_truth_json(truth)
         thread.start()
         log.info("demo_started", sysfs=str(root), fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         try:

@@ -1,0 +1,474 @@
+"""deploy/prometheus rules and deploy/alertmanager config, checked by the real tools.
+
+promtool (Debian `prometheus`, 2.42) checks and unit-tests the rules; amtool (Debian
+`prometheus-alertmanager`) checks the Alertmanager example and resolves its routes. Around the tools,
+this file holds the rules to the project's contract: every alert has a promtool case where it fires
+and one where it stays quiet, every metric and label it reads is one the exporter exports, every
+alert carries severity, summary, description and runbook, and a recording rule an alert depends on is
+evaluated before it in the same group (across groups the order is undefined and the alert would lag).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+try:
+    from tests.realtools import require_tool
+except ImportError:  # the shared helper is not there (or not importable): same contract, locally
+
+    def require_tool(name: str) -> str:
+        """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
+        path = shutil.which(name)
+        if path is None:
+            message = f"{name} is not installed"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        return path
+
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
+RULE_TESTS = sorted((REPO / "deploy" / "prometheus" / "tests").glob("*.yml"))
+ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+
+# The metric contract of DESIGN.md (plus the self-metrics the CLI brief adds): exposed name ->
+# labels besides the target's own (instance, job), with the allowed values where the contract
+# enumerates them (None = free-form). To be replaced by an import of the exporter's metric table.
+_GPU: dict[str, frozenset[str] | None] = {"gpu": None}
+_IDENTITY = (
+    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "vbios", "driver",
+    "compute_partition", "memory_partition",
+)  # fmt: skip
+_SENSORS = frozenset({"edge", "junction", "memory", "hbm0", "hbm1", "hbm2", "hbm3", "vr_gfx", "vr_soc", "vr_mem"})
+_DOMAINS = frozenset({"gfx", "memory", "fabric", "soc", "video", "decode"})
+CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
+    "amdgpu_up": _GPU,
+    "amdgpu_device_info": {**_GPU, **dict.fromkeys(_IDENTITY)},
+    "amdgpu_sample_timestamp_seconds": _GPU,
+    "amdgpu_temperature_celsius": {**_GPU, "sensor": _SENSORS},
+    "amdgpu_temperature_threshold_celsius": {
+        **_GPU,
+        "sensor": _SENSORS,
+        "threshold": frozenset({"critical", "emergency"}),
+    },
+    "amdgpu_power_watts": _GPU,
+    "amdgpu_power_cap_watts": _GPU,
+    "amdgpu_power_cap_max_watts": _GPU,
+    "amdgpu_energy_joules_total": _GPU,
+    "amdgpu_busy_ratio": {**_GPU, "engine": frozenset({"gfx", "memory", "media"})},
+    "amdgpu_memory_used_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
+    "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
+    "amdgpu_clock_hertz": {**_GPU, "domain": _DOMAINS},
+    "amdgpu_clock_max_hertz": {**_GPU, "domain": _DOMAINS},
+    "amdgpu_voltage_volts": {**_GPU, "rail": None},
+    "amdgpu_throttle_active": {**_GPU, "reason": None},
+    "amdgpu_pcie_current_link_transfers_per_second": _GPU,
+    "amdgpu_pcie_max_link_transfers_per_second": _GPU,
+    "amdgpu_pcie_current_link_width": _GPU,
+    "amdgpu_pcie_max_link_width": _GPU,
+    "amdgpu_pcie_bandwidth_bytes_per_second": _GPU,
+    "amdgpu_pcie_replays_total": _GPU,
+    "amdgpu_pcie_recoveries_total": _GPU,
+    "amdgpu_pcie_naks_total": {**_GPU, "direction": frozenset({"sent", "received"})},
+    "amdgpu_xgmi_link_width": _GPU,
+    "amdgpu_xgmi_link_bits_per_second": _GPU,
+    "amdgpu_xgmi_link_up": {**_GPU, "link": None},
+    "amdgpu_xgmi_read_bytes_total": {**_GPU, "link": None},
+    "amdgpu_xgmi_write_bytes_total": {**_GPU, "link": None},
+    "amdgpu_xgmi_error_events_total": _GPU,
+    "amdgpu_topology_link_info": {**_GPU, "peer": None, "type": None, "hops": None, "weight": None},
+    "amdgpu_ecc_errors_total": {
+        **_GPU,
+        "block": None,
+        "type": frozenset({"correctable", "uncorrectable", "deferred"}),
+    },
+    "amdgpu_ras_retired_pages": _GPU,
+    "amdgpu_firmware_info": {**_GPU, "block": None, "version": None},
+    "amdgpu_alert_firing": {**_GPU, "alert": None, "severity": frozenset({"info", "warning", "critical"})},
+    "amdgpu_clock_down_suggested_ratio": _GPU,
+    "amdgpu_suggested_gfx_clock_max_hertz": _GPU,
+    "amdgpu_exporter_build_info": {"version": None, "source": frozenset({"sysfs", "rocm-smi"})},
+    "amdgpu_exporter_poll_duration_seconds_bucket": {"le": None},
+    "amdgpu_exporter_poll_duration_seconds_sum": {},
+    "amdgpu_exporter_poll_duration_seconds_count": {},
+    "amdgpu_exporter_read_errors_total": {**_GPU, "reason": None},
+    "amdgpu_exporter_read_timeouts_total": {**_GPU, "reason": None},
+    "amdgpu_exporter_worker_restarts_total": {},
+    "amdgpu_exporter_last_poll_timestamp_seconds": {},
+}
+# Series Prometheus itself writes for every target.
+PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
+TARGET_LABELS = frozenset({"instance", "job"})
+
+SEVERITIES = frozenset({"critical", "warning", "info"})
+# Alerts on counted events (any new uncorrectable error, any page retired, ...) fire at once: the
+# counter's increase over a window is the debounce. Every other alert must wait at least 2 minutes.
+EVENT_ALERTS = frozenset(
+    {"AMDGPUECCUncorrectable", "AMDGPUPagesRetired", "AMDGPUXGMIErrors", "AMDGPUExporterWorkerRestarts"}
+)
+MIN_FOR_SECONDS = 60
+
+# --- a small PromQL reader: enough to list the series an expression selects -----------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_CLAUSE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_SELECTOR = re.compile(r"(?<![\w:.])([A-Za-z_:][\w:]*)\s*(\{[^{}]*\})?")
+_MATCHER = re.compile(r'\s*([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')\s*,?')
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
+    | {"inf", "nan"}
+)
+
+
+@dataclass(frozen=True)
+class Selector:
+    metric: str
+    matchers: tuple[tuple[str, str, str], ...]  # (label, operator, value)
+
+
+def selectors(expr: str) -> list[Selector]:
+    """Every vector selector in a PromQL expression: metric name and label matchers.
+
+    Function and aggregation names are followed by '(' and skipped; strings, grouping clauses
+    and [range] / offset durations are not names.
+    """
+    # Hide the strings (they may hold braces or words) but keep matcher values to read back.
+    strings: list[str] = []
+
+    def stash(match: re.Match[str]) -> str:
+        strings.append(match.group(0))
+        return f"\0{len(strings) - 1}\0"
+
+    text = _STRING.sub(stash, expr)
+    text = _CLAUSE.sub(" ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    found = []
+    for match in _SELECTOR.finditer(text):
+        name, braces = match.group(1), match.group(2)
+        rest = text[match.end() :].lstrip()
+        if name.lower() in _KEYWORDS or (braces is None and rest.startswith("(")):
+            continue
+        matchers: list[tuple[str, str, str]] = []
+        if braces:
+            inner = re.sub(r"\0(\d+)\0", lambda m: strings[int(m.group(1))], braces[1:-1])
+            position = 0
+            while inner[position:].strip():
+                matcher = _MATCHER.match(inner, position)
+                assert matcher, f"cannot read the matchers {braces!r} in {expr!r}"
+                label, operator, quoted = matcher.groups()
+                matchers.append((label, operator, yaml.safe_load(quoted)))
+                position = matcher.end()
+        found.append(Selector(name, tuple(matchers)))
+    return found
+
+
+def annotation_queries(annotations: dict[str, str]) -> list[str]:
+    """The PromQL of `query` calls in annotation templates: the printf format strings, with each
+    %q (a label value filled in at alert time) written as the string "%q"."""
+    return [
+        query.replace("%q", '"%q"')
+        for text in annotations.values()
+        for query in re.findall(r'printf\s+"((?:[^"\\]|\\.)*)"', text)
+    ]
+
+
+# --- the files under test ---------------------------------------------------------------
+
+
+@functools.cache
+def load_yaml(path: Path) -> Any:
+    """Parsed once per run; callers only read it."""
+    return yaml.safe_load(path.read_text())
+
+
+def load_rules() -> list[dict[str, Any]]:
+    return load_yaml(RULES)["groups"]
+
+
+def alerting_rules() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for group in load_rules():
+        for rule in group["rules"]:
+            if "alert" in rule:
+                yield group, rule
+
+
+def recorded_names() -> set[str]:
+    return {rule["record"] for group in load_rules() for rule in group["rules"] if "record" in rule}
+
+
+def rule_queries(rule: dict[str, Any]) -> list[str]:
+    return [rule["expr"], *annotation_queries(rule.get("annotations", {}))]
+
+
+def source_metrics(rule: dict[str, Any]) -> set[str]:
+    """Metric names a rule reads, through recording rules down to exported series."""
+    recording = {r["record"]: r for group in load_rules() for r in group["rules"] if "record" in r}
+    names: set[str] = set()
+    pending = [s.metric for s in selectors(rule["expr"])]
+    while pending:
+        name = pending.pop()
+        if name in names:
+            continue
+        names.add(name)
+        if name in recording:
+            pending.extend(s.metric for s in selectors(recording[name]["expr"]))
+    return names
+
+
+def parse_duration(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"not a duration: {text!r}"
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+@dataclass
+class AlertCases:
+    fires: list[str]
+    quiet: list[str]  # quiet at an evaluation whose inputs include a series the alert reads
+
+
+def alert_cases() -> dict[str, AlertCases]:
+    """For each alert name in the promtool tests, where it is expected to fire and to stay quiet."""
+    rules = {rule["alert"]: rule for _, rule in alerting_rules()}
+    cases: dict[str, AlertCases] = {}
+    for path in RULE_TESTS:
+        document = load_yaml(path)
+        for number, test in enumerate(document.get("tests", [])):
+            inputs = {series_name(series["series"]) for series in test.get("input_series", [])}
+            for case in test.get("alert_rule_test", []):
+                name = case["alertname"]
+                where = f"{path.name} test {number} at {case['eval_time']}"
+                entry = cases.setdefault(name, AlertCases([], []))
+                if case.get("exp_alerts"):
+                    entry.fires.append(where)
+                elif name in rules and inputs & source_metrics(rules[name]):
+                    entry.quiet.append(where)
+    return cases
+
+
+def series_name(series: str) -> str:
+    return series.split("{", 1)[0].strip()
+
+
+def run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+
+
+# --- the real tools ---------------------------------------------------------------------
+
+
+def test_promtool_accepts_the_rules() -> None:
+    promtool = require_tool("promtool")
+    result = run([promtool, "check", "rules", str(RULES)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The default lint (duplicate rules) is part of `check rules`; nothing may be left over.
+    assert "SUCCESS" in result.stdout, result.stdout
+    alerts_and_records = sum(len(group["rules"]) for group in load_rules())
+    assert f"{alerts_and_records} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    promtool = require_tool("promtool")
+    assert RULE_TESTS, "no promtool tests in deploy/prometheus/tests"
+    # promtool resolves rule_files relative to each test file, so run it from their directory.
+    result = run([promtool, "test", "rules", *[p.name for p in RULE_TESTS]], cwd=RULE_TESTS[0].parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(RULE_TESTS), result.stdout
+
+
+def test_promtool_reports_a_broken_expectation(tmp_path: Path) -> None:
+    """The wrapper must notice a failing promtool test: flip one quiet case into a firing one."""
+    promtool = require_tool("promtool")
+    source = RULE_TESTS[0]
+    document = yaml.safe_load(source.read_text())
+    document["rule_files"] = [str(RULES)]
+    quiet_case = next(
+        case for test in document["tests"] for case in test["alert_rule_test"] if not case.get("exp_alerts")
+    )
+    quiet_case["exp_alerts"] = [{"exp_labels": {"severity": "warning"}}]
+    broken = tmp_path / source.name
+    broken.write_text(yaml.safe_dump(document, allow_unicode=True))
+    result = run([promtool, "test", "rules", str(broken)])
+    assert result.returncode != 0
+    assert "FAILED" in result.stdout + result.stderr
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    amtool = require_tool("amtool")
+    result = run([amtool, "check-config", str(ALERTMANAGER_CONFIG)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("severity", "receiver"),
+    [("critical", "gpu-oncall-pager"), ("warning", "gpu-team-email"), ("info", "gpu-capacity-webhook")],
+)
+def test_alertmanager_routes_by_severity(severity: str, receiver: str) -> None:
+    amtool = require_tool("amtool")
+    labels = [f"severity={severity}", "alertname=AMDGPUDeviceDown", "instance=node1:9442", "gpu=0"]
+    result = run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER_CONFIG}", *labels])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.split() == [receiver]
+
+
+def test_every_rule_severity_has_its_own_route() -> None:
+    """Each severity the rules use resolves (by amtool) to a receiver other than the fallback's."""
+    amtool = require_tool("amtool")
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    used = {rule["labels"]["severity"] for _, rule in alerting_rules()} & SEVERITIES
+    used |= CONTRACT["amdgpu_alert_firing"]["severity"] or set()  # forwarded daemon alerts
+    for severity in sorted(used):
+        result = run(
+            [amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER_CONFIG}", f"severity={severity}"]
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        [receiver] = result.stdout.split()
+        matched = [r for r in config["route"]["routes"] if f'severity="{severity}"' in r.get("matchers", [])]
+        assert matched and matched[0]["receiver"] == receiver, severity
+
+
+def test_alertmanager_groups_by_gpu_and_inhibits_warnings_under_a_critical() -> None:
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    assert config["route"]["group_by"] == ["alertname", "instance", "gpu"]
+    inhibitions = [
+        rule
+        for rule in config["inhibit_rules"]
+        if rule["source_matchers"] == ['severity="critical"']
+        and "warning" in rule["target_matchers"][0]
+        and {"instance", "gpu"} <= set(rule["equal"])
+    ]
+    assert len(inhibitions) == 1, config["inhibit_rules"]
+
+
+# --- the contract around the tools ------------------------------------------------------
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
+    cases = alert_cases()
+    alerts = [rule["alert"] for _, rule in alerting_rules()]
+    assert len(alerts) == len(set(alerts)), "alert names must be unique"
+    missing = {
+        name: ("no firing case" if not cases.get(name, AlertCases([], [])).fires else "no quiet case")
+        for name in alerts
+        if not cases.get(name) or not cases[name].fires or not cases[name].quiet
+    }
+    assert not missing, missing
+    unknown = set(cases) - set(alerts)
+    assert not unknown, f"promtool cases for alerts that do not exist: {unknown}"
+
+
+def test_every_test_file_loads_the_shipped_rules() -> None:
+    for path in RULE_TESTS:
+        document = load_yaml(path)
+        loaded = [(path.parent / name).resolve() for name in document["rule_files"]]
+        assert loaded == [RULES.resolve()], path.name
+
+
+def test_every_alert_has_severity_summary_description_and_runbook() -> None:
+    for _, rule in alerting_rules():
+        severity = rule.get("labels", {}).get("severity", "")
+        # The forwarded daemon alerts keep the daemon's own severity label.
+        assert severity in SEVERITIES or severity == "{{ $labels.severity }}", rule["alert"]
+        annotations = rule.get("annotations", {})
+        for key in ("summary", "description", "runbook"):
+            assert len(annotations.get(key, "").split()) >= 4, f"{rule['alert']}: {key}"
+
+
+def test_alerts_wait_before_firing() -> None:
+    """A one-minute spike must not page: every alert but the counted-event ones has a `for:`."""
+    for _, rule in alerting_rules():
+        wait = parse_duration(rule["for"]) if "for" in rule else 0
+        if rule["alert"] in EVENT_ALERTS:
+            assert re.search(r"\b(increase|rate|min_over_time)\(", rule["expr"]), rule["alert"]
+        else:
+            assert wait >= MIN_FOR_SECONDS, rule["alert"]
+        if rule["labels"]["severity"] == "critical" and rule["alert"] not in EVENT_ALERTS:
+            assert wait >= 2 * 60, f"{rule['alert']} pages after a 1-minute spike"
+
+
+def test_rules_read_only_exported_metrics_and_labels() -> None:
+    known = {**CONTRACT, **PROMETHEUS_SERIES}
+    recorded = recorded_names()
+    problems = []
+    for group in load_rules():
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule["record"]
+            for query in rule_queries(rule):
+                for selector in selectors(query):
+                    if selector.metric in recorded:
+                        continue
+                    if selector.metric not in known:
+                        problems.append(f"{name}: {selector.metric} is not exported")
+                        continue
+                    labels = known[selector.metric]
+                    for label, operator, value in selector.matchers:
+                        if label in TARGET_LABELS:
+                            continue
+                        if label not in labels:
+                            problems.append(f"{name}: {selector.metric} has no label {label}")
+                            continue
+                        allowed = labels[label]
+                        if allowed is None or "%" in value:
+                            continue
+                        if operator == "=" and value not in allowed:
+                            problems.append(f"{name}: {selector.metric}{{{label}={value!r}}} never exists")
+                        if operator == "=~" and not any(re.fullmatch(value, v) for v in allowed):
+                            problems.append(f"{name}: {selector.metric}{{{label}=~{value!r}}} matches nothing")
+    assert not problems, problems
+
+
+def test_promtool_inputs_are_exported_metrics() -> None:
+    """The unit tests feed only series the exporter (or Prometheus) really produces."""
+    known = set(CONTRACT) | set(PROMETHEUS_SERIES) | recorded_names()
+    for path in RULE_TESTS:
+        for test in load_yaml(path)["tests"]:
+            for series in test.get("input_series", []):
+                assert series_name(series["series"]) in known, f"{path.name}: {series['series']}"
+
+
+def test_recording_rules_an_alert_needs_come_first_in_its_group() -> None:
+    recorded = recorded_names()
+    for group in load_rules():
+        defined: set[str] = set()
+        for rule in group["rules"]:
+            if "record" in rule:
+                defined.add(rule["record"])
+                continue
+            for selector in selectors(rule["expr"]):
+                if selector.metric in recorded:
+                    assert selector.metric in defined, f"{rule['alert']} reads {selector.metric} across groups"
+
+
+def test_promql_reader_finds_selectors_not_functions_or_clauses() -> None:
+    """The name check above is only as good as this reader."""
+    expr = (
+        'sum without (gpu) (rate(amdgpu_energy_joules_total{gpu=~"0|1"}[5m] offset 1h)) '
+        "* on (instance, job, gpu) group_left (package) amdgpu_device_info "
+        '> 1e9 and label_replace(up{job="a{b}"}, "x", "$1", "y", "(.*)") or vector(1)'
+    )
+    found = selectors(expr)
+    assert [s.metric for s in found] == ["amdgpu_energy_joules_total", "amdgpu_device_info", "up"]
+    assert found[0].matchers == (("gpu", "=~", "0|1"),)
+    assert found[2].matchers == (("job", "=", "a{b}"),)
+    queries = annotation_queries(
+        {"d": '{{ with printf "amdgpu_device_info{instance=%q,gpu=%q}" $labels.instance $labels.gpu | query }}'}
+    )
+    assert queries == ['amdgpu_device_info{instance="%q",gpu="%q"}']
+    [selector] = selectors(queries[0])
+    assert selector == Selector("amdgpu_device_info", (("instance", "=", "%q"), ("gpu", "=", "%q")))
