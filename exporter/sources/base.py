@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from exporter.model import DeviceIdentity, Sample
 
@@ -26,5 +27,4 @@ class Source(Protocol):
         """Read one device once. Blocking (run in a thread or worker). Raises SourceError."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

@@ -152,9 +152,7 @@ class SysfsSource:
 
     name = "sysfs"
 
-    def __init__(
-        self, sysfs_root: str | Path = "/sys", *, slow_interval: float = 10.0, pcie_bw_interval: float = 30.0
-    ):
+    def __init__(self, sysfs_root: str | Path = "/sys", *, slow_interval: float = 10.0, pcie_bw_interval: float = 30.0):
         self.root = str(sysfs_root)
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
@@ -172,9 +170,7 @@ class SysfsSource:
         except OSError:
             return []
         kfd = self._read_kfd_topology()
-        driver_version = (
-            read_parsed(os.path.join(self.root, "module", "amdgpu", "version"), tf.parse_word) or ""
-        )
+        driver_version = read_parsed(os.path.join(self.root, "module", "amdgpu", "version"), tf.parse_word) or ""
         found: list[DeviceIdentity] = []
         for name in names:
             if not _CARD.match(name):
@@ -257,18 +253,12 @@ class SysfsSource:
             gpu_id = read_parsed(os.path.join(node_dir, "gpu_id"), tf.parse_unsigned) or 0
             if gpu_id and "location_id" in props:
                 loc = props["location_id"]
-                node_bdf[node] = (
-                    f"{props.get('domain', 0):04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
-                )
+                node_bdf[node] = f"{props.get('domain', 0):04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
             links_dir = os.path.join(node_dir, "io_links")
             node_links[node] = [
                 link
                 for link_entry in _listdir(links_dir)
-                if (
-                    link := read_parsed(
-                        os.path.join(links_dir, link_entry, "properties"), tf.parse_key_values
-                    )
-                )
+                if (link := read_parsed(os.path.join(links_dir, link_entry, "properties"), tf.parse_key_values))
             ]
         result: dict[str, tuple[TopologyLink, ...]] = {}
         for node, bdf in node_bdf.items():
@@ -492,7 +482,5 @@ def _assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
         if siblings and len(siblings) > 1:
             result[index] = replace(device, package=device.serial, die=siblings.index(index))
         else:
-            result[index] = replace(
-                device, package=device.serial or device.unique_id or device.pci_bus_id, die=0
-            )
+            result[index] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
     return result
