@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import os
 import signal
 import socket
 import tempfile
@@ -38,7 +39,9 @@ def demo_tree(settings: Settings) -> Iterator[str]:
     """Run the simulator in-process on a temporary folder; yields the folder standing for /sys."""
     from exporter.simulator import Simulator
 
-    with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-demo-") as tmp:
+    # tmpfs where there is one: the simulator rewrites a few files per GCD every tick.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-demo-", dir=shm) as tmp:
         root = Path(tmp) / "sys"
         try:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
@@ -88,6 +91,10 @@ def open_listener(host: str, port: int) -> socket.socket:
         sock = socket.create_server((host, port), family=family, reuse_port=False)
     except OSError as error:
         raise StartupError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    # Accepted connections inherit TCP_NODELAY from the listener (Linux). asyncio only sets it when
+    # the socket's proto is IPPROTO_TCP, which create_server's sockets are not; without it a small
+    # (gzip) answer waits ~40 ms for the scraper's delayed ACK (Nagle) after the header segment.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 

@@ -440,7 +440,8 @@ class _Reader:
         factor = self.factor(name, _PERCENT)
         if factor is None:
             return ()
-        return tuple(v * factor for v in self.elements(name, source) if v is not None and 0 <= v <= 100)
+        # Divide rather than multiply by 0.01: 35 / 100 is exactly 0.35, 35 * 0.01 is not.
+        return tuple(v / 100 for v in self.elements(name, source) if v is not None and 0 <= v <= 100)
 
     def ratio(self, name: str) -> float | None:
         values = self.ratios(name)

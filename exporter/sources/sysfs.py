@@ -289,7 +289,6 @@ class SysfsSource:
             clocks.update(metrics.clocks_hertz)
             power, energy = metrics.power_watts, metrics.energy_joules
             sample_kwargs.update(
-                voltages_volts=frozen_map(metrics.voltages_volts),
                 throttle=frozen_map(metrics.throttle),
                 pcie_bandwidth_bytes_per_second=metrics.pcie_bandwidth_bytes_per_second,
                 pcie_recoveries=metrics.pcie_recoveries,
@@ -317,6 +316,13 @@ class SysfsSource:
             power = read_parsed(f"{hwmon}/power1_average", _micro)
             if power is None:
                 power = read_parsed(f"{hwmon}/power1_input", _micro)
+        voltages = dict(metrics.voltages_volts) if metrics is not None else {}
+        if hwmon and "gfx" not in voltages:
+            # MI2xx leaves the gpu_metrics voltages unset; hwmon in0 (vddgfx) has the gfx rail.
+            vddgfx = read_parsed(f"{hwmon}/in0_input", _milli)
+            if vddgfx is not None:
+                voltages["gfx"] = vddgfx
+        sample_kwargs["voltages_volts"] = frozen_map(voltages)
         if hwmon and "gfx" not in clocks:
             gfx = read_parsed(f"{hwmon}/freq1_input", tf.parse_unsigned)
             if gfx is not None:

@@ -1,0 +1,23 @@
+"""A simulated amdgpu sysfs tree for a chosen fleet and workload, faithful enough that the real
+librocm_smi64, rocm-smi and node_exporter read it.
+
+    sim = Simulator(Path("/tmp/sys"), "1xMI210,2xMI250X", "training", seed=1)
+    sim.write_tree(); sim.tick(12.5); sim.truth()
+"""
+
+from exporter.simulator.fleet import FleetEntry, FleetSpec, parse_fleet
+from exporter.simulator.simulator import Simulator
+from exporter.simulator.truth import SimulatedDevice, load_truth_json
+from exporter.simulator.workload import SCENARIOS, Scenario, parse_scenario
+
+__all__ = [
+    "SCENARIOS",
+    "FleetEntry",
+    "FleetSpec",
+    "Scenario",
+    "SimulatedDevice",
+    "Simulator",
+    "load_truth_json",
+    "parse_fleet",
+    "parse_scenario",
+]

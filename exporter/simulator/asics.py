@@ -1,0 +1,305 @@
+"""Static characteristics of the simulated ASICs: what a board is, not what it is doing.
+
+Numbers come from the amdgpu driver (aldebaran_ppt.c, smu_v13_0_6_ppt.c), public board specs and
+what real boards report; where a board's exact value is unknown a plausible one is used. Power in W,
+clocks in MHz, temperatures in °C, sizes in bytes — the units the driver itself writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ThermalLimits:
+    """hwmon limits for one sensor: tempN_crit and tempN_emergency (°C)."""
+
+    critical: int
+    emergency: int
+
+
+@dataclass(frozen=True, slots=True)
+class AsicModel:
+    name: str  # fleet-spec name: "MI250X"
+    product_name: str  # FRU product_name as the driver shows it
+    product_number: str
+    asic: str  # DeviceIdentity.asic
+    device_id: int
+    subsystem_device: int
+    revision: int
+    pci_class: int
+    gcds_per_package: int
+    board_type: str  # board_info "type : <x>"
+    vbios: str
+    metrics_version: tuple[int, int]  # default gpu_metrics (format, content)
+    metrics_versions: tuple[tuple[int, int], ...]  # versions this ASIC's driver has emitted
+    # memory
+    vram_bytes: int
+    vram_vendor: str
+    gtt_bytes: int
+    # clocks: sclk is fine-grained (min, max); the others are discrete DPM levels
+    sclk_range: tuple[int, int]
+    mclk_levels: tuple[int, ...]
+    fclk_levels: tuple[int, ...]
+    socclk_levels: tuple[int, ...]
+    vclk_levels: tuple[int, ...]
+    dclk_levels: tuple[int, ...]
+    sclk_deep_sleep: int | None  # MI300X shows an "S:" line when gfx sleeps
+    # PCIe / XGMI
+    pcie_gts: float  # 16.0 = Gen4
+    pcie_width: int
+    pcie_bw_file: bool  # pcie_bw exists (MI200) or not (MI300X on newer kernels)
+    pp_dpm_pcie: bool
+    xgmi_link_speed_gbps: int
+    xgmi_link_width: int
+    xgmi_max_bandwidth_mbs: int  # KFD io_link max_bandwidth for one peer
+    # power (W): package level; MI250X's two dies share one package budget
+    power_cap: int
+    power_idle: int
+    power_compute: int  # steady training compute phase, whole package
+    power_comm: int  # communication phase, whole package
+    # thermals: ambient and thermal resistance junction <- die power (°C/W)
+    ambient: float
+    r_junction: float
+    r_edge: float
+    r_memory: float
+    has_edge_sensor: bool
+    limits: dict[str, ThermalLimits] = field(default_factory=dict)  # sensor -> limits
+    # hwmon power file: power1_average (MI200) or power1_input (MI300X)
+    hwmon_power_file: str = "power1_average"
+    has_vddgfx: bool = True
+    # KFD node properties
+    gfx_target_version: int = 90010
+    simd_count: int = 440
+    array_count: int = 8
+    cu_per_simd_array: int = 14
+    num_xcc: int = 1
+    kfd_name: str = "aldebaran"
+    num_sdma_engines: int = 2
+    num_sdma_xgmi_engines: int = 3
+    compute_partitions: str = ""  # "SPX, DPX, QPX, CPX" when partitionable
+    memory_partitions: str = ""
+    # ras blocks with an <blk>_err_count file
+    ras_blocks: tuple[str, ...] = ("umc", "sdma", "gfx", "mmhub", "pcie_bif", "hdp", "xgmi_wafl")
+    firmware: dict[str, int] = field(default_factory=dict)
+
+
+# AMDGPU_RAS_BLOCK__* bit numbers (amdgpu_ras.h): ras/features is a mask of these.
+RAS_BLOCK_BITS = {
+    "umc": 0,
+    "sdma": 1,
+    "gfx": 2,
+    "mmhub": 3,
+    "athub": 4,
+    "pcie_bif": 5,
+    "hdp": 6,
+    "xgmi_wafl": 7,
+    "df": 8,
+    "smn": 9,
+    "sem": 10,
+    "mp0": 11,
+    "mp1": 12,
+    "fuse": 13,
+    "mca": 14,
+    "vcn": 15,
+    "jpeg": 16,
+}
+
+_ALDEBARAN_FW = {
+    "asd": 0x21000095,
+    "me": 0x00000000,  # hidden: gfx 9.4.2 has no graphics ME; the kernel hides zero versions
+    "mec": 0x0000004C,
+    "mec2": 0x0000004C,
+    "pfp": 0x00000000,
+    "rlc": 0x00000011,
+    "rlc_srlc": 0x00000001,
+    "rlc_srlg": 0x00000001,
+    "rlc_srls": 0x00000001,
+    "sdma": 0x00000008,
+    "sdma2": 0x00000008,
+    "smc": 0x00443F00,
+    "sos": 0x00270082,
+    "ta_ras": 0x1B000116,
+    "ta_xgmi": 0x20000028,
+    "vcn": 0x0110101B,
+}
+
+_AQUA_VANJARAM_FW = {
+    "asd": 0x21000110,
+    "mec": 0x00000097,
+    "rlc": 0x00000067,
+    "sdma": 0x00000013,
+    "smc": 0x00556B00,
+    "sos": 0x00360060,
+    "ta_ras": 0x1B00013E,
+    "ta_xgmi": 0x20000033,
+    "vcn": 0x0111001D,
+}
+
+MI210 = AsicModel(
+    name="MI210",
+    product_name="AMD Instinct MI210",
+    product_number="102-D67302-00",
+    asic="aldebaran",
+    device_id=0x740F,
+    subsystem_device=0x0C34,
+    revision=0x02,
+    pci_class=0x038000,
+    gcds_per_package=1,
+    board_type="cem",
+    vbios="113-D67301-063",
+    metrics_version=(1, 3),
+    metrics_versions=((1, 3),),
+    vram_bytes=64 * GIB,
+    vram_vendor="hynix",
+    gtt_bytes=396 * GIB,
+    sclk_range=(500, 1700),
+    mclk_levels=(400, 700, 1200, 1600),
+    fclk_levels=(400, 800, 1200, 1600),
+    socclk_levels=(500, 750, 1090),
+    vclk_levels=(914, 1333),
+    dclk_levels=(711, 1143),
+    sclk_deep_sleep=None,
+    pcie_gts=16.0,
+    pcie_width=16,
+    pcie_bw_file=True,
+    pp_dpm_pcie=True,
+    xgmi_link_speed_gbps=25,
+    xgmi_link_width=16,
+    xgmi_max_bandwidth_mbs=50000,
+    power_cap=300,
+    power_idle=42,
+    power_compute=286,
+    power_comm=232,
+    ambient=30.0,
+    r_junction=0.148,
+    r_edge=0.10,
+    r_memory=0.11,
+    has_edge_sensor=True,
+    limits={
+        "edge": ThermalLimits(100, 105),
+        "junction": ThermalLimits(105, 110),
+        "memory": ThermalLimits(95, 100),
+    },
+    simd_count=416,
+    array_count=8,
+    cu_per_simd_array=13,
+    firmware=_ALDEBARAN_FW,
+)
+
+MI250X = AsicModel(
+    name="MI250X",
+    product_name="AMD Instinct MI250X",
+    product_number="102-D65209-00",
+    asic="aldebaran",
+    device_id=0x740C,
+    subsystem_device=0x0B0C,
+    revision=0x01,
+    pci_class=0x038000,
+    gcds_per_package=2,
+    board_type="oam",
+    vbios="113-D65201-042",
+    metrics_version=(1, 3),
+    metrics_versions=((1, 3),),
+    vram_bytes=64 * GIB,
+    vram_vendor="samsung",
+    gtt_bytes=396 * GIB,
+    sclk_range=(500, 1700),
+    mclk_levels=(400, 700, 1200, 1600),
+    fclk_levels=(400, 800, 1200, 1600),
+    socclk_levels=(500, 750, 1090),
+    vclk_levels=(914, 1333),
+    dclk_levels=(711, 1143),
+    sclk_deep_sleep=None,
+    pcie_gts=16.0,
+    pcie_width=16,
+    pcie_bw_file=True,
+    pp_dpm_pcie=True,
+    xgmi_link_speed_gbps=25,
+    xgmi_link_width=16,
+    xgmi_max_bandwidth_mbs=50000,
+    power_cap=560,
+    power_idle=92,
+    power_compute=532,
+    power_comm=430,
+    ambient=30.0,
+    r_junction=0.172,  # per die, of that die's half of package power
+    r_edge=0.115,
+    r_memory=0.12,
+    has_edge_sensor=True,
+    limits={
+        "edge": ThermalLimits(100, 105),
+        "junction": ThermalLimits(110, 115),
+        "memory": ThermalLimits(95, 100),
+    },
+    simd_count=440,
+    array_count=8,
+    cu_per_simd_array=14,
+    firmware=_ALDEBARAN_FW,
+)
+
+MI300X = AsicModel(
+    name="MI300X",
+    product_name="AMD Instinct MI300X",
+    product_number="102-G30211-00",
+    asic="aqua_vanjaram",
+    device_id=0x74A1,
+    subsystem_device=0x74A1,
+    revision=0x00,
+    pci_class=0x120000,
+    gcds_per_package=1,
+    board_type="oam",
+    vbios="113-M3000100-102",
+    # v1_5: what the amdgpu DKMS driver of ROCm 6.1/6.2 (the MI300X production stack through 2024)
+    # and upstream 6.9-6.12 emit; 1_4, 1_6 and 1_7 are selectable with "MI300X:gpu_metrics=1.6".
+    metrics_version=(1, 5),
+    metrics_versions=((1, 4), (1, 5), (1, 6), (1, 7)),
+    vram_bytes=192 * GIB,
+    vram_vendor="hynix",
+    gtt_bytes=1510 * GIB,
+    sclk_range=(500, 2100),
+    mclk_levels=(900, 1100, 1200, 1300),
+    fclk_levels=(1200, 1400, 1600, 2000),
+    socclk_levels=(500, 1000, 1143),
+    vclk_levels=(914, 1333),
+    dclk_levels=(711, 1143),
+    sclk_deep_sleep=133,
+    pcie_gts=32.0,
+    pcie_width=16,
+    pcie_bw_file=False,
+    pp_dpm_pcie=False,
+    xgmi_link_speed_gbps=32,
+    xgmi_link_width=16,
+    xgmi_max_bandwidth_mbs=64000,
+    power_cap=750,
+    power_idle=148,
+    power_compute=712,
+    power_comm=575,
+    ambient=30.0,
+    r_junction=0.068,
+    r_edge=0.05,
+    r_memory=0.052,
+    has_edge_sensor=False,
+    limits={
+        "junction": ThermalLimits(100, 105),
+        "memory": ThermalLimits(95, 105),
+    },
+    hwmon_power_file="power1_input",
+    has_vddgfx=False,
+    gfx_target_version=90402,
+    simd_count=1216,
+    array_count=32,
+    cu_per_simd_array=10,
+    num_xcc=8,
+    kfd_name="ip discovery",
+    num_sdma_engines=2,
+    num_sdma_xgmi_engines=14,
+    compute_partitions="SPX, DPX, QPX, CPX",
+    memory_partitions="NPS1, NPS4",
+    ras_blocks=("umc", "sdma", "gfx", "mmhub", "pcie_bif", "hdp", "xgmi_wafl", "vcn", "jpeg"),
+    firmware=_AQUA_VANJARAM_FW,
+)
+
+ASICS: dict[str, AsicModel] = {m.name: m for m in (MI210, MI250X, MI300X)}

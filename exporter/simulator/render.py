@@ -1,0 +1,209 @@
+"""The text and binary content of every file that changes with the workload, per GCD.
+
+Formats follow the driver's sysfs_emit calls (amdgpu_pm.c, aldebaran_ppt.c, smu_v13_0_6_ppt.c,
+amdgpu_ras.c): "%d: %uMhz %s\n" DPM lines with a trailing space on unselected levels, hwmon in
+milli-units, "ue: N\nce: N\n" RAS counts (never a third "de:" line — Debian's librocm_smi
+aborts on one).
+"""
+
+from __future__ import annotations
+
+from exporter.simulator import gpu_metrics_writer
+from exporter.simulator.fleet import GcdLayout
+from exporter.simulator.physics import DieReading
+
+_EPSILON_MHZ = 1  # the driver's "same level" tolerance
+
+
+def pp_dpm_fine_grained(low: int, high: int, now: int, deep_sleep: int | None = None) -> str:
+    """pp_dpm_sclk of a fine-grained gfxclk: min and max, plus `now` as a middle line when between."""
+    if deep_sleep is not None:
+        return f"S: {deep_sleep}Mhz *\n0: {low}Mhz \n1: {high}Mhz \n"
+    if low + _EPSILON_MHZ < now < high - _EPSILON_MHZ:
+        return f"0: {low}Mhz \n1: {now}Mhz *\n2: {high}Mhz \n"
+    lines = []
+    for i, level in enumerate((low, high)):
+        mark = "*" if abs(level - now) <= _EPSILON_MHZ else ""
+        lines.append(f"{i}: {level}Mhz {mark}\n")
+    return "".join(lines)
+
+
+def pp_dpm_levels(levels: tuple[int, ...], now: int) -> str:
+    return "".join(
+        f"{i}: {level}Mhz {'*' if abs(level - now) <= _EPSILON_MHZ else ''}\n" for i, level in enumerate(levels)
+    )
+
+
+def pp_dpm_pcie(gts: float, width: int) -> str:
+    return f"0: 2.5GT/s, x{width} 619Mhz \n1: {gts:.1f}GT/s, x{width} 619Mhz *\n"
+
+
+def ras_count(uncorrectable: int, correctable: int) -> str:
+    return f"ue: {uncorrectable}\nce: {correctable}\n"
+
+
+def bad_pages(pages: tuple[int, ...]) -> str:
+    return "".join(f"0x{page:08x} : 0x{4096:08x} : R\n" for page in pages)
+
+
+def hwmon_dir(gcd: GcdLayout) -> str:
+    return f"{gcd.device_relpath}/hwmon/hwmon{gcd.hwmon_index}"
+
+
+_HWMON_TEMP_INDEX = {"edge": 1, "junction": 2, "memory": 3}
+
+
+def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
+    """Path (relative to the sysfs root) -> content for every workload-dependent file of a GCD."""
+    m = gcd.model
+    dev = gcd.device_relpath
+    hw = hwmon_dir(gcd)
+    sclk_text = pp_dpm_fine_grained(m.sclk_range[0], m.sclk_range[1], r.sclk, r.sclk if r.sclk_deep_sleep else None)
+    files: dict[str, str | bytes] = {
+        f"{dev}/gpu_busy_percent": f"{r.gfx_busy}\n",
+        f"{dev}/mem_busy_percent": f"{r.mem_busy}\n",
+        f"{dev}/mem_info_vram_used": f"{r.vram_used}\n",
+        f"{dev}/mem_info_vis_vram_used": f"{r.vram_used}\n",
+        f"{dev}/mem_info_gtt_used": f"{r.gtt_used}\n",
+        f"{dev}/pp_dpm_sclk": sclk_text,
+        f"{dev}/pp_dpm_mclk": pp_dpm_levels(m.mclk_levels, r.mclk),
+        f"{dev}/pp_dpm_fclk": pp_dpm_levels(m.fclk_levels, r.fclk),
+        f"{dev}/pp_dpm_socclk": pp_dpm_levels(m.socclk_levels, r.socclk),
+        f"{dev}/pp_dpm_vclk": pp_dpm_levels(m.vclk_levels, r.vclk),
+        f"{dev}/pp_dpm_dclk": pp_dpm_levels(m.dclk_levels, r.dclk),
+        f"{dev}/pcie_replay_count": f"{r.pcie_replays}\n",
+        f"{dev}/ras/gpu_vram_bad_pages": bad_pages(r.retired_pages),
+        f"{dev}/gpu_metrics": gpu_metrics_blob(gcd, r),
+        f"{hw}/freq1_input": f"{r.sclk * 1_000_000}\n",
+        f"{hw}/freq2_input": f"{r.mclk * 1_000_000}\n",
+    }
+    if r.pcie_bw is not None:
+        files[f"{dev}/pcie_bw"] = "{} {} {}\n".format(*r.pcie_bw)
+    for block, (ue, ce) in r.ecc.items():
+        files[f"{dev}/ras/{block}_err_count"] = ras_count(ue, ce)
+    for sensor, index in _HWMON_TEMP_INDEX.items():
+        if sensor in r.temps:
+            files[f"{hw}/temp{index}_input"] = f"{r.temps[sensor] * 1000}\n"
+    power_uw = (r.power_w or 0) * 1_000_000
+    files[f"{hw}/{m.hwmon_power_file}"] = f"{power_uw}\n"
+    if r.vddgfx_mv is not None:
+        files[f"{hw}/in0_input"] = f"{r.vddgfx_mv}\n"
+    return {path: (c.encode() if isinstance(c, str) else c) for path, c in files.items()}
+
+
+def gpu_metrics_blob(gcd: GcdLayout, r: DieReading) -> bytes:
+    version = gcd.metrics_version
+    if version == (1, 3):
+        return _v1_3(gcd, r)
+    return _mi300(gcd, r)
+
+
+def _v1_3(gcd: GcdLayout, r: DieReading) -> bytes:
+    m = gcd.model
+    t = r.temps
+    # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill, and
+    # reports socket power and energy on the primary die only (the secondary die reads 0).
+    values: dict[str, gpu_metrics_writer.Value] = {
+        "temperature_edge": t["edge"],
+        "temperature_hotspot": t["junction"],
+        "temperature_mem": t["memory"],
+        "temperature_vrgfx": t["vr_gfx"],
+        "temperature_vrsoc": t["vr_soc"],
+        "temperature_vrmem": t["vr_mem"],
+        "average_gfx_activity": r.gfx_busy,
+        "average_umc_activity": r.mem_busy,
+        "average_socket_power": r.power_w or 0,
+        "energy_accumulator": r.energy_ticks or 0,
+        "system_clock_counter": r.system_clock_ns,
+        "average_gfxclk_frequency": r.sclk,
+        "average_socclk_frequency": r.socclk,
+        "average_uclk_frequency": r.mclk,
+        "average_vclk0_frequency": 0,
+        "average_dclk0_frequency": 0,
+        "current_gfxclk": r.sclk,
+        "current_socclk": r.socclk,
+        "current_uclk": r.mclk,
+        "current_vclk0": r.vclk,
+        "current_dclk0": r.dclk,
+        "throttle_status": r.throttle_status,
+        "current_fan_speed": 0,
+        "pcie_link_width": m.pcie_width,
+        "pcie_link_speed": round(m.pcie_gts * 10),
+        "gfx_activity_acc": r.gfx_activity_acc,
+        "mem_activity_acc": r.mem_activity_acc,
+        "temperature_hbm": [t[f"hbm{k}"] for k in range(4)],
+        "firmware_timestamp": r.firmware_timestamp,
+        "indep_throttle_status": r.indep_throttle_status,
+    }
+    return gpu_metrics_writer.encode((1, 3), values)
+
+
+def _mi300(gcd: GcdLayout, r: DieReading) -> bytes:
+    m = gcd.model
+    version = gcd.metrics_version
+    assert r.xgmi_read_kb is not None and r.xgmi_write_kb is not None and r.xgmi_links_up is not None
+    values: dict[str, gpu_metrics_writer.Value] = {
+        "temperature_hotspot": r.temps["junction"],
+        "temperature_mem": r.temps["memory"],
+        "temperature_vrsoc": r.temps["vr_soc"],
+        "curr_socket_power": r.power_w or 0,
+        "average_gfx_activity": r.gfx_busy,
+        "average_umc_activity": r.mem_busy,
+        "energy_accumulator": r.energy_ticks or 0,
+        "system_clock_counter": r.system_clock_ns,
+        "gfxclk_lock_status": 0,
+        "pcie_link_width": m.pcie_width,
+        "pcie_link_speed": round(m.pcie_gts * 10),
+        "xgmi_link_width": m.xgmi_link_width,
+        "xgmi_link_speed": m.xgmi_link_speed_gbps,
+        "gfx_activity_acc": r.gfx_activity_acc,
+        "mem_activity_acc": r.mem_activity_acc,
+        "pcie_bandwidth_acc": r.pcie_bw_acc_gbs or 0,
+        "pcie_bandwidth_inst": r.pcie_bw_inst_gbs or 0,
+        "pcie_l0_to_recov_count_acc": r.pcie_recoveries or 0,
+        "pcie_replay_count_acc": r.pcie_replays,
+        "pcie_replay_rover_count_acc": 0,
+        "xgmi_read_data_acc": list(r.xgmi_read_kb),
+        "xgmi_write_data_acc": list(r.xgmi_write_kb),
+        "firmware_timestamp": r.firmware_timestamp,
+        "current_gfxclk": [r.sclk] * 8,
+        "current_socclk": [r.socclk] * 4,
+        "current_vclk0": [r.vclk] * 4,
+        "current_dclk0": [r.dclk] * 4,
+        "current_uclk": r.mclk,
+    }
+    if version in ((1, 4), (1, 5)):
+        # smu_v13_0_6 stopped reporting throttle reasons through the table: it writes 0
+        values["throttle_status"] = 0
+        values["vcn_activity"] = [0] * 4
+    if version == (1, 5):
+        values["jpeg_activity"] = [0] * 32
+    if version >= (1, 5):
+        values["pcie_nak_sent_count_acc"] = r.pcie_naks_sent or 0
+        values["pcie_nak_rcvd_count_acc"] = r.pcie_naks_received or 0
+    if version >= (1, 6):
+        ticks = round(r.t * 1000)  # the firmware accumulates once per ms
+        values.update(
+            {
+                "accumulation_counter": ticks & 0xFFFFFFFF,
+                "prochot_residency_acc": 0,
+                "ppt_residency_acc": 0,
+                "socket_thm_residency_acc": 0,
+                "vr_thm_residency_acc": 0,
+                "hbm_thm_residency_acc": 0,
+                "num_partition": 1,
+                "pcie_lc_perf_other_end_recovery": 0,
+            }
+        )
+        xcp: dict[str, gpu_metrics_writer.Value] = {
+            "gfx_busy_inst": [r.gfx_busy] * 8,
+            "jpeg_busy": [0] * 32,
+            "vcn_busy": [0] * 4,
+            "gfx_busy_acc": [r.gfx_activity_acc] * 8,
+        }
+        if version == (1, 7):
+            xcp["gfx_below_host_limit_acc"] = [0] * 8
+            values["mem_max_bandwidth"] = 5300
+            values["xgmi_link_status"] = [1 if up else 0 for up in r.xgmi_links_up]
+        values["xcp_stats"] = [xcp]
+    return gpu_metrics_writer.encode(version, values)

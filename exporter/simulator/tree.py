@@ -1,0 +1,339 @@
+"""The static part of the simulated sysfs tree: PCI devices, class links, hwmon, KFD topology.
+
+Written once by write_static(); render.py supplies the files that change. The shapes are what
+real readers need (see reference/real-tools-on-fake-sysfs.md): class/drm/cardN are relative
+symlinks whose target contains the BDF, cards are numbered from 0 without gaps, every KFD node
+(CPU nodes too) has an io_links/ folder, GPU<->GPU io_links are XGMI (type 11) only, and hwmon
+labels are exactly edge/junction/mem with in0_label = vddgfx.
+"""
+
+from __future__ import annotations
+
+from exporter.simulator.asics import RAS_BLOCK_BITS
+from exporter.simulator.atomic_tree import AtomicTree
+from exporter.simulator.fleet import CPU_SOCKETS, GcdLayout, xgmi_hops
+from exporter.simulator.render import hwmon_dir, pp_dpm_pcie
+
+DRIVER_VERSION = "6.7.0"  # amdgpu DKMS module version of ROCm 6.2
+KFD_DIR = "devices/virtual/kfd/kfd"
+DRM_MAJOR = 226
+KFD_IO_LINK_PCIE = 2
+KFD_IO_LINK_QPI = 5  # CPU<->CPU links of the virtual CRAT
+KFD_IO_LINK_XGMI = 11
+KFD_PCIE_WEIGHT = 20  # GPU <-> its CPU node
+KFD_XGMI_WEIGHT = 15  # per XGMI hop
+CPU_NODE_DISTANCE = 32  # SLIT distance between the two sockets
+CPU_CORES_PER_SOCKET = 64
+CPU_NODE_MEMORY = 256 * 1024**3
+_HWMON_SENSORS = (("edge", 1, "edge"), ("junction", 2, "junction"), ("memory", 3, "mem"))
+
+
+def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
+    tree.write("module/amdgpu/initstate", "live\n")
+    tree.write("module/amdgpu/version", f"{DRIVER_VERSION}\n")
+    tree.mkdir("bus/pci/drivers/amdgpu")
+    _write_cpu_hwmons(tree)
+    for root in sorted({g.pci_root for g in gcds}):
+        tree.mkdir(f"devices/{root}")
+    for gcd in gcds:
+        _write_bridge(tree, gcd)
+        _write_pci_device(tree, gcd)
+        _write_amdgpu_attributes(tree, gcd, gcds)
+        _write_drm_minors(tree, gcd)
+        _write_hwmon(tree, gcd)
+    _write_kfd(tree, gcds)
+
+
+def _write_cpu_hwmons(tree: AtomicTree) -> None:
+    # k10temp sensors register before amdgpu loads, so the GPUs' hwmon numbers do not start at 0
+    for socket in range(CPU_SOCKETS):
+        dev = f"devices/pci0000:00/0000:00:{0x18 + socket:02x}.3"
+        tree.write(f"{dev}/vendor", "0x1022\n")
+        tree.write(f"{dev}/device", "0x14b3\n")
+        tree.write(f"{dev}/class", "0x060000\n")
+        hw = f"{dev}/hwmon/hwmon{socket}"
+        tree.write(f"{hw}/name", "k10temp\n")
+        tree.write(f"{hw}/temp1_input", f"{46250 + 1375 * socket}\n")
+        tree.write(f"{hw}/temp1_label", "Tctl\n")
+        tree.symlink(f"{hw}/device", dev)
+        tree.symlink(f"class/hwmon/hwmon{socket}", hw)
+
+
+def _write_bridge(tree: AtomicTree, gcd: GcdLayout) -> None:
+    bridge = f"devices/{gcd.pci_root}/{gcd.bridge_bdf}"
+    tree.write(f"{bridge}/vendor", "0x1022\n")
+    tree.write(f"{bridge}/device", "0x1483\n")
+    tree.write(f"{bridge}/class", "0x060400\n")
+    tree.symlink(f"bus/pci/devices/{gcd.bridge_bdf}", bridge)
+
+
+def _write_pci_device(tree: AtomicTree, gcd: GcdLayout) -> None:
+    m = gcd.model
+    dev = gcd.device_relpath
+    pci_id = f"1002:{m.device_id:04X}"
+    subsys = f"1002:{m.subsystem_device:04X}"
+    files = {
+        "vendor": "0x1002\n",
+        "device": f"0x{m.device_id:04x}\n",
+        "subsystem_vendor": "0x1002\n",
+        "subsystem_device": f"0x{m.subsystem_device:04x}\n",
+        "revision": f"0x{m.revision:02x}\n",
+        "class": f"0x{m.pci_class:06x}\n",
+        "uevent": (
+            f"DRIVER=amdgpu\nPCI_CLASS={m.pci_class:X}\nPCI_ID={pci_id}\nPCI_SUBSYS_ID={subsys}\n"
+            f"PCI_SLOT_NAME={gcd.bdf}\nMODALIAS=pci:v00001002d0000{m.device_id:04X}sv00001002"
+            f"sd0000{m.subsystem_device:04X}bc{m.pci_class >> 16:02X}sc{(m.pci_class >> 8) & 0xFF:02X}i00\n"
+        ),
+        "numa_node": f"{gcd.numa_node}\n",
+        "enable": "1\n",
+        "current_link_speed": f"{m.pcie_gts:.1f} GT/s PCIe\n",
+        "current_link_width": f"{m.pcie_width}\n",
+        "max_link_speed": f"{m.pcie_gts:.1f} GT/s PCIe\n",
+        "max_link_width": f"{m.pcie_width}\n",
+    }
+    for name, content in files.items():
+        tree.write(f"{dev}/{name}", content)
+    tree.symlink(f"{dev}/driver", "bus/pci/drivers/amdgpu")
+    tree.symlink(f"{dev}/subsystem", "bus/pci")
+    tree.symlink(f"bus/pci/devices/{gcd.bdf}", dev)
+    tree.symlink(f"bus/pci/drivers/amdgpu/{gcd.bdf}", dev)
+
+
+def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLayout]) -> None:
+    m = gcd.model
+    dev = gcd.device_relpath
+    files = {
+        "mem_info_vram_total": f"{m.vram_bytes}\n",
+        "mem_info_vis_vram_total": f"{m.vram_bytes}\n",
+        "mem_info_gtt_total": f"{m.gtt_bytes}\n",
+        "mem_info_vram_vendor": f"{m.vram_vendor}\n",
+        "unique_id": f"{gcd.unique_id:016x}\n",
+        "serial_number": f"{gcd.serial}\n",
+        "product_name": f"{m.product_name}\n",
+        "product_number": f"{m.product_number}\n",
+        "manufacturer": "AMD\n",
+        "vbios_version": f"{m.vbios}\n",
+        "board_info": f"type : {m.board_type}\n",
+        "power_dpm_force_performance_level": "auto\n",
+        "power_dpm_state": "performance\n",
+        "ras/features": f"feature mask: 0x{sum(1 << RAS_BLOCK_BITS[b] for b in m.ras_blocks):x}\n",
+        "xgmi_device_id": f"{gcd.xgmi_device_id}\n",
+        "xgmi_physical_id": f"{gcd.xgmi_physical_id}\n",
+        "xgmi_error": "0\n",
+    }
+    for block, version in m.firmware.items():
+        if version:  # newer kernels hide firmware whose version reads 0
+            files[f"fw_version/{block}_fw_version"] = f"0x{version:08x}\n"
+    if m.pp_dpm_pcie:
+        files["pp_dpm_pcie"] = pp_dpm_pcie(m.pcie_gts, m.pcie_width)
+    if m.compute_partitions:
+        files["current_compute_partition"] = "SPX\n"
+        files["available_compute_partition"] = f"{m.compute_partitions}\n"
+        files["current_memory_partition"] = "NPS1\n"
+        files["available_memory_partition"] = f"{m.memory_partitions}\n"
+    for name, content in files.items():
+        tree.write(f"{dev}/{name}", content)
+    if gcd.hive_id:
+        # the hive folder is real on the first device of the hive and a link on the others
+        first = gcds[gcd.hive_members[0]]
+        if first.index == gcd.index:
+            tree.write(f"{dev}/xgmi_hive_info/xgmi_hive_id", f"{gcd.hive_id}\n")
+        else:
+            tree.symlink(f"{dev}/xgmi_hive_info", f"{first.device_relpath}/xgmi_hive_info")
+
+
+def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
+    dev = gcd.device_relpath
+    for name, minor in ((gcd.card, gcd.index), (f"renderD{gcd.render_minor}", gcd.render_minor)):
+        node = f"{dev}/drm/{name}"
+        tree.write(f"{node}/dev", f"{DRM_MAJOR}:{minor}\n")
+        tree.write(f"{node}/uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+        tree.symlink(f"{node}/device", dev)
+        tree.symlink(f"{node}/subsystem", "class/drm")
+        tree.symlink(f"class/drm/{name}", node)
+
+
+def _write_hwmon(tree: AtomicTree, gcd: GcdLayout) -> None:
+    m = gcd.model
+    hw = hwmon_dir(gcd)
+    primary = gcd.die == 0
+    cap_uw = m.power_cap * 1_000_000 if primary else 0
+    files = {
+        "name": "amdgpu\n",
+        "power1_label": "PPT\n",
+        "power1_cap": f"{cap_uw}\n",
+        "power1_cap_default": f"{cap_uw}\n",
+        # the secondary die's limit reads 0, but its maximum is the package PPT limit
+        "power1_cap_max": f"{m.power_cap * 1_000_000}\n",
+        "power1_cap_min": "0\n",
+        "freq1_label": "sclk\n",
+        "freq2_label": "mclk\n",
+    }
+    for sensor, index, label in _HWMON_SENSORS:
+        if sensor == "edge" and not m.has_edge_sensor:
+            continue
+        limits = m.limits[sensor]
+        files[f"temp{index}_label"] = f"{label}\n"
+        files[f"temp{index}_crit"] = f"{limits.critical * 1000}\n"
+        files[f"temp{index}_crit_hyst"] = "-273150\n"
+        files[f"temp{index}_emergency"] = f"{limits.emergency * 1000}\n"
+    if m.has_vddgfx:
+        files["in0_label"] = "vddgfx\n"
+    for name, content in files.items():
+        tree.write(f"{hw}/{name}", content)
+    tree.symlink(f"{hw}/device", gcd.device_relpath)
+    tree.symlink(f"{hw}/subsystem", "class/hwmon")
+    tree.symlink(f"class/hwmon/hwmon{gcd.hwmon_index}", hw)
+
+
+def kfd_peers(gcd: GcdLayout, gcds: list[GcdLayout]) -> list[tuple[GcdLayout, int]]:
+    """XGMI peers of a GCD with their KFD io_link weight (15 per hop)."""
+    hive = gcd.hive_members
+    return [
+        (gcds[i], KFD_XGMI_WEIGHT * xgmi_hops(gcd, gcds[i], len(hive))) for i in hive if i != gcd.index and gcd.hive_id
+    ]
+
+
+def _io_link(node_from: int, node_to: int, link_type: int, weight: int, min_bw: int, max_bw: int) -> str:
+    return (
+        f"type {link_type}\nversion_major 0\nversion_minor 0\nnode_from {node_from}\nnode_to {node_to}\n"
+        f"weight {weight}\nmin_latency 0\nmax_latency 0\nmin_bandwidth {min_bw}\nmax_bandwidth {max_bw}\n"
+        f"recommended_transfer_size 0\nrecommended_sdma_engine_id_mask 0\nflags 3\n"
+    )
+
+
+def _pcie_bandwidth_mbs(gcd: GcdLayout) -> int:
+    return int(gcd.model.pcie_gts * gcd.model.pcie_width * 1000 / 8 * 128 / 130)
+
+
+def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
+    tree.symlink("class/kfd/kfd", KFD_DIR)
+    tree.write(f"{KFD_DIR}/dev", "238:0\n")
+    tree.write(f"{KFD_DIR}/uevent", "MAJOR=238\nMINOR=0\nDEVNAME=kfd\n")
+    tree.mkdir(f"{KFD_DIR}/proc")
+    topo = f"{KFD_DIR}/topology"
+    tree.write(f"{topo}/generation_id", "1\n")
+    tree.write(f"{topo}/system_properties", "platform_oem 0\nplatform_id 0\nplatform_rev 0\n")
+    for socket in range(CPU_SOCKETS):
+        node = f"{topo}/nodes/{socket}"
+        links = [
+            _io_link(socket, other, KFD_IO_LINK_QPI, CPU_NODE_DISTANCE, 0, 0)
+            for other in range(CPU_SOCKETS)
+            if other != socket
+        ]
+        links += [
+            _io_link(socket, g.kfd_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(g))
+            for g in gcds
+            if g.numa_node == socket
+        ]
+        _write_kfd_node(tree, node, 0, "", _cpu_properties(socket, len(links)), links)
+        tree.write(
+            f"{node}/mem_banks/0/properties",
+            f"heap_type 0\nsize_in_bytes {CPU_NODE_MEMORY}\nflags 0\nwidth 72\nmem_clk_max 3200\n",
+        )
+    for gcd in gcds:
+        node = f"{topo}/nodes/{gcd.kfd_node}"
+        links = [
+            _io_link(gcd.kfd_node, gcd.numa_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(gcd))
+        ]
+        bandwidth = gcd.model.xgmi_max_bandwidth_mbs
+        links += [
+            _io_link(gcd.kfd_node, peer.kfd_node, KFD_IO_LINK_XGMI, weight, bandwidth // 4, bandwidth)
+            for peer, weight in kfd_peers(gcd, gcds)
+        ]
+        _write_kfd_node(tree, node, gcd.gpu_id, gcd.model.kfd_name, _gpu_properties(gcd, len(links)), links)
+        tree.write(
+            f"{node}/mem_banks/0/properties",
+            f"heap_type 1\nsize_in_bytes {gcd.model.vram_bytes}\nflags 0\nwidth 4096\n"
+            f"mem_clk_max {gcd.model.mclk_levels[-1]}\n",
+        )
+
+
+def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, properties: str, links: list[str]) -> None:
+    tree.write(f"{node}/gpu_id", f"{gpu_id}\n")
+    tree.write(f"{node}/name", f"{name}\n")
+    tree.write(f"{node}/properties", properties)
+    tree.mkdir(f"{node}/io_links")
+    for i, link in enumerate(links):
+        tree.write(f"{node}/io_links/{i}/properties", link)
+
+
+def _cpu_properties(socket: int, io_links: int) -> str:
+    props = {
+        "cpu_cores_count": CPU_CORES_PER_SOCKET,
+        "simd_count": 0,
+        "mem_banks_count": 1,
+        "caches_count": 0,
+        "io_links_count": io_links,
+        "p2p_links_count": 0,
+        "cpu_core_id_base": socket * CPU_CORES_PER_SOCKET,
+        "simd_id_base": 0,
+        "max_waves_per_simd": 0,
+        "lds_size_in_kb": 0,
+        "gds_size_in_kb": 0,
+        "num_gws": 0,
+        "wave_front_size": 0,
+        "array_count": 0,
+        "simd_arrays_per_engine": 0,
+        "cu_per_simd_array": 0,
+        "simd_per_cu": 0,
+        "max_slots_scratch_cu": 0,
+        "gfx_target_version": 0,
+        "vendor_id": 0,
+        "device_id": 0,
+        "location_id": 0,
+        "domain": 0,
+        "drm_render_minor": 0,
+        "hive_id": 0,
+        "num_sdma_engines": 0,
+        "num_sdma_xgmi_engines": 0,
+        "num_sdma_queues_per_engine": 0,
+        "num_cp_queues": 0,
+        "max_engine_clk_ccompute": 3700,
+    }
+    return "".join(f"{k} {v}\n" for k, v in props.items())
+
+
+def _gpu_properties(gcd: GcdLayout, io_links: int) -> str:
+    m = gcd.model
+    props = {
+        "cpu_cores_count": 0,
+        "simd_count": m.simd_count,
+        "mem_banks_count": 1,
+        "caches_count": 0,
+        "io_links_count": io_links,
+        "p2p_links_count": 0,
+        "cpu_core_id_base": 0,
+        "simd_id_base": 2147487744 + 4096 * gcd.index,
+        "max_waves_per_simd": 8,
+        "lds_size_in_kb": 64,
+        "gds_size_in_kb": 0,
+        "num_gws": 64,
+        "wave_front_size": 64,
+        "array_count": m.array_count,
+        "simd_arrays_per_engine": 1,
+        "cu_per_simd_array": m.cu_per_simd_array,
+        "simd_per_cu": 4,
+        "max_slots_scratch_cu": 32,
+        "gfx_target_version": m.gfx_target_version,
+        "vendor_id": 0x1002,
+        "device_id": m.device_id,
+        "location_id": gcd.location_id,
+        "domain": 0,
+        "drm_render_minor": gcd.render_minor,
+        "hive_id": gcd.hive_id,
+        "num_sdma_engines": m.num_sdma_engines,
+        "num_sdma_xgmi_engines": m.num_sdma_xgmi_engines,
+        "num_sdma_queues_per_engine": 8,
+        "num_cp_queues": 24,
+        "max_engine_clk_fcompute": m.sclk_range[1],
+        "local_mem_size": 0,
+        "fw_version": m.firmware.get("mec", 0),
+        "capability": 746586752,
+        "debug_prop": 1495,
+        "sdma_fw_version": m.firmware.get("sdma", 0),
+        "unique_id": gcd.unique_id,
+        "num_xcc": m.num_xcc,
+        "max_engine_clk_ccompute": 3700,
+    }
+    return "".join(f"{k} {v}\n" for k, v in props.items())

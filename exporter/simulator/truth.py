@@ -1,0 +1,216 @@
+"""What the simulated tree says, as the exporter's own data model (SI units), and its JSON form.
+
+The truth is built from the same quantised readings that were rendered into the files, so a
+correct reader of the tree reproduces it exactly. Conventions where the tree leaves room:
+- MI250X secondary die: its power, power cap and energy read 0 -> None (not supplied);
+  its power1_cap_max still reads the package limit.
+- package = the board serial number (both dies of an MI250X share it); die = 0/1 in BDF order.
+- topology = the KFD io_links: PCIe to the CPU node (peer "", hops 1, weight 20), then one XGMI
+  link per hive peer (hops 1, weight 15 per PSP hop: 15 or 30). rocm-smi's GPU-pair view (PCIe
+  pairs via the CPU: hops 2 on one NUMA node, 3 across, weights summed) follows from these.
+- throttle: Aldebaran's reasons named after the kernel's SMU_THROTTLER_* bits (ppt0, temp_gpu..);
+  MI300X v1_4..v1_7 tables carry no throttle reasons -> empty.
+- PCIe bandwidth: MI200 (received + sent) x max payload from pcie_bw; MI300X pcie_bandwidth_inst
+  GB/s x 1e9. XGMI link bits/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9;
+  XGMI bytes = KB x 1024.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.simulator.fleet import GcdLayout
+from exporter.simulator.physics import ENERGY_TICK_J, DieReading
+from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_peers
+
+MHZ = 1_000_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedDevice:
+    gpu: int  # index in PCI BDF order
+    identity: DeviceIdentity
+    sample: Sample
+
+
+def topology(gcd: GcdLayout, gcds: list[GcdLayout]) -> tuple[TopologyLink, ...]:
+    """The GCD's KFD io_links: PCIe to its CPU node (peer ""), then XGMI to each hive peer."""
+    links = [TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT)]
+    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
+    return tuple(links)
+
+
+def identity(gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: str) -> DeviceIdentity:
+    m = gcd.model
+    return DeviceIdentity(
+        pci_bus_id=gcd.bdf,
+        card=gcd.card,
+        device_dir=device_dir,
+        unique_id=f"{gcd.unique_id:016x}",
+        hwmon_dir=hwmon_dir,
+        vendor_id="0x1002",
+        device_id=f"0x{m.device_id:04x}",
+        product=m.product_name,
+        asic=m.asic,
+        serial=gcd.serial,
+        vbios=m.vbios,
+        driver_version=DRIVER_VERSION,
+        package=gcd.serial,
+        die=gcd.die,
+        compute_partition="SPX" if m.compute_partitions else "",
+        memory_partition="NPS1" if m.memory_partitions else "",
+        xgmi_hive_id=str(gcd.hive_id) if gcd.hive_id else "",
+        xgmi_physical_id=gcd.xgmi_physical_id,
+        numa_node=gcd.numa_node,
+        firmware=frozen_map({block: f"0x{v:08x}" for block, v in m.firmware.items() if v}),
+        topology=topology(gcd, gcds),
+        gpu_metrics_version=f"{gcd.metrics_version[0]}.{gcd.metrics_version[1]}",
+    )
+
+
+def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
+    m = gcd.model
+    primary = gcd.die == 0
+    thresholds = {}
+    for sensor, limits in m.limits.items():
+        thresholds[(sensor, "critical")] = float(limits.critical)
+        thresholds[(sensor, "emergency")] = float(limits.emergency)
+    busy = {"gfx": r.gfx_busy / 100.0, "memory": r.mem_busy / 100.0}
+    if gcd.metrics_version != (1, 3):
+        busy["media"] = 0.0  # vcn_activity / vcn_busy read 0 (Aldebaran leaves mm_activity unset)
+    if r.pcie_bw is not None:
+        pcie_bw: float | None = float((r.pcie_bw[0] + r.pcie_bw[1]) * r.pcie_bw[2])
+    elif r.pcie_bw_inst_gbs is not None:
+        pcie_bw = r.pcie_bw_inst_gbs * 1e9
+    else:
+        pcie_bw = None
+    mi300 = gcd.metrics_version != (1, 3)
+    return Sample(
+        timestamp=timestamp,
+        temperatures=frozen_map({k: float(v) for k, v in r.temps.items()}),
+        temperature_thresholds=frozen_map(thresholds),
+        power_watts=float(r.power_w) if r.power_w is not None else None,
+        power_cap_watts=float(m.power_cap) if primary else None,
+        power_cap_max_watts=float(m.power_cap),
+        energy_joules=r.energy_ticks * ENERGY_TICK_J if r.energy_ticks is not None else None,
+        busy=frozen_map(busy),
+        memory_used_bytes=frozen_map(
+            {"vram": float(r.vram_used), "visible_vram": float(r.vram_used), "gtt": float(r.gtt_used)}
+        ),
+        memory_total_bytes=frozen_map(
+            {"vram": float(m.vram_bytes), "visible_vram": float(m.vram_bytes), "gtt": float(m.gtt_bytes)}
+        ),
+        clocks_hertz=frozen_map(
+            {
+                "gfx": r.sclk * MHZ,
+                "memory": r.mclk * MHZ,
+                "fabric": r.fclk * MHZ,
+                "soc": r.socclk * MHZ,
+                "video": r.vclk * MHZ,
+                "decode": r.dclk * MHZ,
+            }
+        ),
+        clocks_max_hertz=frozen_map(
+            {
+                "gfx": m.sclk_range[1] * MHZ,
+                "memory": m.mclk_levels[-1] * MHZ,
+                "fabric": m.fclk_levels[-1] * MHZ,
+                "soc": m.socclk_levels[-1] * MHZ,
+                "video": m.vclk_levels[-1] * MHZ,
+                "decode": m.dclk_levels[-1] * MHZ,
+            }
+        ),
+        voltages_volts=frozen_map({"gfx": r.vddgfx_mv / 1000.0} if r.vddgfx_mv is not None else {}),
+        throttle=frozen_map(r.throttlers),
+        pcie_link_transfers_per_second=m.pcie_gts * 1e9,
+        pcie_max_link_transfers_per_second=m.pcie_gts * 1e9,
+        pcie_link_width=m.pcie_width,
+        pcie_max_link_width=m.pcie_width,
+        pcie_bandwidth_bytes_per_second=pcie_bw,
+        pcie_replays=r.pcie_replays,
+        pcie_recoveries=r.pcie_recoveries,
+        pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,
+        pcie_naks_received=r.pcie_naks_received if gcd.metrics_version >= (1, 5) else None,
+        xgmi_link_width=m.xgmi_link_width if mi300 else None,
+        xgmi_link_bits_per_second=m.xgmi_link_speed_gbps * m.xgmi_link_width * 1e9 if mi300 else None,
+        xgmi_link_up=frozen_map(
+            dict(enumerate(r.xgmi_links_up)) if r.xgmi_links_up and gcd.metrics_version >= (1, 7) else {}
+        ),
+        xgmi_read_bytes=frozen_map({i: kb * 1024.0 for i, kb in enumerate(r.xgmi_read_kb)} if r.xgmi_read_kb else {}),
+        xgmi_write_bytes=frozen_map(
+            {i: kb * 1024.0 for i, kb in enumerate(r.xgmi_write_kb)} if r.xgmi_write_kb else {}
+        ),
+        xgmi_error_events=0,
+        ecc_errors=frozen_map(
+            {
+                (block, kind): count
+                for block, (ue, ce) in r.ecc.items()
+                for kind, count in (("uncorrectable", ue), ("correctable", ce))
+            }
+        ),
+        ras_retired_pages=len(r.retired_pages),
+    )
+
+
+# ------------------------------------------------------------------------------------------ JSON
+_TUPLE_KEYED = {"temperature_thresholds", "ecc_errors"}
+_INT_KEYED = {"xgmi_link_up", "xgmi_read_bytes", "xgmi_write_bytes"}
+
+
+def _plain(value: Any, name: str = "") -> Any:
+    if isinstance(value, Mapping):
+        if name in _TUPLE_KEYED:
+            return {"/".join(k): v for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, TopologyLink):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_jsonable(devices: list[SimulatedDevice]) -> list[dict[str, Any]]:
+    return [
+        {
+            "gpu": d.gpu,
+            "identity": {f.name: _plain(getattr(d.identity, f.name), f.name) for f in fields(d.identity)},
+            "sample": {f.name: _plain(getattr(d.sample, f.name), f.name) for f in fields(d.sample)},
+        }
+        for d in devices
+    ]
+
+
+def _restore(cls: type, data: Mapping[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in _TUPLE_KEYED:
+            value = frozen_map({tuple(k.split("/")): v for k, v in value.items()})
+        elif f.name in _INT_KEYED:
+            value = frozen_map({int(k): v for k, v in value.items()})
+        elif f.name == "topology":
+            value = tuple(TopologyLink(**link) for link in value)
+        elif isinstance(value, dict):
+            value = frozen_map(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def from_jsonable(data: list[Mapping[str, Any]]) -> list[SimulatedDevice]:
+    return [
+        SimulatedDevice(d["gpu"], _restore(DeviceIdentity, d["identity"]), _restore(Sample, d["sample"])) for d in data
+    ]
+
+
+def load_truth_json(path: str | os.PathLike[str]) -> list[SimulatedDevice]:
+    """Read a file written by Simulator.write_truth_json."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return from_jsonable(data["devices"] if isinstance(data, dict) else data)

@@ -1,0 +1,163 @@
+"""Scenarios: what the GPUs are asked to do, as a pure function of (seed, GCD, elapsed seconds).
+
+The physics (power, clocks, heat) that follows from this lives in physics.py. Here only the
+demand: engine busy percentages, communication intensity and how much of the model is resident.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+SCENARIOS: tuple[str, ...] = ("idle", "training", "thermal-excursion")
+
+TRAINING_WARMUP_S = 3.0  # model load before the first step
+COMPUTE_FRACTION = 0.72  # share of a training step spent computing; the rest is all-reduce
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finaliser: a fast, well-spread integer hash."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def hash_unit(*parts: int) -> float:
+    """A deterministic number in [0, 1) from integer parts."""
+    h = 0x12345
+    for p in parts:
+        h = _mix(h ^ (p & _MASK64))
+    return (h >> 11) / float(1 << 53)
+
+
+@lru_cache(maxsize=1 << 16)
+def _lattice(seed: int, stream: int, gcd: int, k: int) -> float:
+    return hash_unit(seed, stream, gcd, k) * 2.0 - 1.0
+
+
+def smooth_noise(seed: int, stream: int, gcd: int, t: float, scale: float) -> float:
+    """Value noise in [-1, 1]: random at multiples of `scale` seconds, cosine-blended between."""
+    x = t / scale
+    k = math.floor(x)
+    frac = x - k
+    a = _lattice(seed, stream, gcd, k)
+    b = _lattice(seed, stream, gcd, k + 1)
+    w = (1.0 - math.cos(math.pi * frac)) * 0.5
+    return a + (b - a) * w
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    period: float = 10.0  # training step length, s
+    start: float = 30.0  # thermal-excursion: when cooling degrades, s
+    hot: float = 120.0  # thermal-excursion: how long it stays degraded, s
+    peak: float = 92.0  # thermal-excursion: junction peak, °C
+    gpus: tuple[int, ...] = field(default=(0,))  # thermal-excursion: affected GCD indices
+
+    @property
+    def trains(self) -> bool:
+        return self.name in ("training", "thermal-excursion")
+
+    def __str__(self) -> str:
+        if self.name == "idle":
+            return "idle"
+        opts = [f"period={self.period:g}"]
+        if self.name == "thermal-excursion":
+            opts += [f"start={self.start:g}", f"hot={self.hot:g}", f"peak={self.peak:g}"]
+            opts.append("gpus=" + "+".join(str(g) for g in self.gpus))
+        return f"{self.name}:{','.join(opts)}"
+
+    def excursion_weight(self, gcd: int, t: float) -> float:
+        """0..1: how far a GCD's cooling has degraded under the thermal excursion at time t."""
+        if self.name != "thermal-excursion" or gcd not in self.gpus:
+            return 0.0
+        ramp = max(0.5, min(10.0, self.hot / 4.0))
+        rise = _smoothstep((t - self.start) / ramp)
+        fall = 1.0 - _smoothstep((t - self.start - self.hot) / ramp)
+        return min(rise, fall)
+
+
+def _smoothstep(x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    return x * x * (3.0 - 2.0 * x)
+
+
+_OPTIONS = {
+    "idle": (),
+    "training": ("period",),
+    "thermal-excursion": ("period", "start", "hot", "peak", "gpus"),
+}
+
+
+def parse_scenario(spec: str) -> Scenario:
+    """Parse "idle", "training", "thermal-excursion:start=10,hot=60,gpus=0+3"; ValueError if bad."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"empty scenario: expected one of {', '.join(SCENARIOS)}")
+    name, _, opts = spec.strip().partition(":")
+    name = name.strip()
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
+    values: dict[str, object] = {}
+    for opt in (o for o in opts.split(",") if o.strip()):
+        key, sep, raw = opt.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if key not in _OPTIONS[name] or not sep:
+            allowed = ", ".join(_OPTIONS[name]) or "none"
+            raise ValueError(f"bad option {opt.strip()!r} for scenario {name!r}: options are {allowed}")
+        if key == "gpus":
+            try:
+                gpus = tuple(int(g) for g in raw.split("+"))
+            except ValueError:
+                raise ValueError(f"bad gpus={raw}: expected GCD indices joined by '+', e.g. 0+3") from None
+            if not gpus or min(gpus) < 0:
+                raise ValueError(f"bad gpus={raw}: indices must be 0 or more")
+            values[key] = gpus
+            continue
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ValueError(f"bad {key}={raw} for scenario {name!r}: expected a number") from None
+        if not math.isfinite(number) or number < 0 or (key in ("period", "hot") and number <= 0):
+            raise ValueError(f"bad {key}={raw} for scenario {name!r}: out of range")
+        values[key] = number
+    scenario = Scenario(name, **values)  # type: ignore[arg-type]
+    if scenario.peak <= 60 or scenario.peak >= 105:
+        raise ValueError(f"bad peak={scenario.peak:g}: a junction peak must be between 60 and 105 °C")
+    return scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What the workload asks of one GCD at one instant."""
+
+    gfx: float  # % busy
+    mem: float  # % busy
+    comm: float  # 0..1 communication intensity (XGMI/PCIe traffic)
+    load: float  # 0..1 share of the model resident in VRAM
+
+
+IDLE = Demand(0.0, 0.0, 0.0, 0.0)
+
+
+def demand(scenario: Scenario, seed: int, gcd: int, t: float) -> Demand:
+    if not scenario.trains or t < 0:
+        return IDLE
+    if t < TRAINING_WARMUP_S:
+        # loading the model and the first batches: host-to-device copies
+        return Demand(8.0 + 4.0 * smooth_noise(seed, 1, gcd, t, 0.7), 22.0, 0.35, t / TRAINING_WARMUP_S)
+    # all ranks step together (a collective ends each step); a rank's skew is tens of ms
+    skew = 0.08 * (hash_unit(seed, 7, gcd) * 2.0 - 1.0)
+    phase = ((t - TRAINING_WARMUP_S + skew) % scenario.period) / scenario.period
+    n_gfx = smooth_noise(seed, 2, gcd, t, 0.9)
+    n_mem = smooth_noise(seed, 3, gcd, t, 1.3)
+    if phase < COMPUTE_FRACTION:
+        return Demand(97.5 + 2.5 * n_gfx, 38.0 + 6.0 * n_mem, 0.04, 1.0)
+    return Demand(30.0 + 12.0 * n_gfx, 72.0 + 8.0 * n_mem, 1.0, 1.0)

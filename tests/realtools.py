@@ -1,0 +1,122 @@
+"""Helpers for tests that run real tools (rocm-smi, librocm_smi64, node_exporter, prometheus ...).
+
+A missing tool skips the test on a developer machine but FAILS it in CI (CI=true), so CI can
+never pass by quietly testing nothing.
+
+librocm_smi64 hard-codes /sys, so tools that use it run in a private mount namespace with the
+simulated tree bind-mounted over /sys and a private tmpfs on /dev/shm (the library keeps
+process-shared mutexes there; a private one means no stale lock from another test can block it).
+Needs root (CAP_SYS_ADMIN) for unshare/mount.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+ROCM_SMI_LIBRARY = "/usr/lib/librocm_smi64.so.1"
+NODE_EXPORTER = "prometheus-node-exporter"
+
+# $0 is the tree, "$@" the command: bind the tree over /sys, give the library its own /dev/shm
+_NAMESPACE_SCRIPT = 'mount --bind "$0" /sys && mount -t tmpfs tmpfs /dev/shm && exec "$@"'
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (required in CI)")
+    pytest.skip(message)
+
+
+def require_tool(name: str) -> str:
+    """Path of an executable (name on PATH or an absolute path); skip/fail when it is missing."""
+    path = name if os.path.isabs(name) and os.access(name, os.X_OK) else shutil.which(name)
+    if not path:
+        _missing(f"{name} is not installed")
+    assert path is not None
+    return path
+
+
+def require_file(path: str, what: str) -> str:
+    if not os.path.exists(path):
+        _missing(f"{what} ({path}) is not installed")
+    return path
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        _missing("running tools in a private mount namespace needs root")
+
+
+def namespace_argv(sys_dir: Path, argv: Sequence[str]) -> list[str]:
+    """The command line that runs argv with sys_dir mounted over /sys in a private namespace."""
+    require_root()
+    unshare = require_tool("unshare")
+    return [unshare, "-m", "--propagation", "private", "sh", "-c", _NAMESPACE_SCRIPT, str(sys_dir), *argv]
+
+
+def run_in_sysfs_namespace(
+    sys_dir: Path, argv: list[str], timeout: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run argv to completion with sys_dir as /sys; text output captured."""
+    return subprocess.run(
+        namespace_argv(sys_dir, argv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(env) if env is not None else None,
+        check=False,
+    )
+
+
+def start_in_sysfs_namespace(
+    sys_dir: Path, argv: list[str], env: Mapping[str, str] | None = None, **popen_kwargs: object
+) -> subprocess.Popen[str]:
+    """Start a long-running argv (a server) with sys_dir as /sys. The caller stops it."""
+    kwargs: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    kwargs.update(popen_kwargs)
+    return subprocess.Popen(  # type: ignore[call-overload]
+        namespace_argv(sys_dir, argv), env=dict(env) if env is not None else None, **kwargs
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """Wait until something listens on 127.0.0.1:port; fail early if the process died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"process exited with {process.returncode} before listening: {err or out}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listened on 127.0.0.1:{port} within {timeout} s")
+
+
+def stop(process: subprocess.Popen[str], timeout: float = 5.0) -> None:
+    """Terminate a process we started (by its own pid), killing it if it will not go."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
