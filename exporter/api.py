@@ -78,9 +78,7 @@ class MetricsFastPath:
         elif scope["method"] == "GET":
             body_to_send = body
         else:
-            await _send(
-                send, 405, b"text/plain; charset=utf-8", b"method not allowed\n", [(b"allow", b"GET, HEAD")]
-            )
+            await _send(send, 405, b"text/plain; charset=utf-8", b"method not allowed\n", [(b"allow", b"GET, HEAD")])
             return
         await _send(send, 200, content_type, body_to_send, extra, content_length=len(body))
 
@@ -145,9 +143,7 @@ def device_json(state: DeviceState) -> dict[str, Any]:
 
 def alert_json(alert: AlertState, command: str) -> dict[str, Any]:
     data = dataclasses.asdict(alert)
-    data["state"] = (
-        "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
-    )
+    data["state"] = "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
     data["suggested_command"] = command or None
     data["note"] = "A suggestion only: the exporter never changes GPU settings."
     return data
@@ -191,8 +187,7 @@ def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/
             {
                 "taken_at": snapshot.taken_at,
                 "alerts": [
-                    alert_json(a, state.alert_commands.get((a.gpu, a.alert), a.suggestion))
-                    for a in snapshot.alerts
+                    alert_json(a, state.alert_commands.get((a.gpu, a.alert), a.suggestion)) for a in snapshot.alerts
                 ],
             }
         )

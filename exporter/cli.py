@@ -50,9 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = _settings(
                 "amdgpu-exporter snapshot", "Poll every device once and print the result as JSON.", argv
             )
-            configure_logging(
-                settings.log_level, "console" if settings.log_format == "auto" else settings.log_format
-            )
+            configure_logging(settings.log_level, "console" if settings.log_format == "auto" else settings.log_format)
             return _snapshot(settings)
         settings = _settings(
             "amdgpu-exporter", "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).", argv
@@ -82,9 +80,7 @@ def _snapshot(settings: Settings) -> int:
 
     async def run() -> int:
         source, name, _ = select_source(settings, settings.path_sysfs)
-        poller = Poller(
-            source, interval=settings.interval, read_timeout=settings.read_timeout, source_name=name
-        )
+        poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name=name)
         try:
             if not poller.discover():
                 raise StartupError(f"no AMD GPU found under {settings.path_sysfs}/class/drm")

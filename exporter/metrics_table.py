@@ -59,16 +59,13 @@ def _pcie_naks(sample: Sample) -> Iterable[LabelledValue]:
         yield ("received",), float(sample.pcie_naks_received)
 
 
-_POLL_NOTE = (
-    " Read by the exporter's poll loop, not at scrape time; see amdgpu_sample_timestamp_seconds for its age."
-)
+_POLL_NOTE = " Read by the exporter's poll loop, not at scrape time; see amdgpu_sample_timestamp_seconds for its age."
 
 DEVICE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "amdgpu_temperature_celsius",
         "gauge",
-        "Temperature of a sensor: edge, junction (hotspot), memory, hbm0..3, vr_gfx, vr_soc, vr_mem."
-        + _POLL_NOTE,
+        "Temperature of a sensor: edge, junction (hotspot), memory, hbm0..3, vr_gfx, vr_soc, vr_mem." + _POLL_NOTE,
         ("sensor",),
         _mapping("temperatures"),
     ),
@@ -187,9 +184,7 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         (),
         _scalar("pcie_bandwidth_bytes_per_second"),
     ),
-    MetricSpec(
-        "amdgpu_pcie_replays", "counter", "PCIe replays (NAKs sent + received).", (), _scalar("pcie_replays")
-    ),
+    MetricSpec("amdgpu_pcie_replays", "counter", "PCIe replays (NAKs sent + received).", (), _scalar("pcie_replays")),
     MetricSpec(
         "amdgpu_pcie_recoveries",
         "counter",
@@ -198,9 +193,7 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         _scalar("pcie_recoveries"),
     ),
     MetricSpec("amdgpu_pcie_naks", "counter", "PCIe NAKs by direction.", ("direction",), _pcie_naks),
-    MetricSpec(
-        "amdgpu_xgmi_link_width", "gauge", "XGMI link width in lanes.", (), _scalar("xgmi_link_width")
-    ),
+    MetricSpec("amdgpu_xgmi_link_width", "gauge", "XGMI link width in lanes.", (), _scalar("xgmi_link_width")),
     MetricSpec(
         "amdgpu_xgmi_link_bits_per_second",
         "gauge",
@@ -243,7 +236,5 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         ("block", "type"),
         _mapping("ecc_errors"),
     ),
-    MetricSpec(
-        "amdgpu_ras_retired_pages", "gauge", "VRAM pages retired by RAS.", (), _scalar("ras_retired_pages")
-    ),
+    MetricSpec("amdgpu_ras_retired_pages", "gauge", "VRAM pages retired by RAS.", (), _scalar("ras_retired_pages")),
 )

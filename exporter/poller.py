@@ -106,9 +106,7 @@ class Poller:
         wanted = len(self._devices) + 2
         if self._executor is None or wanted > self._executor_size:
             old = self._executor
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=wanted, thread_name_prefix="read"
-            )
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=wanted, thread_name_prefix="read")
             self._executor_size = wanted
             if old is not None:
                 old.shutdown(wait=False)
@@ -162,9 +160,7 @@ class Poller:
         reason = error.reason if isinstance(error, SourceError) else type(error).__name__
         tracked.read_errors[reason] = tracked.read_errors.get(reason, 0) + 1
         if tracked.up or tracked.down_reason != reason:
-            log.warning(
-                "read_failed", pci_bus_id=tracked.identity.pci_bus_id, reason=reason, error=str(error)
-            )
+            log.warning("read_failed", pci_bus_id=tracked.identity.pci_bus_id, reason=reason, error=str(error))
         tracked.up = False
         tracked.down_reason = reason
 

@@ -31,11 +31,7 @@ def test_precedence_flag_env_file(tmp_path: Path) -> None:
     assert s.interval == 0.25  # flag beats file
     assert s.read_timeout == 4.0  # env beats file
     assert s.source == "sysfs"  # file beats default
-    assert (
-        s.origins["interval"] == "flag"
-        and s.origins["read-timeout"] == "env"
-        and s.origins["source"] == "file"
-    )
+    assert s.origins["interval"] == "flag" and s.origins["read-timeout"] == "env" and s.origins["source"] == "file"
 
 
 def test_repeatable_and_env_lists() -> None:

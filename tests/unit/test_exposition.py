@@ -40,9 +40,7 @@ def _snapshot() -> Snapshot:
         ecc_errors=frozen_map({("umc", "correctable"): 3}),
         pcie_naks_sent=4,
     )
-    die1 = Sample(
-        timestamp=1000.0, temperatures=frozen_map({"junction": 65.0}), busy=frozen_map({"gfx": 0.5})
-    )
+    die1 = Sample(timestamp=1000.0, temperatures=frozen_map({"junction": 65.0}), busy=frozen_map({"gfx": 0.5}))
     return Snapshot(
         taken_at=1001.0,
         devices=(
@@ -68,9 +66,7 @@ def test_values_labels_and_absence() -> None:
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] == 71.0
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "hbm0")))] == 60.0
     assert samples[("amdgpu_energy_joules_total", (("gpu", "0"),))] == 12345.5
-    assert (
-        samples[("amdgpu_ecc_errors_total", (("block", "umc"), ("gpu", "0"), ("type", "correctable")))] == 3
-    )
+    assert samples[("amdgpu_ecc_errors_total", (("block", "umc"), ("gpu", "0"), ("type", "correctable")))] == 3
     assert samples[("amdgpu_pcie_naks_total", (("direction", "sent"), ("gpu", "0")))] == 4
     # die 1 supplies no power: no series at all, not a zero
     assert ("amdgpu_power_watts", (("gpu", "1"),)) not in samples
@@ -86,10 +82,7 @@ def test_values_labels_and_absence() -> None:
         (("gpu", "0"), ("hops", "1"), ("peer", "1"), ("type", "xgmi"), ("weight", "15")),
     )
     assert samples[key] == 1
-    assert (
-        samples[("amdgpu_alert_firing", (("alert", "GpuJunctionHot"), ("gpu", "0"), ("severity", "warning")))]
-        == 1
-    )
+    assert samples[("amdgpu_alert_firing", (("alert", "GpuJunctionHot"), ("gpu", "0"), ("severity", "warning")))] == 1
     assert samples[("amdgpu_clock_down_suggested_ratio", (("gpu", "0"),))] == 0.1
     assert samples[("amdgpu_clock_down_suggested_ratio", (("gpu", "1"),))] == 0.0
     assert samples[("amdgpu_suggested_gfx_clock_max_hertz", (("gpu", "0"),))] == 1.53e9
