@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+# amdgpu-exporter container image.
+#
+#   docker build -t amdgpu-exporter .
+#   docker run -d -p 9442:9442 amdgpu-exporter
+#
+# The exporter only reads sysfs, which is world-readable, and a container's /sys shows the host's
+# GPUs: no volume, device or capability is needed (--read-only --tmpfs /tmp --cap-drop=ALL is fine).
+# deploy/kubernetes/daemonset.yaml runs the image with the same arguments as CMD below (a test keeps
+# the two identical). tests/integration/test_dockerfile.py lints this file with hadolint and replays
+# the Python install steps on the host.
+
+# Stage 1: pip fetches or builds every wheel the exporter needs, so stage 2 needs no index and no
+# build tooling (add a compiler here, not there, if a dependency ever ships no wheel).
+FROM python:3.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY exporter ./exporter
+RUN python -m pip wheel --wheel-dir /wheels .
+
+# Stage 2: the runtime. No compiler, no pip cache, no wheels left behind.
+FROM python:3.11-slim-bookworm
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    ROCM_PATH=/opt/rocm
+
+# librocm_smi64 for --source=rocm-smi (--source=auto falls back to sysfs without it). pyrsmi loads
+# $ROCM_PATH/lib/librocm_smi64.so; Debian ships the library as /usr/lib/librocm_smi64.so.1.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends librocm-smi64-1=5.2.3-2 \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /opt/rocm/lib \
+ && ln -s /usr/lib/librocm_smi64.so.1 /opt/rocm/lib/librocm_smi64.so
+
+# The wheels come in through a bind mount, so no layer keeps a copy of them. --no-index: the
+# runtime stage installs exactly what stage 1 resolved.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python -m venv /opt/amdgpu-exporter \
+ && /opt/amdgpu-exporter/bin/pip install --no-index --find-links=/wheels /wheels/amdgpu_exporter-*.whl
+
+# 65534 = nobody in the Debian base image. Numeric, so that Kubernetes' runAsNonRoot can check it.
+USER 65534:65534
+EXPOSE 9442
+# slim has no curl: ask /healthz with the venv's own Python.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["/opt/amdgpu-exporter/bin/python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9442/healthz', timeout=4)"]
+ENTRYPOINT ["/opt/amdgpu-exporter/bin/amdgpu-exporter"]
+CMD ["--web.listen-address=:9442", "--log.format=json"]

