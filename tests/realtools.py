@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,13 +35,22 @@ def _missing(message: str) -> None:
     pytest.skip(message)
 
 
-def require_tool(name: str) -> str:
-    """Path of an executable (name on PATH or an absolute path); skip/fail when it is missing."""
-    path = name if os.path.isabs(name) and os.access(name, os.X_OK) else shutil.which(name)
-    if not path:
-        _missing(f"{name} is not installed")
-    assert path is not None
-    return path
+def require_tool(name: str, path: str | None = None) -> str:
+    """Path of an executable; skip when missing, fail under CI=true.
+
+    An absolute path is taken as is; otherwise the project's venv (PyPI-installed tools) is
+    searched first, then PATH; `path` pins the search to one folder.
+    """
+    if os.path.isabs(name):
+        found = name if os.access(name, os.X_OK) else None
+    elif path:
+        found = shutil.which(name, path=path)
+    else:
+        found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if not found:
+        _missing(f"{name} is not installed (see DEBIAN_TEST_PACKAGES in the Makefile and the test extras)")
+    assert found is not None
+    return found
 
 
 def require_file(path: str, what: str) -> str:

