@@ -9,7 +9,7 @@ DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter promet
 DEBIAN_BENCH_PACKAGES := wrk strace
 LISTEN ?= 127.0.0.1:9442
 
-.PHONY: demo test lint typecheck unit integration bench debian-test-packages debian-bench-packages clean
+.PHONY: demo demo-stack test lint typecheck unit integration bench debian-test-packages debian-bench-packages clean
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(BIN)/.installed
 	@echo "amdgpu-exporter demo: a simulated node (4 x MI250X = 8 GCDs) on http://$(LISTEN)/"
 	@echo "  metrics: http://$(LISTEN)/metrics   devices: http://$(LISTEN)/api/v1/devices   alerts: http://$(LISTEN)/api/v1/alerts"
 	$(BIN)/amdgpu-exporter --demo --web.listen-address=$(LISTEN) $(ARGS)
+
+# The demo exporter beside Debian's Prometheus and Alertmanager, pages printed in the terminal; Ctrl-C stops all.
+# ARGS='--fast' pages within ~30 s instead of ~2 min (see deploy/demo/demo_stack.py --help).
+demo-stack: $(BIN)/.installed
+	@./.ci/install-debian-packages prometheus prometheus-alertmanager
+	$(BIN)/python deploy/demo/demo_stack.py $(ARGS)
 
 debian-test-packages:
 	@./.ci/install-debian-packages $(DEBIAN_TEST_PACKAGES)
