@@ -12,7 +12,8 @@ LISTEN ?= 127.0.0.1:9442
 .PHONY: demo demo-stack test lint typecheck unit integration bench debian-test-packages debian-bench-packages clean
 
 $(BIN)/.installed: pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || \
+		{ rm -rf $(VENV); ./.ci/install-debian-packages python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $@
