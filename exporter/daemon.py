@@ -78,11 +78,19 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
         if not ok:
             raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
-        return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", "chosen by --source"
+        return _rocm_smi_source(settings, sysfs), "rocm-smi", "chosen by --source"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
     if ok:
-        return rocm_smi.RocmSmiSource(fallback=sysfs), "rocm-smi", f"auto: {reason}"
+        return _rocm_smi_source(settings, sysfs), "rocm-smi", f"auto: {reason}"
     return sysfs, "sysfs", f"auto: ROCm SMI library unusable ({reason})"
+
+
+def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
+    from exporter.sources import rocm_smi
+
+    # The worker's own call deadline fires before the poller's, so a hung library call is
+    # attributed (and the worker restarted) by the supervisor rather than merely timed out.
+    return rocm_smi.RocmSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75)
 
 
 def open_listener(host: str, port: int) -> socket.socket:

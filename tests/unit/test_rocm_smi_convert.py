@@ -127,7 +127,8 @@ def test_pcie_link_current_from_gpu_metrics_max_from_dpm_levels() -> None:
 
 
 def test_pcie_esm_code_is_left_out_and_the_dpm_level_used() -> None:
-    readings = {**FAST, "gpu_metrics": {**FAST["gpu_metrics"], "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
+    metrics = dict(FAST["gpu_metrics"])  # type: ignore[call-overload]
+    readings = {**FAST, "gpu_metrics": {**metrics, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
     sample = make(readings)
     # ESM code 172 is not a rate: the marked pp_dpm_pcie level (index 0) stands instead
     assert sample.pcie_link_transfers_per_second == 16e9

@@ -43,13 +43,23 @@ def test_library_search_tries_rocm_path_first_and_the_debian_name() -> None:
     assert len(candidates) == len(set(candidates))
 
 
-def test_find_library_resolves_the_first_existing_candidate(tmp_path: Path) -> None:
+def test_find_library_returns_the_first_existing_candidate(tmp_path: Path) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
     real = lib / "librocm_smi64.so.1.0"
     real.write_bytes(b"")
     (lib / "librocm_smi64.so.1").symlink_to(real.name)
-    assert rc.find_library({"ROCM_PATH": str(tmp_path)}) == str(real)
+    assert rc.find_library({"ROCM_PATH": str(tmp_path)}) == str(lib / "librocm_smi64.so.1")
+    (lib / "librocm_smi64.so").symlink_to(real.name)
+    assert rc.find_library({"ROCM_PATH": str(tmp_path)}) == str(lib / "librocm_smi64.so")
+
+
+def test_pyrsmi_gets_a_rocm_path_whose_lib_holds_the_library(tmp_path: Path) -> None:
+    from exporter.sources.rocm_smi_supervisor import prepare_rocm_path
+
+    folder = prepare_rocm_path("/usr/lib/librocm_smi64.so.1", str(tmp_path / "rocm"))
+    assert os.readlink(os.path.join(folder, "lib", "librocm_smi64.so")) == "/usr/lib/librocm_smi64.so.1"
+    assert prepare_rocm_path("/usr/lib/librocm_smi64.so.1", folder) == folder  # idempotent
 
 
 def test_breadcrumbs_round_trip_and_blame_the_aborting_thread() -> None:

@@ -1,0 +1,314 @@
+"""Pure conversions: what the rocm_smi worker read (library units) -> the data model (SI units).
+
+Library units: temperatures millidegrees C (gpu_metrics fields whole degrees C), power and caps
+microwatts, memory bytes, clocks Hz, PCIe rates transfers/s, voltage millivolts, energy as raw
+accumulator ticks (the library's own 15.3 uJ resolution is replaced by the hardware's 2^-16 J).
+
+Field by field the rules are the ones the sysfs source applies to the same files, so the two
+sources agree on the same tree: all-ones gpu_metrics fields are absent, a power cap of 0 (MI250X
+second die) is no cap, the second die of a dual-die package shows no power or energy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.sources.rocm_smi_ctypes import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
+
+_U16_NONE = 0xFFFF
+_U32_NONE = 0xFFFFFFFF
+# gpu_metrics pcie_link_speed is in 0.1 GT/s. Aldebaran reports an ESM link as a code in 128..255
+# that is not a rate; like the gpu_metrics decoder, such a value is left out, not mis-scaled.
+_PCIE_RATES_100MTS = frozenset({25, 50, 80, 160, 320, 640})
+_ESM_CODES = range(128, 256)
+_HBM_SENSORS = ("hbm0", "hbm1", "hbm2", "hbm3")
+_METRICS_TEMPERATURES = {
+    "vr_gfx": "temperature_vrgfx",
+    "vr_soc": "temperature_vrsoc",
+    "vr_mem": "temperature_vrmem",
+}
+# gpu_metrics current clocks (MHz) -> our domain; the same fields the gpu_metrics decoder uses.
+_METRICS_CLOCKS = {
+    "gfx": "current_gfxclk",
+    "soc": "current_socclk",
+    "memory": "current_uclk",
+    "video": "current_vclk0",
+    "decode": "current_dclk0",
+}
+_METRICS_BUSY = {"media": "average_mm_activity"}
+_RETIRED = "0"  # rsmi_memory_page_status_t RSMI_MEM_PAGE_STATUS_RESERVED
+
+
+def _u16(table: Mapping[str, Any], name: str) -> int | None:
+    value = table.get(name)
+    return None if value is None or value == _U16_NONE else int(value)
+
+
+def temperatures(readings: Mapping[str, Any]) -> dict[str, float]:
+    """Sensor -> °C: hwmon sensors through rsmi_dev_temp_metric_get, the rest from gpu_metrics."""
+    result: dict[str, float] = {}
+    for sensor, metrics in readings.get("temperatures", {}).items():
+        if "current" in metrics:
+            result[sensor] = metrics["current"] / 1000.0
+    table = readings.get("gpu_metrics") or {}
+    for sensor, name in _METRICS_TEMPERATURES.items():
+        celsius = _u16(table, name)
+        if celsius is not None:
+            result[sensor] = float(celsius)
+    for sensor, celsius in zip(_HBM_SENSORS, table.get("temperature_hbm", ()), strict=False):
+        if celsius != _U16_NONE:
+            result[sensor] = float(celsius)
+    return result
+
+
+def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    result: dict[tuple[str, str], float] = {}
+    for sensor, metrics in slow.get("temperatures", {}).items():
+        for threshold in ("critical", "emergency"):
+            if threshold in metrics:
+                result[(sensor, threshold)] = metrics[threshold] / 1000.0
+    return result
+
+
+def _watts(microwatts: int | None) -> float | None:
+    return None if microwatts is None else microwatts / 1e6
+
+
+def _cap(microwatts: int | None) -> float | None:
+    # MI250X die 1 reports a cap of 0: there is no cap to show, not a cap of zero.
+    return _watts(microwatts) if microwatts else None
+
+
+def energy_joules(readings: Mapping[str, Any]) -> float | None:
+    """The accumulator times the hardware tick (2^-16 J), not the library's 15.3 uJ."""
+    energy = readings.get("energy")
+    if not energy:
+        return None
+    ticks = int(energy["ticks"])
+    if ticks == (1 << 64) - 1:
+        return None
+    return ticks * ENERGY_TICK_JOULES
+
+
+def busy(readings: Mapping[str, Any]) -> dict[str, float]:
+    result: dict[str, float] = {}
+    if readings.get("busy_percent") is not None:
+        result["gfx"] = readings["busy_percent"] / 100.0
+    if readings.get("memory_busy_percent") is not None:
+        result["memory"] = readings["memory_busy_percent"] / 100.0
+    table = readings.get("gpu_metrics") or {}
+    for engine, name in _METRICS_BUSY.items():
+        percent = _u16(table, name)
+        if percent is not None:
+            result[engine] = percent / 100.0
+    return result
+
+
+def _current_level(levels: list[int], current: int) -> int | None:
+    # The library leaves `current` out of range (RSMI_MAX_NUM_FREQUENCIES + 1 or -1) when no
+    # level is marked.
+    return levels[current] if 0 <= current < min(len(levels), RSMI_MAX_NUM_FREQUENCIES) else None
+
+
+def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """(current, max) Hz per domain: DPM tables on the slow schedule, gpu_metrics every read."""
+    current: dict[str, float] = {}
+    maximum: dict[str, float] = {}
+    for domain, table in slow.get("clocks", {}).items():
+        levels = [int(hz) for hz in table.get("hertz", ())]
+        if not levels:
+            continue
+        maximum[domain] = float(max(levels))
+        level = _current_level(levels, int(table.get("current", -1)))
+        if level is not None:
+            current[domain] = float(level)
+    metrics = readings.get("gpu_metrics") or {}
+    for domain, name in _METRICS_CLOCKS.items():
+        mhz = _u16(metrics, name)
+        if mhz is not None:
+            current[domain] = mhz * 1e6
+    return current, maximum
+
+
+def pcie_link(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
+    """Current link from gpu_metrics (else the marked pp_dpm_pcie level), max from pp_dpm_pcie."""
+    result: dict[str, Any] = {}
+    levels = slow.get("pcie_levels") or {}
+    rates = [int(r) for r in levels.get("transfers", ())]
+    lanes = [int(n) for n in levels.get("lanes", ())]
+    if rates:
+        result["pcie_max_link_transfers_per_second"] = float(max(rates))
+    if lanes:
+        result["pcie_max_link_width"] = max(lanes)
+    index = int(levels.get("current", -1))
+    if 0 <= index < min(len(rates), len(lanes)):
+        result["pcie_link_transfers_per_second"] = float(rates[index])
+        result["pcie_link_width"] = lanes[index]
+    metrics = readings.get("gpu_metrics") or {}
+    width = _u16(metrics, "pcie_link_width")
+    speed = _u16(metrics, "pcie_link_speed")
+    if width is not None:
+        result["pcie_link_width"] = width
+    if speed is not None and not (speed in _ESM_CODES and speed not in _PCIE_RATES_100MTS):
+        result["pcie_link_transfers_per_second"] = speed * 1e8
+    return result
+
+
+def pcie_bandwidth(readings: Mapping[str, Any]) -> float | None:
+    """(sent + received) x max payload: an upper bound over the kernel's 1 s window."""
+    throughput = readings.get("pcie_throughput")
+    if not throughput:
+        return None
+    return float((int(throughput["sent"]) + int(throughput["received"])) * int(throughput["max_payload"]))
+
+
+def ecc(slow: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    result: dict[tuple[str, str], int] = {}
+    for block, (correctable, uncorrectable) in slow.get("ecc", {}).items():
+        result[(block, "correctable")] = int(correctable)
+        result[(block, "uncorrectable")] = int(uncorrectable)
+    return result
+
+
+def retired_pages(slow: Mapping[str, Any]) -> int | None:
+    """Pages retired for good (status reserved); pending and unreservable ones are not counted."""
+    by_status = slow.get("retired_pages")
+    if by_status is None:
+        return None
+    return int(by_status.get(_RETIRED, 0))
+
+
+def sample_from_readings(
+    readings: Mapping[str, Any],
+    slow: Mapping[str, Any],
+    *,
+    timestamp: float,
+    secondary_die: bool,
+    xgmi_error_events: int | None = None,
+) -> Sample:
+    """One Sample from a fast read plus the latest slow read of the same device."""
+    current_clocks, max_clocks = clocks(readings, slow)
+    power = _watts(readings.get("power_average"))
+    energy = energy_joules(readings)
+    if secondary_die:
+        # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
+        power = energy = None
+    voltages = {}
+    if readings.get("vddgfx_mv") is not None:
+        voltages["gfx"] = readings["vddgfx_mv"] / 1000.0
+    return Sample(
+        timestamp=timestamp,
+        temperatures=frozen_map(temperatures(readings)),
+        temperature_thresholds=frozen_map(thresholds(slow)),
+        power_watts=power,
+        power_cap_watts=_cap(slow.get("power_cap")),
+        power_cap_max_watts=_cap(slow.get("power_cap_max")),
+        energy_joules=energy,
+        busy=frozen_map(busy(readings)),
+        memory_used_bytes=frozen_map({k: float(v) for k, v in readings.get("memory_used", {}).items()}),
+        memory_total_bytes=frozen_map({k: float(v) for k, v in slow.get("memory_total", {}).items()}),
+        clocks_hertz=frozen_map(current_clocks),
+        clocks_max_hertz=frozen_map(max_clocks),
+        voltages_volts=frozen_map(voltages),
+        pcie_bandwidth_bytes_per_second=pcie_bandwidth(readings),
+        pcie_replays=slow.get("pcie_replays"),
+        xgmi_error_events=xgmi_error_events,
+        ecc_errors=frozen_map(ecc(slow)),
+        ras_retired_pages=retired_pages(slow),
+        **pcie_link(readings, slow),
+    )
+
+
+_MAPPING_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(Sample)
+    if f.name != "timestamp" and isinstance(getattr(Sample(0.0), f.name), Mapping)
+)
+_SCALAR_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Sample) if f.name != "timestamp" and f.name not in _MAPPING_FIELDS
+)
+
+
+def overlay(fallback: Sample, library: Sample) -> Sample:
+    """The library's values, with the fallback's for whatever the library did not supply.
+
+    Mappings merge per key (a library reading wins over the fallback's for the same key).
+    """
+    changes: dict[str, Any] = {"timestamp": library.timestamp}
+    for name in _SCALAR_FIELDS:
+        value = getattr(library, name)
+        changes[name] = value if value is not None else getattr(fallback, name)
+    for name in _MAPPING_FIELDS:
+        merged = {**getattr(fallback, name), **getattr(library, name)}
+        changes[name] = frozen_map(merged)
+    return Sample(**changes)
+
+
+def identity_from_library(
+    ident: Mapping[str, Any],
+    *,
+    pci_bus_id: str,
+    card: str,
+    device_dir: str,
+    driver_version: str,
+    peer_bus_ids: Mapping[int, str],
+) -> DeviceIdentity:
+    """A DeviceIdentity from the worker's identify() answer (no fallback to fill the rest)."""
+    numa = ident.get("numa_node")
+    return DeviceIdentity(
+        pci_bus_id=pci_bus_id,
+        card=card,
+        device_dir=device_dir,
+        unique_id=str(ident.get("unique_id", "")),
+        device_id=str(ident.get("device_id", "")),
+        product=str(ident.get("product", "")),
+        serial=str(ident.get("serial", "")),
+        vbios=str(ident.get("vbios", "")),
+        driver_version=driver_version,
+        xgmi_hive_id=str(ident.get("xgmi_hive_id", "")),
+        numa_node=numa if isinstance(numa, int) and 0 <= numa < 1 << 31 else None,
+        firmware=frozen_map({block: f"0x{int(v):08x}" for block, v in ident.get("firmware", {}).items()}),
+        topology=direct_links(ident.get("links", ()), peer_bus_ids),
+        gpu_metrics_version=str(ident.get("gpu_metrics_version", "")),
+    )
+
+
+def direct_links(links: Iterable[Mapping[str, Any]], peer_bus_ids: Mapping[int, str]) -> tuple[TopologyLink, ...]:
+    """GPU-to-GPU links one hop long: what a KFD io_link between two GPU nodes describes.
+
+    The library also reports multi-hop paths through the CPU (hops 2..4), which are not links.
+    """
+    result = []
+    for link in links:
+        peer = peer_bus_ids.get(int(link["peer"]))
+        if peer is None or int(link["hops"]) != 1:
+            continue
+        kind = IO_LINK_TYPES.get(int(link["type"]), f"type{link['type']}")
+        result.append(TopologyLink(peer, kind, 1, int(link.get("weight") or 0)))
+    return tuple(sorted(result, key=lambda item: (item.peer_pci_bus_id, item.link_type)))
+
+
+def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceIdentity:
+    """The fallback's identity with what the library read put over it.
+
+    The library cannot see CPU io_links, partitions, packages or hwmon folders; those stay. The
+    product name stays the fallback's when it has one: without a product_name file the library
+    falls back to pci.ids names, a different spelling of the same board.
+    """
+    cpu_links = tuple(link for link in fallback.topology if not link.peer_pci_bus_id)
+    return dataclasses.replace(
+        fallback,
+        unique_id=library.unique_id or fallback.unique_id,
+        device_id=library.device_id or fallback.device_id,
+        product=fallback.product or library.product,
+        serial=library.serial or fallback.serial,
+        vbios=library.vbios or fallback.vbios,
+        driver_version=library.driver_version or fallback.driver_version,
+        xgmi_hive_id=library.xgmi_hive_id or fallback.xgmi_hive_id,
+        numa_node=library.numa_node if library.numa_node is not None else fallback.numa_node,
+        firmware=frozen_map({**fallback.firmware, **library.firmware}),
+        topology=tuple(sorted(library.topology + cpu_links, key=lambda item: (item.peer_pci_bus_id, item.link_type))),
+    )

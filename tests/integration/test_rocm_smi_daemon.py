@@ -1,0 +1,221 @@
+"""The daemon with --source rocm-smi (real librocm_smi64 5.2.3 in its supervised worker), run in a
+private mount namespace over the simulator's tree, scraped over HTTP like Prometheus would.
+
+- equality: its /metrics equal a --source sysfs daemon's over the same frozen tree, metric by
+  metric (only the exporter's own series and wall-clock sample times may differ);
+- MI300X: the library aborts on it, the daemon stays up, every device answers, restarts count;
+- hung file: a FIFO in place of one GCD's power file takes that GCD down within two cycles, the
+  others keep updating, nothing leaks over 50 cycles, and it comes back once the file does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.simulator import Simulator
+from tests.realtools import (
+    ROCM_SMI_LIBRARY,
+    free_port,
+    require_file,
+    start_in_sysfs_namespace,
+    stop,
+    wait_for_port,
+)
+
+pytestmark = pytest.mark.integration
+
+EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+# Series that describe the exporter process or a wall-clock instant, not the GPUs.
+NOT_GPU_VALUES = ("amdgpu_exporter_", "amdgpu_sample_timestamp_seconds")
+
+
+def scrape(port: int) -> Series:
+    response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    if response.status_code == 503:  # before the first poll cycle
+        return {}
+    response.raise_for_status()
+    text = response.text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def gpu_values(series: Series) -> Series:
+    return {key: value for key, value in series.items() if not key[0].startswith(NOT_GPU_VALUES)}
+
+
+def get(series: Series, name: str, **labels: str) -> float | None:
+    return series.get((name, tuple(sorted(labels.items()))))
+
+
+def frozen_tree(tmp_path: Path, fleet: str, scenario: str, elapsed: float) -> Path:
+    sim = Simulator(tmp_path / "sys", fleet, scenario, seed=11)
+    sim.write_tree()
+    sim.tick(elapsed)
+    return tmp_path / "sys"
+
+
+def give_mi300x_a_vddgfx_label(sys_dir: Path) -> None:
+    """Without in0_label on every GPU, librocm_smi64 5.2.3 fails rsmi_init for the whole node (see
+    test_rocm_smi_source); with it, the library reaches the MI300X code paths that abort."""
+    for hwmon in sys_dir.glob("class/drm/card[0-9]*/device/hwmon/hwmon*"):
+        if not (hwmon / "in0_label").exists():
+            (hwmon / "in0_label").write_text("vddgfx\n")
+
+
+@contextmanager
+def daemon(sys_dir: Path, source: str, *extra: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """A daemon over sys_dir: rocm-smi inside a namespace with sys_dir as /sys, sysfs outside."""
+    port = free_port()
+    common = [f"--web.listen-address=127.0.0.1:{port}", "--interval=200ms", "--log.format=json", *extra]
+    if source == "rocm-smi":
+        require_file(ROCM_SMI_LIBRARY, "librocm_smi64 (Debian librocm-smi64-1)")
+        process = start_in_sysfs_namespace(
+            sys_dir, [EXPORTER, "--source=rocm-smi", "--path.sysfs=/sys", *common], stdout=subprocess.DEVNULL
+        )
+    else:
+        process = subprocess.Popen(
+            [EXPORTER, "--source=sysfs", f"--path.sysfs={sys_dir}", *common],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        wait_for_port(port, process, timeout=20)
+        yield port, process
+    finally:
+        stop(process)
+
+
+def wait_for(port: int, ready: Callable[[Series], bool], timeout: float = 15.0) -> Series:
+    deadline = time.monotonic() + timeout
+    while True:
+        series = scrape(port)
+        if ready(series) or time.monotonic() > deadline:
+            return series
+        time.sleep(0.1)
+
+
+def settled(gpus: int, with_pcie_bw: int) -> Callable[[Series], bool]:
+    """Every GPU up and the background pcie_bw reader's figures in."""
+
+    def ready(series: Series) -> bool:
+        up = sum(1 for (name, _), value in series.items() if name == "amdgpu_up" and value == 1)
+        bw = sum(1 for (name, _), _v in series.items() if name == "amdgpu_pcie_bandwidth_bytes_per_second")
+        return up == gpus and bw >= with_pcie_bw
+
+    return ready
+
+
+def test_rocm_smi_daemon_metrics_equal_the_sysfs_daemons(tmp_path: Path) -> None:
+    sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X", "training", 23.0)
+    with daemon(sys_dir, "rocm-smi") as (rocm_port, _), daemon(sys_dir, "sysfs") as (sysfs_port, _):
+        ours = wait_for(rocm_port, settled(3, 3))
+        theirs = wait_for(sysfs_port, settled(3, 3))
+    assert get(
+        ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="chosen by --source", version="0.1.0"
+    )
+    assert get(ours, "amdgpu_exporter_worker_restarts_total") == 0
+    ours_gpu, theirs_gpu = gpu_values(ours), gpu_values(theirs)
+    assert len(ours_gpu) > 250  # every family of the contract that the tree supplies, for 3 GCDs
+    only_ours = sorted(set(ours_gpu) - set(theirs_gpu))
+    only_theirs = sorted(set(theirs_gpu) - set(ours_gpu))
+    unequal = {
+        key: (ours_gpu[key], theirs_gpu[key])
+        for key in ours_gpu.keys() & theirs_gpu.keys()
+        if ours_gpu[key] != theirs_gpu[key]
+    }
+    assert (only_ours, only_theirs, unequal) == ([], [], {})
+
+
+def test_mi300x_node_stays_up_counts_restarts_and_matches_sysfs(tmp_path: Path) -> None:
+    # idle: the MI300X's clocks sleep, its pp_dpm tables gain an "S:" line, the library aborts on it
+    sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X,1xMI300X", "idle", 5.0)
+    give_mi300x_a_vddgfx_label(sys_dir)
+    with daemon(sys_dir, "rocm-smi") as (rocm_port, process), daemon(sys_dir, "sysfs") as (sysfs_port, _):
+        ours = wait_for(rocm_port, settled(4, 3))
+        theirs = wait_for(sysfs_port, settled(4, 3))
+        assert process.poll() is None
+    for gpu in "0123":
+        assert get(ours, "amdgpu_up", gpu=gpu) == 1, gpu
+    restarts = get(ours, "amdgpu_exporter_worker_restarts_total")
+    assert restarts is not None and restarts >= 1
+    assert gpu_values(ours) == gpu_values(theirs)
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if handle.read().rsplit(")", 1)[1].split()[1] == str(pid):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_hung_power_file_takes_one_gcd_down_and_it_comes_back(tmp_path: Path) -> None:
+    sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X", "training", 23.0)
+    hung_gpu = "2"
+    power_file = next(sys_dir.glob("class/drm/card2/device/hwmon/hwmon*/power1_average"))
+    content = power_file.read_bytes()
+    with daemon(sys_dir, "rocm-smi") as (port, process):
+        before = wait_for(port, settled(3, 0))
+        power_file.unlink()
+        os.mkfifo(power_file)  # reading a FIFO with no writer blocks like a hung GPU
+        # Counted from the first cycle published after the FIFO exists: the one running then may
+        # have read the power file already, the next one cannot have.
+        cycles = get(scrape(port), "amdgpu_exporter_poll_duration_seconds_count") or 0
+        went_down_at: float | None = None
+        first_stamps = {gpu: get(before, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0 for gpu in "01"}
+        threads = children = None
+        seen = cycles
+        while seen < cycles + 50:
+            series = scrape(port)
+            seen = get(series, "amdgpu_exporter_poll_duration_seconds_count") or 0
+            if went_down_at is None and get(series, "amdgpu_up", gpu=hung_gpu) == 0:
+                went_down_at = seen
+            for gpu in "01":
+                assert get(series, "amdgpu_up", gpu=gpu) == 1, (gpu, seen)
+            if threads is None and seen >= cycles + 10:
+                threads, children = _threads(process.pid), len(_children(process.pid))
+            time.sleep(0.2)
+        assert went_down_at is not None and went_down_at - cycles <= 2
+        after = scrape(port)
+        for gpu in "01":  # the others kept being read all along: their samples are fresh
+            sample_time = get(after, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0
+            assert sample_time > first_stamps[gpu] + 5 and sample_time > time.time() - 3
+        assert get(after, "amdgpu_up", gpu=hung_gpu) == 0
+        # No leak: after 50 cycles the daemon has the threads and child processes it had after 10
+        # (allowing a moment for a worker restart in progress: its old reader thread is finishing).
+        settle = time.monotonic() + 3
+        while (_threads(process.pid), len(_children(process.pid))) != (threads, children) and time.monotonic() < settle:
+            time.sleep(0.05)
+        assert _threads(process.pid) == threads
+        assert len(_children(process.pid)) == children == 1  # one worker; the killed ones were reaped
+        restarts = get(after, "amdgpu_exporter_worker_restarts_total")
+        assert restarts is not None and restarts >= 1
+        power_file.unlink()
+        power_file.write_bytes(content)
+        back = wait_for(port, lambda s: get(s, "amdgpu_up", gpu=hung_gpu) == 1, timeout=20)
+        assert get(back, "amdgpu_up", gpu=hung_gpu) == 1
+        assert process.poll() is None
