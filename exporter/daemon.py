@@ -189,7 +189,17 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        devices = await asyncio.get_running_loop().run_in_executor(None, poller.discover)
+        # A hung GPU can block a discovery read as it can any read: bound it, and say so.
+        discovery_deadline = max(10.0, settings.read_timeout * 5)
+        try:
+            devices = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, poller.discover), discovery_deadline
+            )
+        except TimeoutError as error:
+            raise StartupError(
+                f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
+                "a GPU or its driver may be hung (see dmesg)"
+            ) from error
         if not devices:
             raise StartupError(
                 f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "

@@ -42,6 +42,7 @@ from exporter.sources.rocm_smi_supervisor import (
     WorkerGone,
     WorkerUnavailable,
 )
+from exporter.sources.sysfs import KNOWN_DEVICES, assign_packages
 
 log = get_logger("exporter.sources.rocm_smi")
 
@@ -140,7 +141,8 @@ class RocmSmiSource:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
                 merged[bdf] = identity
         devices = sorted(merged.values(), key=lambda d: d.pci_bus_id)
-        return devices if self.fallback is not None else _assign_packages(devices)
+        # One rule for which dies share a package: the sysfs source's (by serial, dual-die device ids).
+        return devices if self.fallback is not None else assign_packages(devices)
 
     def _identify_all(self, worker: Worker) -> dict[str, Mapping[str, Any]]:
         """identify() on every device in parallel; those lost to a worker crash are asked again
@@ -377,17 +379,9 @@ def _index_of(worker: Worker, bdf: str) -> int | None:
 
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
     """Without a fallback: ASIC and default product name from the PCI device id, as sysfs does."""
-    from exporter.sources.sysfs import KNOWN_DEVICES
 
     asic, product = KNOWN_DEVICES.get(identity.device_id, ("", ""))
     return replace(identity, asic=asic, product=identity.product or product)
-
-
-def _assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
-    # One rule for which dies share a package, the sysfs source's (by serial, dual-die device ids).
-    from exporter.sources.sysfs import _assign_packages as assign
-
-    return assign(devices)
 
 
 # -- auto selection ---------------------------------------------------------------------------

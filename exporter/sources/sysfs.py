@@ -184,7 +184,7 @@ class SysfsSource:
             if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
                 continue
             found.append(self._identity(name, device_dir, bdf, driver_version, kfd))
-        return _assign_packages(sorted(found, key=lambda d: d.pci_bus_id))
+        return assign_packages(sorted(found, key=lambda d: d.pci_bus_id))
 
     def _identity(
         self,
@@ -476,7 +476,7 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
+def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
     """Group the dies of dual-die packages (MI250X) by their shared serial; die index in BDF order."""
     by_serial: dict[str, list[int]] = {}
     for index, device in enumerate(devices):
