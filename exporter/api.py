@@ -1,4 +1,4 @@
-"""HTTP: /metrics (pre-rendered bytes), /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /.
+"""HTTP: /metrics (bytes rendered once per snapshot), /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /.
 
 The handlers never touch hardware: they read the state published at the end of the last poll
 cycle. /metrics is answered by a raw ASGI fast path in front of FastAPI, because a scrape
@@ -7,6 +7,8 @@ should cost little more than sending bytes; everything else goes through FastAPI
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import html
 import time
@@ -47,6 +49,7 @@ class MetricsFastPath:
         self.app = app
         self.state_ref = state_ref
         self.path = path
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != self.path:
@@ -65,12 +68,13 @@ class MetricsFastPath:
                 accept_encoding = value
         openmetrics = b"application/openmetrics-text" in accept
         gzip_ok = b"gzip" in accept_encoding
-        if openmetrics:
-            body = rendered.openmetrics_gzip if gzip_ok else rendered.openmetrics
-            content_type = OPENMETRICS_CONTENT_TYPE
-        else:
-            body = rendered.text_gzip if gzip_ok else rendered.text
-            content_type = TEXT_CONTENT_TYPE
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        body = rendered.cached(openmetrics, gzip_ok)
+        if body is None:
+            # First scrape of this snapshot in this format: render off the event loop, on one
+            # thread, so other requests keep being served meanwhile.
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
         if scope["method"] == "HEAD":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -117,13 +116,6 @@ class Pipeline:
         self.source: Any = None
         self.state = PublishedState(source=source_name, source_reason=reason)
         self._alerts: tuple[AlertState, ...] = ()
-        # Rendering ~2,000 series is tens of ms of pure Python (more with more GCDs). It runs on its
-        # own thread so the event loop keeps answering scrapes (with the previous bytes) meanwhile;
-        # if cycles outpace it, only the newest snapshot is rendered.
-        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
-        self._render_lock = threading.Lock()
-        self._next_render: tuple[Snapshot, dict[tuple[int, str], str]] | None = None
-        self._render_queued = False
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
@@ -141,36 +133,14 @@ class Pipeline:
                 "failed": self.pusher.failed_total,
             }
         commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
-        with self._render_lock:
-            self._next_render = (snapshot, commands)
-            if self._render_queued:
-                return
-            self._render_queued = True
-        self._renderer.submit(self._render_latest)
-
-    def publish(self, snapshot: Snapshot, commands: dict[tuple[int, str], str]) -> None:
-        """Render one snapshot and publish it with its bytes (blocking: runs on the render thread)."""
+        # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition.py).
         rendered = self.exposition.render(snapshot)
         self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
 
-    def _render_latest(self) -> None:
-        while True:
-            with self._render_lock:
-                job, self._next_render = self._next_render, None
-                if job is None:
-                    self._render_queued = False
-                    return
-            try:
-                self.publish(*job)
-            except Exception:  # a rendering bug must not stop publishing later cycles
-                log.exception("render_failed")
-
     def flush(self) -> None:
-        """Block until every snapshot handed to on_snapshot so far has been published."""
-        self._renderer.submit(lambda: None).result()
-
-    def close(self) -> None:
-        self._renderer.shutdown(wait=True)
+        """Render the current snapshot as a Prometheus scrape would ask for it (benchmarks)."""
+        if self.state.metrics is not None:
+            self.state.metrics.body(openmetrics=True, gzipped=True)
 
 
 async def serve(settings: Settings) -> None:
@@ -217,7 +187,6 @@ async def serve(settings: Settings) -> None:
                 raise ConfigError(f"--alertmanager.url: {error}") from error
         pipeline = Pipeline(settings, source_name, reason, rules, pusher)
         pipeline.source = source
-        stack.callback(pipeline.close)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)

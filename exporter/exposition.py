@@ -7,7 +7,9 @@ rendered here, at the end of the cycle, so the HTTP layer never formats anything
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -85,12 +87,58 @@ def all_metric_names() -> list[str]:
     return [spec.exposed_name for spec in DEVICE_METRICS] + [name for name, _, _, _ in EXPORTER_METRICS]
 
 
-@dataclass(frozen=True, slots=True)
 class RenderedMetrics:
-    text: bytes
-    text_gzip: bytes
-    openmetrics: bytes
-    openmetrics_gzip: bytes
+    """The /metrics bytes of one snapshot, rendered at most once per format, on first request.
+
+    Prometheus scrapes every 15-60 s while the poller produces a snapshot every second:
+    rendering every snapshot eagerly (text and OpenMetrics, ~2,000 series) would spend most of the
+    exporter's CPU on bytes nobody reads. A snapshot is rendered when the first scrape after it
+    asks for a format, and every later scrape of that snapshot gets the same bytes.
+    """
+
+    def __init__(self, source: _SnapshotView) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[bool, bool], bytes] = {}
+
+    def cached(self, openmetrics: bool, gzipped: bool) -> bytes | None:
+        return self._cache.get((openmetrics, gzipped))
+
+    def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+        """The bytes for a format; renders them (blocking, tens of ms) if nobody has yet."""
+        key = (openmetrics, gzipped)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                return found
+            plain = self._cache.get((openmetrics, False))
+            if plain is None:
+                generate = openmetrics_exposition.generate_latest if openmetrics else text_exposition.generate_latest
+                plain = generate(self._source)
+                self._cache[(openmetrics, False)] = plain
+            if gzipped:
+                # Level 5: most of the size win at a fraction of level 9's CPU.
+                self._cache[key] = gzip.compress(plain, compresslevel=5, mtime=0)
+            return self._cache[key]
+
+    @property
+    def text(self) -> bytes:
+        return self.body(False, False)
+
+    @property
+    def text_gzip(self) -> bytes:
+        return self.body(False, True)
+
+    @property
+    def openmetrics(self) -> bytes:
+        return self.body(True, False)
+
+    @property
+    def openmetrics_gzip(self) -> bytes:
+        return self.body(True, True)
 
 
 @dataclass(slots=True)
@@ -122,15 +170,21 @@ def _device_info_labels(state: DeviceState) -> list[str]:
     ]
 
 
-class SnapshotCollector:
-    """A prometheus-client collector over the current snapshot (replaced once per cycle)."""
+class _SnapshotView:
+    """One snapshot as prometheus-client's generate_latest sees a registry: a collect() of families.
 
-    def __init__(self, info: ExporterInfo) -> None:
-        self.snapshot = Snapshot(taken_at=0.0)
-        self.info = info
+    Immutable per snapshot, so two snapshots can be rendered on different threads safely.
+    """
+
+    def __init__(self, snapshot: Snapshot, info: ExporterInfo, extra: CollectorRegistry) -> None:
+        self.snapshot = snapshot
+        # Copied: ExporterInfo is updated in place by the daemon after each cycle.
+        self.info = dataclasses.replace(info, alertmanager_results=dict(info.alertmanager_results))
+        self.extra = extra
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot
+        yield from self.extra.collect()
         yield from self._device_families(snapshot.devices)
         yield from self._identity_families(snapshot.devices)
         yield from self._alert_families(snapshot)
@@ -252,9 +306,8 @@ class Exposition:
 
     def __init__(self, info: ExporterInfo | None = None) -> None:
         self.info = info or ExporterInfo()
+        # Live metrics kept by prometheus-client itself (the poll-duration histogram).
         self.registry = CollectorRegistry(auto_describe=False)
-        self._collector = SnapshotCollector(self.info)
-        self.registry.register(self._collector)
         self.poll_duration = Histogram(
             "amdgpu_exporter_poll_duration_seconds",
             _HELP["amdgpu_exporter_poll_duration_seconds"],
@@ -263,13 +316,5 @@ class Exposition:
         )
 
     def render(self, snapshot: Snapshot) -> RenderedMetrics:
-        self._collector.snapshot = snapshot
-        text = text_exposition.generate_latest(self.registry)
-        openmetrics = openmetrics_exposition.generate_latest(self.registry)
-        # Level 5: most of the size win at a fraction of level 9's CPU; done once per cycle.
-        return RenderedMetrics(
-            text=text,
-            text_gzip=gzip.compress(text, compresslevel=5, mtime=0),
-            openmetrics=openmetrics,
-            openmetrics_gzip=gzip.compress(openmetrics, compresslevel=5, mtime=0),
-        )
+        """Cheap: freezes what the bytes will say; the bytes are made on first request."""
+        return RenderedMetrics(_SnapshotView(snapshot, self.info, self.registry))

@@ -134,3 +134,23 @@ def test_a_device_with_an_empty_sample_renders_without_error() -> None:
     text = Exposition().render(Snapshot(taken_at=6.0, devices=(state,))).text.decode()
     assert 'amdgpu_up{gpu="0"} 1.0' in text
     assert "amdgpu_temperature_celsius{" not in text
+
+
+def test_bytes_are_rendered_once_per_format_and_only_when_asked() -> None:
+    rendered = Exposition().render(_snapshot())
+    assert rendered.cached(True, True) is None, "nothing is rendered before a scrape asks"
+    first = rendered.body(openmetrics=True, gzipped=True)
+    assert rendered.cached(True, True) is first
+    assert rendered.body(True, True) is first, "a second scrape of the same snapshot reuses the bytes"
+    assert rendered.cached(False, False) is None, "the text format was never asked for"
+
+
+def test_a_published_snapshot_renders_its_own_values_later() -> None:
+    exposition = Exposition()
+    old = exposition.render(_snapshot())
+    newer = _snapshot()
+    newer = Snapshot(taken_at=2000.0, devices=newer.devices[:1])
+    new = exposition.render(newer)
+    # rendering order must not matter: each keeps the snapshot it was made from
+    assert b'amdgpu_up{gpu="2"}' not in new.text
+    assert b'amdgpu_up{gpu="2"} 0.0' in old.text
