@@ -146,8 +146,9 @@ def test_mi300x_node_stays_up_counts_restarts_and_matches_sysfs(tmp_path: Path) 
     sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X,1xMI300X", "idle", 5.0)
     give_mi300x_a_vddgfx_label(sys_dir)
     with daemon(sys_dir, "rocm-smi") as (rocm_port, process), daemon(sys_dir, "sysfs") as (sysfs_port, _):
-        ours = wait_for(rocm_port, settled(4, 3))
-        theirs = wait_for(sysfs_port, settled(4, 3))
+        # 4 bandwidth series: three from the background pcie_bw readers (MI2xx), one from gpu_metrics (MI300X)
+        ours = wait_for(rocm_port, settled(4, 4))
+        theirs = wait_for(sysfs_port, settled(4, 4))
         assert process.poll() is None
     for gpu in "0123":
         assert get(ours, "amdgpu_up", gpu=gpu) == 1, gpu
