@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 
 from exporter.model import frozen_map
 from exporter.sources.gpu_metrics_layouts import (
@@ -284,8 +283,21 @@ class _Unpacker:
     all_ones: tuple[int, ...]  # the "not supplied" value of each field's C type
 
 
-@cache
+_UNPACKERS: dict[tuple[int, int], tuple[tuple[Field, ...], _Unpacker]] = {}
+
+
 def _unpacker(fields: tuple[Field, ...], size: int) -> _Unpacker:
+    # Keyed by identity: layouts are module constants, and hashing ~40 Field records on every
+    # decode cost more than the unpacking itself.
+    # The entry keeps `fields` alive and is checked by identity, so an id can never be reused.
+    key = (id(fields), size)
+    found = _UNPACKERS.get(key)
+    if found is None or found[0] is not fields:
+        found = _UNPACKERS[key] = (fields, _compile_unpacker(fields, size))
+    return found[1]
+
+
+def _compile_unpacker(fields: tuple[Field, ...], size: int) -> _Unpacker:
     ordered = tuple(sorted(fields, key=lambda f: f.offset))
     all_ones = tuple((1 << (8 * C_TYPES[f.ctype][1])) - 1 for f in ordered)
     return _Unpacker(struct.Struct(struct_format(ordered, size)), ordered, all_ones)
@@ -412,7 +424,8 @@ class _Reader:
 
     def factor(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
         unit = self.table.units.get(name, AttrUnit.NONE)
-        return kind.get(AttrUnit(unit)) if unit in _UNIT_CODES else None
+        # AttrUnit is an IntEnum: a plain int code finds its member's entry without constructing it.
+        return kind.get(unit) if unit in _UNIT_CODES else None
 
     def raw(self, name: str) -> int | None:
         """A scalar as stored (counters, bit fields, widths)."""
