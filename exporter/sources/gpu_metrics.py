@@ -425,7 +425,7 @@ class _Reader:
     def factor(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
         unit = self.table.units.get(name, AttrUnit.NONE)
         # AttrUnit is an IntEnum: a plain int code finds its member's entry without constructing it.
-        return kind.get(unit) if unit in _UNIT_CODES else None
+        return kind.get(unit) if unit in _UNIT_CODES else None  # type: ignore[call-overload]
 
     def raw(self, name: str) -> int | None:
         """A scalar as stored (counters, bit fields, widths)."""
