@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, resolve
@@ -58,8 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(settings.log_level, settings.log_format)
         from exporter.daemon import serve
 
-        asyncio.run(serve(settings))
-        return 0
+        _run_event_loop(serve(settings))
+        # A read stuck in a hung GPU's driver never returns, and Python joins executor threads at
+        # exit: leave now (after flushing) rather than hang until systemd's SIGKILL.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     except ConfigError as error:
         return _fail(str(error))
     except KeyboardInterrupt:
@@ -71,6 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
         raise
+
+
+def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop where it is installed (a dependency; about twice the scrape throughput), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 def _snapshot(settings: Settings) -> int:

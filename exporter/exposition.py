@@ -14,11 +14,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client import exposition as text_exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
 from exporter import __version__
+from exporter.fastformat import format_families
 from exporter.metrics_table import DEVICE_METRICS
 from exporter.model import DeviceState, Snapshot
 
@@ -116,8 +115,7 @@ class RenderedMetrics:
                 return found
             plain = self._cache.get((openmetrics, False))
             if plain is None:
-                generate = openmetrics_exposition.generate_latest if openmetrics else text_exposition.generate_latest
-                plain = generate(self._source)
+                plain = format_families(self._source.collect(), openmetrics)
                 self._cache[(openmetrics, False)] = plain
             if gzipped:
                 # Level 5: most of the size win at a fraction of level 9's CPU.
