@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,7 +39,7 @@ class _Tracked:
     up: bool = False
     down_reason: str = "not_read_yet"
     present: bool = True
-    inflight: concurrent.futures.Future[Sample] | None = None
+    busy: bool = False  # a read of this device is running (possibly stuck) on a reader thread
     read_errors: dict[str, int] = field(default_factory=dict)
     read_timeouts: int = 0
 
@@ -117,46 +119,61 @@ class Poller:
 
     # -- one cycle -------------------------------------------------------------------------
     async def poll_once(self) -> Snapshot:
+        """Read every present device once, each against the read deadline.
+
+        One reader thread drains the cycle's queue: a healthy read is a few tens of microseconds,
+        and one thread hand-off per cycle costs far less than one per device (GIL and futex
+        traffic dominated when every device had its own task). A read that runs longer than
+        `_fan_out_after` starts another reader for the rest of the queue, so slow devices are
+        still read in parallel and one hung device delays nobody else.
+        """
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         assert self._executor is not None, "discover() first"
-        waiting: dict[asyncio.Future[Sample], _Tracked] = {}
+        queued: list[_Tracked] = []
         for tracked in self._devices.values():
             if not tracked.present:
                 continue
-            if tracked.inflight is not None and not tracked.inflight.done():
+            if tracked.busy:
                 # Still stuck in the read we gave up on: do not pile another read on top of it.
                 tracked.up = False
                 tracked.down_reason = "stuck"
                 continue
-            read = self._executor.submit(self.source.read, tracked.identity)
-            tracked.inflight = read
-            waiting[asyncio.wrap_future(read, loop=loop)] = tracked
-        if waiting:
-            await asyncio.wait(list(waiting), timeout=self.read_timeout)
-            for future, tracked in waiting.items():
-                if future.done():
-                    self._record_result(tracked, future)
-                    continue
-                tracked.up = False
-                tracked.down_reason = "timeout"
-                tracked.read_timeouts += 1
-                # Consume the eventual result so asyncio does not warn about it.
-                future.add_done_callback(_ignore_result)
-                log.warning("read_timeout", pci_bus_id=tracked.identity.pci_bus_id, timeout=self.read_timeout)
+            queued.append(tracked)
+        if queued:
+            cycle = _Cycle(queued, self.source, loop)
+            self._executor.submit(cycle.drain)
+            deadline = started + self.read_timeout
+            fan_out_after = min(0.05, self.read_timeout / 4)
+            while not cycle.finished.done():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(cycle.finished), min(fan_out_after, deadline - now))
+                if not cycle.finished.done() and cycle.needs_helper(fan_out_after):
+                    self._executor.submit(cycle.drain)
+            for tracked, outcome in cycle.close():
+                if isinstance(outcome, _TimedOut):
+                    tracked.up = False
+                    tracked.down_reason = "timeout"
+                    tracked.read_timeouts += 1
+                    log.warning("read_timeout", pci_bus_id=tracked.identity.pci_bus_id, timeout=self.read_timeout)
+                else:
+                    self._record_result(tracked, outcome)
         self._cycle += 1
         return self._snapshot(time.monotonic() - started)
 
-    def _record_result(self, tracked: _Tracked, future: asyncio.Future[Sample]) -> None:
-        error = future.exception()
-        if error is None:
+    def _record_result(self, tracked: _Tracked, outcome: Sample | BaseException) -> None:
+        if isinstance(outcome, Sample):
             was_down = not tracked.up and tracked.sample is not None
-            tracked.sample = future.result()
+            tracked.sample = outcome
             tracked.up = True
             tracked.down_reason = ""
             if was_down:
                 log.info("device_recovered", pci_bus_id=tracked.identity.pci_bus_id)
             return
+        error = outcome
         reason = error.reason if isinstance(error, SourceError) else type(error).__name__
         tracked.read_errors[reason] = tracked.read_errors.get(reason, 0) + 1
         if tracked.up or tracked.down_reason != reason:
@@ -221,6 +238,61 @@ class Poller:
         self.source.close()
 
 
-def _ignore_result(future: asyncio.Future[Sample]) -> None:
-    if not future.cancelled():
-        future.exception()
+class _TimedOut:
+    """The outcome of a device whose read did not finish (or start) before the deadline."""
+
+
+_TIMED_OUT = _TimedOut()
+
+
+class _Cycle:
+    """The queue of one poll cycle, drained by one or more reader threads."""
+
+    def __init__(self, devices: list[_Tracked], source: Source, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue = deque(devices)
+        self._source = source
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._closed = False
+        self._outcomes: dict[int, Sample | BaseException] = {}
+        self._reading: dict[int, float] = {}  # id(tracked) -> when its read started
+        self._order = devices
+        self.finished: asyncio.Future[None] = loop.create_future()
+
+    def drain(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or not self._queue:
+                    return
+                tracked = self._queue.popleft()
+                tracked.busy = True
+                self._reading[id(tracked)] = time.monotonic()
+            try:
+                outcome: Sample | BaseException = self._source.read(tracked.identity)
+            except Exception as error:  # recorded per device; never kills the reader
+                outcome = error
+            with self._lock:
+                tracked.busy = False
+                del self._reading[id(tracked)]
+                if self._closed:
+                    continue  # a late answer from a read the cycle gave up on: dropped
+                self._outcomes[id(tracked)] = outcome
+                if len(self._outcomes) == len(self._order):
+                    self._loop.call_soon_threadsafe(_resolve, self.finished)
+
+    def needs_helper(self, slow_after: float) -> bool:
+        """True when every running read has been at it for `slow_after` and devices still wait."""
+        now = time.monotonic()
+        with self._lock:
+            return bool(self._queue) and all(now - t >= slow_after for t in self._reading.values())
+
+    def close(self) -> list[tuple[_Tracked, Sample | BaseException | _TimedOut]]:
+        """Stop handing out devices; every device's outcome, or _TIMED_OUT."""
+        with self._lock:
+            self._closed = True
+            return [(t, self._outcomes.get(id(t), _TIMED_OUT)) for t in self._order]
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
