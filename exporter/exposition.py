@@ -178,11 +178,13 @@ class _SnapshotView:
         self.snapshot = snapshot
         # Copied: ExporterInfo is updated in place by the daemon after each cycle.
         self.info = dataclasses.replace(info, alertmanager_results=dict(info.alertmanager_results))
-        self.extra = extra
+        # Collected now, not at render time: the poll histogram must describe the same cycles as
+        # the snapshot, however late the first scrape renders it.
+        self.extra = list(extra.collect())
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot
-        yield from self.extra.collect()
+        yield from self.extra
         yield from self._device_families(snapshot.devices)
         yield from self._identity_families(snapshot.devices)
         yield from self._alert_families(snapshot)
