@@ -44,10 +44,6 @@ class _Tracked:
     read_timeouts: int = 0
 
 
-class NoDevicesError(RuntimeError):
-    """Discovery found no device at all."""
-
-
 class Poller:
     def __init__(
         self,
