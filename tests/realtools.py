@@ -130,3 +130,35 @@ def stop(process: subprocess.Popen[str], timeout: float = 5.0) -> None:
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
+
+
+def start_exporter(*args: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The daemon as a real process on a free loopback port, JSON logs on its stderr pipe."""
+    port = free_port()
+    process = subprocess.Popen(
+        [EXPORTER, *args, f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return process, port
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Wait for /readyz (first poll cycle done); fail with the daemon's stderr if it exited."""
+    import httpx  # here, not at the top: the helpers above serve tests that never speak HTTP
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            raise AssertionError(f"exporter exited with {process.returncode}: {err}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"exporter on 127.0.0.1:{port} not ready within {timeout} s")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +19,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import free_port, require_tool, run_in_sysfs_namespace
+from tests.realtools import free_port, require_tool, run_in_sysfs_namespace, start_exporter, wait_ready
 
 pytestmark = pytest.mark.integration
 
-EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -52,22 +50,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ours(tree: Path) -> Iterator[tuple[Series, dict]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [EXPORTER, f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms")
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError(f"daemon not ready: {proc.stderr.read().decode() if proc.poll() is not None else ''}")  # type: ignore[union-attr]
+        wait_ready(port, proc)
         time.sleep(0.5)
         series = scrape(f"http://127.0.0.1:{port}/metrics")
         devices = httpx.get(f"http://127.0.0.1:{port}/api/v1/devices", timeout=5).json()

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,16 +17,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.realtools import EXPORTER, free_port, wait_ready
+
 REPO = Path(__file__).resolve().parents[2]
-EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse(text: str) -> Series:
@@ -40,20 +34,6 @@ def parse(text: str) -> Series:
 
 def value(series: Series, name: str, **labels: str) -> float | None:
     return series.get((name, tuple(sorted(labels.items()))))
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"exporter exited early with {proc.returncode}: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-        try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("exporter never became ready")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +57,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, proc)
+        wait_ready(port, proc, timeout=30)
         time.sleep(1.5)  # past the first slow-schedule refresh and the first pcie_bw read
         yield url, truth, proc
     finally:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,10 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import free_port
+from tests.realtools import start_exporter
 
 pytestmark = pytest.mark.integration
-EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
 
 
 def scrape(port: int) -> dict[tuple[str, str], float]:
@@ -69,12 +66,7 @@ def test_hung_gpu_goes_down_alone_and_comes_back(tmp_path: Path) -> None:
     simulator = Simulator(tmp_path / "sys", fleet="2xMI250X", scenario="training", seed=2)
     simulator.write_tree()
     gcds = simulator.truth()
-    port = free_port()
-    proc = subprocess.Popen(
-        [EXPORTER, f"--path.sysfs={tmp_path / 'sys'}", "--interval=100ms", "--read-timeout=300ms",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=100ms", "--read-timeout=300ms")
     try:
         wait_until(port, lambda s: all(s.get(("amdgpu_up", str(g.gpu))) == 1 for g in gcds))
         threads_before = len(os.listdir(f"/proc/{proc.pid}/task"))

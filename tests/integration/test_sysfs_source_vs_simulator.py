@@ -5,8 +5,6 @@ the kernel header, so they check each other); and the daemon exports the MI300X-
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
 from exporter.sources.sysfs import SysfsSource
-from tests.realtools import free_port
+from tests.realtools import start_exporter
 
 FLEETS = [
     "1xMI210,2xMI250X",
@@ -69,13 +67,7 @@ def test_daemon_exports_mi300x_fields(tmp_path: Path) -> None:
     simulator = Simulator(tmp_path / "sys", fleet="2xMI300X", scenario="training", seed=1)
     simulator.write_tree()
     simulator.tick(9.0)
-    port = free_port()
-    exporter = str(Path(sys.executable).parent / "amdgpu-exporter")
-    proc = subprocess.Popen(
-        [exporter, f"--path.sysfs={tmp_path / 'sys'}", "--interval=200ms", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=200ms")
     try:
         text = ""
         deadline = time.monotonic() + 20
