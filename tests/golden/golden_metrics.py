@@ -4,7 +4,7 @@ The bytes go through the code path a scrape takes: the simulator writes a sysfs 
 own source selection picks the sysfs source, the poller discovers and reads it, the daemon's
 Pipeline evaluates the shipped rules and renders, and the bytes are what /metrics would send.
 
-Everything is a function of (FLEET, SCENARIO, SEED, ELAPSED) except a few values that are wall
+Everything is a function of (FLEET, SCENARIO, SEED, ELAPSED, the rules) except a few values that are wall
 clock by nature. Exactly those are replaced, by `normalise`, with WALL_CLOCK:
 - amdgpu_sample_timestamp_seconds (time.time() of each read),
 - amdgpu_exporter_last_poll_timestamp_seconds (time.time() when the cycle ended),
@@ -21,6 +21,7 @@ import asyncio
 import re
 import tempfile
 import time
+from importlib import resources
 from pathlib import Path
 
 from exporter import config
@@ -30,10 +31,13 @@ from exporter.poller import Poller
 from exporter.simulator import Simulator
 
 FLEET = "1xMI210,2xMI250X,1xMI300X"
-SCENARIO = "thermal-excursion:start=5,hot=20,gpus=1"
+SCENARIO = "thermal-excursion:start=5,hot=60,gpus=1"  # GPU 1 hot at both cycles
 SEED = 9
 ELAPSED = (30.0, 31.0)  # the simulator's clock at the two poll cycles
-CYCLES = len(ELAPSED)
+# The shipped rules with `for: 1s` instead of 60 s: the hot GPU's alert is pending after the first
+# cycle and firing (with its clock-down suggestion) at the second, which runs FOR_SECONDS later in
+# wall-clock time. Every other rule setting is the shipped one.
+FOR_SECONDS = 1.0
 WALL_CLOCK = "<wall-clock>"
 GOLDEN_DIR = Path(__file__).resolve().parent
 GOLDEN_FILES = {False: GOLDEN_DIR / "metrics.txt", True: GOLDEN_DIR / "metrics.openmetrics.txt"}
@@ -83,6 +87,12 @@ def _wait_for_pcie_bandwidth(source: object, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def golden_rules() -> tuple[alert_rules.Rule, ...]:
+    shipped = resources.files("exporter").joinpath("default_rules.yaml").read_text(encoding="utf-8")
+    assert shipped.count("    for: 60s\n") == 1, "the shipped rules changed: adapt golden_rules()"
+    return alert_rules.parse_rules(shipped.replace("    for: 60s\n", f"    for: {FOR_SECONDS:g}s\n"), "golden")
+
+
 async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> None:
     poller.discover()
     for cycle, elapsed in enumerate(ELAPSED):
@@ -91,6 +101,8 @@ async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> Non
         pipeline.on_snapshot(snapshot)
         if cycle == 0:
             _wait_for_pcie_bandwidth(poller.source)
+            # the rules measure `for` on the snapshots' wall-clock taken_at
+            await asyncio.sleep(max(0.0, snapshot.taken_at + FOR_SECONDS + 0.05 - time.time()))
 
 
 def render_golden() -> dict[bool, str]:
@@ -102,7 +114,7 @@ def render_golden() -> dict[bool, str]:
         settings = _settings(root)
         source, name, reason = select_source(settings, str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
-        pipeline = Pipeline(settings, name, reason, alert_rules.default_rules(), None)
+        pipeline = Pipeline(settings, name, reason, golden_rules(), None)
         pipeline.source = source
         try:
             asyncio.run(_poll(poller, simulator, pipeline))
