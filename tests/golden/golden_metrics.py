@@ -79,7 +79,9 @@ def _settings(sysfs_root: Path) -> config.Settings:
 def _wait_for_pcie_bandwidth(source: object, timeout: float = 10.0) -> None:
     # The sysfs source reads pcie_bw on a background thread (a real read blocks ~1 s); its first
     # figure lands some time after the first read. Wait for it so the second cycle always has it.
-    readers = getattr(source, "_pcie_readers", {})
+    # A private attribute: if a refactor renames it, fail here rather than render a racy golden.
+    readers = getattr(source, "_pcie_readers", None)
+    assert readers, "the sysfs source has no pcie_bw readers to wait for (renamed?): adapt the golden"
     deadline = time.monotonic() + timeout
     while any(reader.bytes_per_second is None for reader in readers.values()):
         if time.monotonic() > deadline:

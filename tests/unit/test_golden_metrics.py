@@ -57,7 +57,7 @@ def test_golden_is_the_same_in_another_process_and_hash_seed(rendered: dict[bool
     assert other == rendered[False], _diff(rendered[False], other, GOLDEN_FILES[False])
 
 
-def test_the_golden_covers_every_asic_and_normalises_only_wall_clock(rendered: dict[bool, str]) -> None:
+def test_the_golden_covers_every_asic_a_firing_alert_and_normalises_only_wall_clock(rendered: dict[bool, str]) -> None:
     text = rendered[False]
     for product in ("AMD Instinct MI210", "AMD Instinct MI250X", "AMD Instinct MI300X"):
         assert f'product="{product}"' in text
@@ -70,6 +70,8 @@ def test_the_golden_covers_every_asic_and_normalises_only_wall_clock(rendered: d
         "amdgpu_sample_timestamp_seconds",
     ]
     assert 'amdgpu_exporter_poll_duration_seconds_bucket{le="+Inf"} 2.0' in text
+    assert 'amdgpu_alert_firing{alert="GpuJunctionTemperatureHigh",gpu="1",severity="warning"} 1.0' in text
+    assert 'amdgpu_suggested_gfx_clock_max_hertz{gpu="1"}' in text
 
 
 def test_normalise_replaces_only_the_listed_series() -> None:
