@@ -9,7 +9,7 @@ DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter promet
 DEBIAN_BENCH_PACKAGES := wrk strace
 LISTEN ?= 127.0.0.1:9442
 
-.PHONY: demo demo-stack test lint typecheck unit integration bench debian-test-packages debian-bench-packages clean
+.PHONY: demo demo-stack test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages clean
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || \
@@ -47,6 +47,10 @@ test: $(BIN)/.installed debian-test-packages lint typecheck
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# Rewrite tests/golden/*.txt (the whole /metrics of a frozen simulator tree) after an intended change.
+golden: $(BIN)/.installed
+	$(BIN)/python tests/golden/regenerate.py
 
 bench: $(BIN)/.installed debian-test-packages debian-bench-packages
 	$(BIN)/python -m bench $(BENCH_ARGS)
