@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `grafana.builder` importa
     sys.path.insert(0, str(ROOT))
 
 from grafana.builder import dashboards, to_text  # noqa: E402
-from grafana.builder.thresholds import RulesError  # noqa: E402
+from grafana.builder.thresholds import DAEMON_RULES, PROMETHEUS_RULES, RulesError, load  # noqa: E402
 
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 
@@ -28,9 +28,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if the committed JSON differs")
     parser.add_argument("--out", type=Path, default=DASHBOARD_DIR, help="directory to write (default: %(default)s)")
+    parser.add_argument(
+        "--daemon-rules", type=Path, default=DAEMON_RULES, help="in-daemon rules (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--prometheus-rules", type=Path, default=PROMETHEUS_RULES, help="Prometheus rules (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     try:
-        generated = dashboards()
+        generated = dashboards(load(args.daemon_rules, args.prometheus_rules))
     except RulesError as error:
         print(f"build_dashboards: {error}", file=sys.stderr)
         return 2

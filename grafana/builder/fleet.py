@@ -199,39 +199,39 @@ def nodes_row(t: Thresholds) -> Row:
     )
 
 
+def hottest_ten(t: Thresholds, title: str, description: str, per_gcd: str) -> Panel:
+    """A bar per GCD for the ten hottest by a per-GCD temperature; a click opens that GCD."""
+    return Panel(
+        "bargauge",
+        title,
+        description,
+        Query(f"topk(10, {per_gcd})", "{{instance}} gpu {{gpu}}"),
+        unit="celsius",
+        width=8,
+        height=9,
+        minimum=30,
+        maximum=110,
+        steps=temperature_steps(t),
+        links=(NODE_LINK_FROM_SERIES,),
+    )
+
+
 def temperatures_row(t: Thresholds) -> Row:
     return Row(
         "Temperatures",
         (
-            Panel(
-                "bargauge",
+            hottest_ten(
+                t,
                 "Hottest GCDs: junction",
                 "The ten GCDs with the highest junction (hotspot) temperature now; red from "
                 f"{celsius(t.junction_hot_celsius)}. Click a bar to open that GCD.",
-                Query(f"topk(10, {junction(FLEET)})", "{{instance}} gpu {{gpu}}"),
-                unit="celsius",
-                width=8,
-                height=9,
-                minimum=30,
-                maximum=110,
-                steps=temperature_steps(t),
-                links=(NODE_LINK_FROM_SERIES,),
+                junction(FLEET),
             ),
-            Panel(
-                "bargauge",
+            hottest_ten(
+                t,
                 "Hottest GCDs: HBM",
                 "The ten GCDs with the hottest memory stack now (max of the memory and hbm0..3 sensors).",
-                Query(
-                    f"topk(10, max by (instance, gpu) (amdgpu_temperature_celsius{{{FLEET}, {HBM_SENSORS}}}))",
-                    "{{instance}} gpu {{gpu}}",
-                ),
-                unit="celsius",
-                width=8,
-                height=9,
-                minimum=30,
-                maximum=110,
-                steps=temperature_steps(t),
-                links=(NODE_LINK_FROM_SERIES,),
+                f"max by (instance, gpu) (amdgpu_temperature_celsius{{{FLEET}, {HBM_SENSORS}}})",
             ),
             Panel(
                 "timeseries",

@@ -110,47 +110,45 @@ def overview_row(t: Thresholds) -> Row:
     )
 
 
+def sensor_temperatures(t: Thresholds, title: str, description: str, sensors: str) -> Panel:
+    """The selected sensors (solid) against the device's own limits for them (dashed) and the alert level."""
+    return Panel(
+        "timeseries",
+        title,
+        f"{description}; the red band starts at {celsius(t.junction_hot_celsius)}.",
+        (
+            Query(f"amdgpu_temperature_celsius{{{NODE}, {sensors}}}", "gpu {{gpu}} {{sensor}}"),
+            Query(
+                f"amdgpu_temperature_threshold_celsius{{{NODE}, {sensors}}}",
+                "gpu {{gpu}} {{sensor}} {{threshold}} limit",
+            ),
+        ),
+        unit="celsius",
+        width=12,
+        height=9,
+        steps=temperature_steps(t),
+        threshold_line=True,
+        dashed=("B",),
+    )
+
+
 def thermals_row(t: Thresholds) -> Row:
     return Row(
         "Temperatures and throttling",
         (
-            Panel(
-                "timeseries",
+            sensor_temperatures(
+                t,
                 "GPU temperatures",
-                f"Edge, junction (hotspot) and voltage-regulator sensors (solid) with the device's own "
-                f"critical/emergency limits (dashed); the red band starts at {celsius(t.junction_hot_celsius)}.",
-                (
-                    Query(f"amdgpu_temperature_celsius{{{NODE}, {CORE_SENSORS}}}", "gpu {{gpu}} {{sensor}}"),
-                    Query(
-                        f"amdgpu_temperature_threshold_celsius{{{NODE}, {CORE_SENSORS}}}",
-                        "gpu {{gpu}} {{sensor}} {{threshold}} limit",
-                    ),
-                ),
-                unit="celsius",
-                width=12,
-                height=9,
-                steps=temperature_steps(t),
-                threshold_line=True,
-                dashed=("B",),
+                "Edge, junction (hotspot) and voltage-regulator sensors (solid) with the device's own "
+                "critical/emergency limits (dashed)",
+                CORE_SENSORS,
             ),
-            Panel(
-                "timeseries",
+            sensor_temperatures(
+                t,
                 "Memory (HBM) temperatures",
-                f"HBM stack sensors (memory = hottest stack, hbm0..3 per stack) with the device's memory limits "
-                f"(dashed); the red band starts at {celsius(t.junction_hot_celsius)}.",
-                (
-                    Query(f"amdgpu_temperature_celsius{{{NODE}, {HBM_SENSORS}}}", "gpu {{gpu}} {{sensor}}"),
-                    Query(
-                        f"amdgpu_temperature_threshold_celsius{{{NODE}, {HBM_SENSORS}}}",
-                        "gpu {{gpu}} {{sensor}} {{threshold}} limit",
-                    ),
-                ),
-                unit="celsius",
-                width=12,
-                height=9,
-                steps=temperature_steps(t),
-                threshold_line=True,
-                dashed=("B",),
+                "HBM stack sensors (memory = hottest stack, hbm0..3 per stack) with the device's memory limits "
+                "(dashed)",
+                HBM_SENSORS,
             ),
             Panel(
                 "stat",

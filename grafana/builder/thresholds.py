@@ -21,7 +21,16 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMON_RULES = ROOT / "exporter" / "default_rules.yaml"
+
+
+def _shipped_daemon_rules() -> Path:
+    """exporter/default_rules.yaml, or wherever below exporter/ a restructuring has moved it."""
+    usual = ROOT / "exporter" / "default_rules.yaml"
+    found = [usual] if usual.exists() else sorted((ROOT / "exporter").glob("**/default_rules.yaml"))
+    return found[0] if len(found) == 1 else usual  # none or several: the error names the usual place
+
+
+DAEMON_RULES = _shipped_daemon_rules()
 PROMETHEUS_RULES = ROOT / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
 
 # Levels no shipped rule defines: dashboard colours only.
