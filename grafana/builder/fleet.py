@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from .panels import (
+    ANY_IS_BAD,
+    ANY_IS_WORTH_A_LOOK,
     FLEET_UID,
     GCD_LINK_FROM_TABLE,
     NODE_LINK_FROM_SERIES,
     NODE_LINK_FROM_TABLE,
-    ORANGE,
-    RED,
     VRAM_STEPS,
     Dashboard,
     Panel,
     Query,
     Row,
+    Steps,
+    against_reference,
     celsius,
     power_cap_steps,
     temperature_steps,
@@ -33,70 +35,53 @@ from .thresholds import Thresholds
 from .variables import datasource_variable, query_variable, stale_after_variable
 
 
+def tile(title: str, description: str, expr: str, unit: str = "none", steps: Steps = ()) -> Panel:
+    """A number in the fleet health strip."""
+    return Panel("stat", title, description, expr, unit=unit, width=3, height=4, steps=steps)
+
+
 def health_row(t: Thresholds) -> Row:
     return Row(
         "Fleet health",
         (
-            Panel(
-                "stat",
+            tile(
                 "GCDs up",
                 "Devices (GCDs, partitions) whose last read succeeded within its deadline (amdgpu_up).",
                 f"sum(amdgpu_up{{{FLEET}}})",
-                unit="none",
-                width=3,
-                height=4,
             ),
-            Panel(
-                "stat",
+            tile(
                 "GCDs down",
                 "Devices the exporter knows but could not read in time (amdgpu_up == 0): hung, reset or "
                 "fallen off the bus.",
                 f"sum(1 - amdgpu_up{{{FLEET}}})",
-                unit="none",
-                width=3,
-                height=4,
-                steps=((1.0, RED),),
+                steps=ANY_IS_BAD,
             ),
-            Panel(
-                "stat",
+            tile(
                 "Stale GCDs",
                 "Devices whose latest good sample was older than $stale_after seconds when it was scraped.",
                 f"sum({SAMPLE_AGE_FLEET} > bool $stale_after)",
-                unit="none",
-                width=3,
-                height=4,
-                steps=((1.0, RED),),
+                steps=ANY_IS_BAD,
             ),
-            Panel(
-                "stat",
+            tile(
                 "Exporters down",
                 "Scrape targets of a job that exports amdgpu metrics whose last scrape failed (Prometheus up == 0).",
                 "sum(1 - (up and on(job) amdgpu_exporter_build_info))",
-                unit="none",
-                width=3,
-                height=4,
-                steps=((1.0, RED),),
+                steps=ANY_IS_BAD,
             ),
-            Panel(
-                "stat",
+            tile(
                 "Hottest junction",
-                f"Highest junction (hotspot) temperature of any GCD. The in-daemon rule suggests a lower gfx "
+                "Highest junction (hotspot) temperature of any GCD. The in-daemon rule suggests a lower gfx "
                 f"clock ceiling above {celsius(t.junction_hot_celsius)}.",
                 f"max({junction(FLEET)})",
                 unit="celsius",
-                width=3,
-                height=4,
                 steps=temperature_steps(t),
             ),
-            Panel(
-                "stat",
+            tile(
                 "Fleet power",
                 "Total socket power. MI250X reports package power on die 0 only, so the plain sum counts "
                 "every package once.",
                 f"sum(amdgpu_power_watts{{{FLEET}}})",
                 unit="watt",
-                width=3,
-                height=4,
             ),
             Panel(
                 "gauge",
@@ -111,15 +96,11 @@ def health_row(t: Thresholds) -> Row:
                 maximum=1,
                 steps=power_cap_steps(t),
             ),
-            Panel(
-                "stat",
+            tile(
                 "In-daemon alerts firing",
                 "Alerts the exporters' own rules are firing now (amdgpu_alert_firing == 1), all nodes.",
                 f"count(amdgpu_alert_firing{{{FLEET}}} == 1) or vector(0)",
-                unit="none",
-                width=3,
-                height=4,
-                steps=((1.0, ORANGE),),
+                steps=ANY_IS_WORTH_A_LOOK,
             ),
         ),
     )
@@ -156,31 +137,21 @@ def nodes_row(t: Thresholds) -> Row:
                 },
                 links=(NODE_LINK_FROM_TABLE,),
             ),
-            Panel(
-                "timeseries",
+            against_reference(
                 "Power per node vs cap",
                 "Socket power summed per node (solid) against the sum of its package caps (dashed).",
-                (
-                    Query(f"sum by (instance) ({FLEET_PACKAGE_POWER})", "{{instance}} power"),
-                    Query(f"sum by (instance) ({FLEET_PACKAGE_CAP})", "{{instance}} cap"),
-                ),
+                Query(f"sum by (instance) ({FLEET_PACKAGE_POWER})", "{{instance}} power"),
+                Query(f"sum by (instance) ({FLEET_PACKAGE_CAP})", "{{instance}} cap"),
                 unit="watt",
                 width=12,
-                dashed=("B",),
-                minimum=0,
             ),
-            Panel(
-                "timeseries",
+            against_reference(
                 "Fleet power vs cap",
                 "Total socket power of the selected nodes against the total of their package caps.",
-                (
-                    Query(f"sum({FLEET_PACKAGE_POWER})", "power"),
-                    Query(f"sum({FLEET_PACKAGE_CAP})", "cap"),
-                ),
+                Query(f"sum({FLEET_PACKAGE_POWER})", "power"),
+                Query(f"sum({FLEET_PACKAGE_CAP})", "cap"),
                 unit="watt",
                 width=12,
-                dashed=("B",),
-                minimum=0,
             ),
             Panel(
                 "bargauge",
@@ -352,21 +323,32 @@ def energy_row() -> Row:
     )
 
 
+def devices_where(title: str, description: str, condition: str, may_be_empty: str) -> Panel:
+    """A table of the GCDs where `<metric> <op> <value>` holds, with product and PCI address; a row opens the GCD."""
+    metric, comparison = condition.split(" ", 1)
+    return Panel(
+        "table",
+        title,
+        description,
+        with_identity(f"({metric}{{{FLEET}}} {comparison})", FLEET),
+        unit="none",
+        width=8,
+        may_be_empty=may_be_empty,
+        hide_columns=("job", "Value"),
+        links=(GCD_LINK_FROM_TABLE,),
+    )
+
+
 def alerts_row() -> Row:
     return Row(
         "Alerts and clock-down suggestions",
         (
-            Panel(
-                "table",
+            devices_where(
                 "Firing in-daemon alerts",
                 "Alerts each exporter's own rules fire now (they work without Prometheus), with the device "
                 "they fire on.",
-                with_identity(f"(amdgpu_alert_firing{{{FLEET}}} == 1)", FLEET),
-                unit="none",
-                width=8,
+                "amdgpu_alert_firing == 1",
                 may_be_empty="nothing is firing",
-                hide_columns=("job", "Value"),
-                links=(GCD_LINK_FROM_TABLE,),
             ),
             Panel(
                 "table",
@@ -464,7 +446,7 @@ def errors_row() -> Row:
                 unit="none",
                 width=4,
                 height=8,
-                steps=((1.0, ORANGE),),
+                steps=ANY_IS_WORTH_A_LOOK,
             ),
         ),
     )
@@ -487,16 +469,11 @@ def stale_row() -> Row:
                 options={"renameByName": {"Value": "Sample age"}},
                 links=(GCD_LINK_FROM_TABLE,),
             ),
-            Panel(
-                "table",
+            devices_where(
                 "Down GCDs",
                 "Devices the exporter could not read within the deadline in its last cycle.",
-                with_identity(f"(amdgpu_up{{{FLEET}}} == 0)", FLEET),
-                unit="none",
-                width=8,
+                "amdgpu_up == 0",
                 may_be_empty="every device is up",
-                hide_columns=("job", "Value"),
-                links=(GCD_LINK_FROM_TABLE,),
             ),
             Panel(
                 "timeseries",

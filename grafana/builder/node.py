@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from .panels import (
+    ANY_IS_BAD,
+    ANY_IS_WORTH_A_LOOK,
     NODE_UID,
     ORANGE,
     RED,
@@ -13,6 +15,7 @@ from .panels import (
     Panel,
     Query,
     Row,
+    against_reference,
     celsius,
     temperature_steps,
 )
@@ -158,7 +161,7 @@ def thermals_row(t: Thresholds) -> Row:
                 unit="none",
                 width=4,
                 height=8,
-                steps=((1.0, ORANGE),),
+                steps=ANY_IS_WORTH_A_LOOK,
             ),
             Panel(
                 "status-history",
@@ -173,7 +176,7 @@ def thermals_row(t: Thresholds) -> Row:
                 unit="none",
                 width=20,
                 height=8,
-                steps=((1.0, RED),),
+                steps=ANY_IS_BAD,
                 options={"showValue": "auto"},
                 may_be_empty="no GCD throttled in the range",
             ),
@@ -186,21 +189,17 @@ def power_row() -> Row:
     return Row(
         "Power and energy",
         (
-            Panel(
-                "timeseries",
+            against_reference(
                 "Package power and cap",
                 "Socket power of each package holding a selected GCD (solid), its current cap (dashed) and the "
                 "highest cap allowed (dotted). MI250X: die 0 measures the whole package.",
-                (
-                    Query(node_package("amdgpu_power_watts"), "package {{package}} power"),
-                    Query(node_package("amdgpu_power_cap_watts", "max"), "package {{package}} cap"),
-                    Query(node_package("amdgpu_power_cap_max_watts", "max"), "package {{package}} cap max"),
-                ),
+                Query(node_package("amdgpu_power_watts"), "package {{package}} power"),
+                Query(node_package("amdgpu_power_cap_watts", "max"), "package {{package}} cap"),
                 unit="watt",
                 width=12,
-                dashed=("B",),
-                dotted=("C",),
-                minimum=0,
+                second_reference=Query(
+                    node_package("amdgpu_power_cap_max_watts", "max"), "package {{package}} cap max"
+                ),
             ),
             Panel(
                 "timeseries",
@@ -268,18 +267,13 @@ def memory_row() -> Row:
     return Row(
         "Memory",
         (
-            Panel(
-                "timeseries",
+            against_reference(
                 "VRAM and GTT",
                 "Memory in use by pool (vram, visible_vram, gtt; solid) against the pool size (dashed).",
-                (
-                    Query(f"amdgpu_memory_used_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} used"),
-                    Query(f"amdgpu_memory_total_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} total"),
-                ),
+                Query(f"amdgpu_memory_used_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} used"),
+                Query(f"amdgpu_memory_total_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} total"),
                 unit="bytes",
                 width=24,
-                dashed=("B",),
-                minimum=0,
             ),
         ),
     )
@@ -289,18 +283,13 @@ def clocks_row() -> Row:
     return Row(
         "Clocks and voltage",
         (
-            Panel(
-                "timeseries",
+            against_reference(
                 "Clocks vs max",
                 "Current clock per domain (solid) and the highest DPM level of that domain (dashed).",
-                (
-                    Query(f"amdgpu_clock_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}}"),
-                    Query(f"amdgpu_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}} max"),
-                ),
+                Query(f"amdgpu_clock_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}}"),
+                Query(f"amdgpu_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}} max"),
                 unit="hertz",
                 width=10,
-                dashed=("B",),
-                minimum=0,
             ),
             Panel(
                 "timeseries",
@@ -332,52 +321,37 @@ def pcie_row() -> Row:
     return Row(
         "PCIe",
         (
-            Panel(
-                "timeseries",
+            against_reference(
                 "PCIe link speed",
                 "Current link speed (solid) against the maximum the device supports (dashed). Idle links may "
                 "train down to save power; a link that stays slow under load is a problem.",
-                (
-                    Query(f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} current"),
-                    Query(f"amdgpu_pcie_max_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} max"),
-                ),
+                Query(f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} current"),
+                Query(f"amdgpu_pcie_max_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} max"),
                 unit="suffix:GT/s",
                 width=6,
-                dashed=("B",),
-                minimum=0,
             ),
-            Panel(
-                "timeseries",
+            against_reference(
                 "PCIe link width",
                 "Current link width in lanes (solid) against the maximum (dashed): narrower means a seating "
                 "or riser problem.",
-                (
-                    Query(f"amdgpu_pcie_current_link_width{{{NODE}}}", "gpu {{gpu}} current"),
-                    Query(f"amdgpu_pcie_max_link_width{{{NODE}}}", "gpu {{gpu}} max"),
-                ),
+                Query(f"amdgpu_pcie_current_link_width{{{NODE}}}", "gpu {{gpu}} current"),
+                Query(f"amdgpu_pcie_max_link_width{{{NODE}}}", "gpu {{gpu}} max"),
                 unit="prefix:x",
                 width=6,
-                dashed=("B",),
-                minimum=0,
             ),
-            Panel(
-                "timeseries",
+            against_reference(
                 "PCIe bandwidth",
                 "Measured PCIe traffic (solid; MI300: instantaneous from gpu_metrics, MI200: upper-bound "
                 "estimate from pcie_bw) against the current link's capacity in one direction (dashed; "
                 "GT/s x lanes x 128/130 / 8).",
-                (
-                    Query(f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}", "gpu {{gpu}}"),
-                    Query(
-                        f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} * "
-                        f"amdgpu_pcie_current_link_width{{{NODE}}} * 128 / 130 / 8",
-                        "gpu {{gpu}} link capacity",
-                    ),
+                Query(f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}", "gpu {{gpu}}"),
+                Query(
+                    f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} * "
+                    f"amdgpu_pcie_current_link_width{{{NODE}}} * 128 / 130 / 8",
+                    "gpu {{gpu}} link capacity",
                 ),
                 unit="Bps",
                 width=6,
-                dashed=("B",),
-                minimum=0,
             ),
             Panel(
                 "timeseries",
@@ -548,18 +522,15 @@ def firmware_row() -> Row:
                 height=10,
                 steps=((0.01, ORANGE),),
             ),
-            Panel(
-                "timeseries",
+            against_reference(
                 "GFX clock vs suggested ceiling",
                 "The gfx clock (solid) and, while a suggestion is active, the suggested ceiling (dashed).",
-                (
-                    Query(f'amdgpu_clock_hertz{{{NODE}, domain="gfx"}}', "gpu {{gpu}} gfx"),
-                    Query(f"amdgpu_suggested_gfx_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} suggested max"),
-                ),
+                Query(f'amdgpu_clock_hertz{{{NODE}, domain="gfx"}}', "gpu {{gpu}} gfx"),
+                Query(f"amdgpu_suggested_gfx_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} suggested max"),
                 unit="hertz",
                 width=10,
                 height=10,
-                dashed=("B",),
+                minimum=None,
                 may_be_empty="the suggested ceiling exists only while a suggestion is active",
             ),
             Panel(

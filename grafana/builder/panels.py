@@ -28,6 +28,7 @@ class Query:
 
 
 Queries = str | Query | tuple[str | Query, ...]
+Steps = tuple[tuple[float, str], ...]  # (from this value, colour), above the green base
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Panel:
     may_be_empty: str = ""  # why no data is a valid answer; appended to the description
     minimum: float | None = None
     maximum: float | None = None
-    steps: tuple[tuple[float, str], ...] = ()  # threshold steps above the green base
+    steps: Steps = ()  # threshold steps above the green base
     threshold_line: bool = False  # draw the threshold steps as dashed lines on a time series
     dashed: tuple[str, ...] = ()  # refIds drawn as dashed reference lines (limits, caps, maxima)
     dotted: tuple[str, ...] = ()  # refIds drawn as dotted lines (a second kind of reference)
@@ -76,13 +77,13 @@ class Dashboard:
     annotations: tuple[JSON, ...] = ()
 
 
-def temperature_steps(thresholds: Thresholds) -> tuple[tuple[float, str], ...]:
+def temperature_steps(thresholds: Thresholds) -> Steps:
     """Orange where the in-daemon junction alert would clear, red where it fires."""
     hot, cool = thresholds.junction_hot_celsius, thresholds.junction_cool_celsius
     return ((cool, ORANGE), (hot, RED)) if cool < hot else ((hot, RED),)
 
 
-def power_cap_steps(thresholds: Thresholds) -> tuple[tuple[float, str], ...]:
+def power_cap_steps(thresholds: Thresholds) -> Steps:
     return ((POWER_CAP_WARNING_RATIO, ORANGE), (thresholds.power_at_cap_ratio, RED))
 
 
@@ -115,4 +116,37 @@ UP_DOWN_MAPPING: JSON = {
     },
 }
 UP_DOWN_STEPS = ((0.0, RED), (1.0, GREEN))
+# Counts that should be 0: any is a fault (red), or worth a look (orange).
+ANY_IS_BAD = ((1.0, RED),)
+ANY_IS_WORTH_A_LOOK = ((1.0, ORANGE),)
 VRAM_STEPS = ((VRAM_USED_WARNING_RATIO, ORANGE), (VRAM_USED_CRITICAL_RATIO, RED))
+
+
+def against_reference(
+    title: str,
+    description: str,
+    value: Query,
+    reference: Query,
+    *,
+    unit: str,
+    width: int,
+    height: int = 8,
+    minimum: float | None = 0,
+    may_be_empty: str = "",
+    second_reference: Query | None = None,
+) -> Panel:
+    """A time series of a value (solid) against its limit, cap or maximum (dashed; a second one dotted)."""
+    queries = (value, reference) if second_reference is None else (value, reference, second_reference)
+    return Panel(
+        "timeseries",
+        title,
+        description,
+        queries,
+        unit=unit,
+        width=width,
+        height=height,
+        minimum=minimum,
+        may_be_empty=may_be_empty,
+        dashed=("B",),
+        dotted=("C",) if second_reference else (),
+    )
