@@ -162,6 +162,9 @@ class _Generator:
         stored = self.fields.get(name)
         if stored is None or _scale(stored, _PERCENT) is None:
             return None
+        if stored.count > 1:  # the first element that is a utilisation, as the full decoder takes
+            items = ", ".join(f"v[{stored.first + i}]" for i in range(stored.count))
+            return f"_first_ratio(({items}), {stored.all_ones}, {stored.signed_half})"
         item = f"v[{stored.first}]"
         value = f"_signed({item}, {stored.signed_half})" if stored.signed_half else item
         # Divide by 100 (exact for whole percents); outside 0..100 % is not a utilisation: dropped.
@@ -213,6 +216,14 @@ def _ratio(value: int, all_ones: int, stored: int) -> float:
     return value / 100
 
 
+def _first_ratio(items: Sequence[int], all_ones: int, half: int) -> float:
+    for stored in items:
+        ratio = _ratio(_signed(stored, half) if half else stored, all_ones, stored)
+        if ratio == ratio:
+            return ratio
+    return NAN
+
+
 def _first(a: float, b: float) -> float:
     return b if a != a else a  # NaN is the only value unequal to itself
 
@@ -222,7 +233,14 @@ def _highest(items: Sequence[int], all_ones: int, half: int, factor: float) -> f
     return max(supplied) * factor if supplied else NAN
 
 
-_HELPERS = {"_nan": NAN, "_signed": _signed, "_ratio": _ratio, "_first": _first, "_highest": _highest}
+_HELPERS = {
+    "_nan": NAN,
+    "_signed": _signed,
+    "_ratio": _ratio,
+    "_first_ratio": _first_ratio,
+    "_first": _first,
+    "_highest": _highest,
+}
 
 
 def _generate(
