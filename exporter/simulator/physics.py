@@ -158,7 +158,7 @@ class PackageModel:
         self.mean_junction = m.ambient + m.r_junction * mean_die_power
         self.ecc_gcd = int(hash_unit(seed, 11) * fleet_gcds)
         self.replay_gcd = int(hash_unit(seed, 12) * fleet_gcds)
-        self.pcie_comm_rate = 10e9 if m.name == "MI300X" else 6e9
+        self.pcie_comm_rate = 6e9 if m.asic == "aldebaran" else 10e9  # Gen4 MI200 vs MI300-class
         self.xgmi_active_links = [min(NUM_XGMI_LINKS - 1, len(d.hive_members) - 1) for d in dies]
         self._initial = self._initial_state()
         self._state = self._initial.copy()
