@@ -147,7 +147,7 @@ def test_parse_scenario_never_fails_any_other_way(text: str) -> None:
 
 
 def test_parse_scenario() -> None:
-    assert SCENARIOS == ("idle", "training", "thermal-excursion")
+    assert SCENARIOS == ("idle", "training", "thermal-excursion", "alternating")
     ex = parse_scenario("thermal-excursion:start=10,hot=60,gpus=0+3")
     assert (ex.name, ex.start, ex.hot, ex.gpus) == ("thermal-excursion", 10.0, 60.0, (0, 3))
     assert parse_scenario(str(ex)) == ex
