@@ -649,7 +649,7 @@ def test_encoder_fills_unset_fields_with_all_ones() -> None:
     with pytest.raises(ValueError):
         gm.encode((1, 3), {"temperature_hbm": [1, 2, 3, 4, 5]})
     with pytest.raises(ValueError):
-        gm.encode((1, 9), {})
+        gm.encode((1, 10), {})
 
 
 def test_aldebaran_table_carries_the_truth_and_its_quirks(sysfs: Path) -> None:
