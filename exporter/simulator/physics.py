@@ -184,7 +184,7 @@ class PackageModel:
         self.pcie_comm_rate = 6e9 if m.asic == "aldebaran" else 10e9  # Gen4 MI200 vs MI300-class
         self.xgmi_active_links = [min(NUM_XGMI_LINKS - 1, len(d.hive_members) - 1) for d in dies]
         # a sub-second workload needs a finer integration grid for energy and the accumulators
-        self.grid = min(GRID_S, scenario.period / 20.0) if scenario.fast else GRID_S
+        self.grid = min(GRID_S, scenario.tick_interval / 2.0) if scenario.fast else GRID_S
         self._initial = self._initial_state()
         self._state = self._initial.copy()
         self._decay_grid = (

@@ -256,13 +256,12 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
             values["vcn_busy"] = [0] * NUM_VCN
             values["gfx_below_host_limit_ppt_acc"] = [r.below_host_limit_ppt_ticks] * m.num_xcc
             values["gfx_below_host_limit_thm_acc"] = [r.below_host_limit_thm_ticks] * m.num_xcc
-            values["gfx_low_utilization_acc"] = [
-                r.partition_low_utilization_ticks[p] for p, block in enumerate(blocks) for _ in block["gfx_busy_inst"]
+            low = [
+                r.partition_low_utilization_ticks[part.index] for part in gcd.partitions for _ in range(part.xcc_count)
             ]
-            values["gfx_below_host_limit_total_acc"] = [
-                r.below_host_limit_ppt_ticks + r.below_host_limit_thm_ticks + low
-                for low in values["gfx_low_utilization_acc"]
-            ]
+            values["gfx_low_utilization_acc"] = low
+            limited = r.below_host_limit_ppt_ticks + r.below_host_limit_thm_ticks
+            values["gfx_below_host_limit_total_acc"] = [limited + ticks for ticks in low]
         else:
             values["num_partition"] = len(blocks)
             values["xcp_stats"] = blocks

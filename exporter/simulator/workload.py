@@ -64,7 +64,7 @@ class Scenario:
     duty: float = 0.6  # alternating: share of each step spent computing
     swing: float = 6.0  # alternating: junction swing within a step, peak to peak, °C
     window: float = 15.0  # alternating: the truth keeps min/max/mean over this many seconds
-    tick: float = 0.0  # alternating: seconds between tree updates (0: period / 16)
+    tick: float = 0.0  # alternating: seconds between tree updates (0: period / 20)
 
     @property
     def trains(self) -> bool:
@@ -88,7 +88,7 @@ class Scenario:
         """Longest update interval that still shows every phase of the workload (inf: any)."""
         if not self.fast:
             return math.inf
-        return self.tick if self.tick > 0 else self.period / 16.0
+        return self.tick if self.tick > 0 else self.period / 20.0
 
     def __str__(self) -> str:
         if self.name == "idle":
@@ -110,7 +110,10 @@ class Scenario:
         # all ranks step together (a collective ends each step); a rank's skew is tens of ms
         skew = 0.08 * (hash_unit(seed, 7, gcd) * 2.0 - 1.0)
         if self.fast:
-            skew *= min(1.0, self.period / 4.0)  # keep the skew a small part of a short step
+            # a short step: skew by whole ticks, so every phase edge falls on a tree update and a
+            # value written at a tick holds, unchanged in phase, until the next one
+            tick = self.tick_interval
+            skew = round(skew * min(1.0, self.period / 4.0) / tick) * tick
         return ((t - self.warmup + skew) % self.period) / self.period
 
     def hotspot_swing(self, seed: int, gcd: int, t: float) -> float:
@@ -199,7 +202,7 @@ def parse_scenario(spec: str) -> Scenario:
         if name == "alternating" and key == "period" and not 0.1 <= number <= 60:
             raise ValueError(f"bad period={raw}: an alternating step lasts 0.1 to 60 s")
         if key == "tick" and number != 0 and not 0.01 <= number <= 1:
-            raise ValueError(f"bad tick={raw}: the update interval must be 0.01 to 1 s (0 = period / 16)")
+            raise ValueError(f"bad tick={raw}: the update interval must be 0.01 to 1 s (0 = period / 20)")
         values[key] = number
     if name == "alternating" and "period" not in values:
         values["period"] = ALTERNATING_PERIOD_S
