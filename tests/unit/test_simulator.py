@@ -602,7 +602,9 @@ _REFERENCE_OFFSETS = {
         "pcie_lc_perf_other_end_recovery": 2200,
     },
 }
-_REFERENCE_SIZES = {(1, 3): 120, (1, 4): 288, (1, 5): 360, (1, 6): 1664, (1, 7): 2208}
+# v1_8 differs from v1_7 only in its per-partition block (amdgpu_xcp_metrics_v1_2, 440 bytes)
+_REFERENCE_OFFSETS[(1, 8)] = {**_REFERENCE_OFFSETS[(1, 7)], "pcie_lc_perf_other_end_recovery": 3864}
+_REFERENCE_SIZES = {(1, 3): 120, (1, 4): 288, (1, 5): 360, (1, 6): 1664, (1, 7): 2208, (1, 8): 3872}
 
 
 @pytest.mark.parametrize("version", sorted(_REFERENCE_SIZES))
@@ -613,6 +615,17 @@ def test_gpu_metrics_layouts_match_the_driver(version: tuple[int, int]) -> None:
         assert layout.offset(name) == offset, name
     assert gm.XCP_V1_0.size == 168 and gm.XCP_V1_1.size == 232
     assert gm.XCP_V1_1.offset("gfx_below_host_limit_acc") == 168
+    assert gm.XCP_V1_2.size == 440
+    assert [gm.XCP_V1_2.offset(n) for n in ("jpeg_busy", "vcn_busy", "gfx_busy_acc")] == [32, 112, 120]
+    assert [
+        gm.XCP_V1_2.offset(n)
+        for n in (
+            "gfx_below_host_limit_ppt_acc",
+            "gfx_below_host_limit_thm_acc",
+            "gfx_low_utilization_acc",
+            "gfx_below_host_limit_total_acc",
+        )
+    ] == [184, 248, 312, 376]
 
 
 _CTYPES = {"B": ctypes.c_uint8, "H": ctypes.c_uint16, "I": ctypes.c_uint32, "Q": ctypes.c_uint64}
