@@ -251,6 +251,8 @@ class PackageModel:
             die.pcie_gb_acc += inst.pcie_rate / 1e9 * dt
             kb = inst.xgmi_rate / 1024.0 * dt
             for link in range(self.xgmi_active_links[i]):
+                if self.scenario.xgmi_down and self.scenario.xgmi_link_down(self.dies[i].index, link, state.t):
+                    continue  # a link that is down carries nothing
                 die.xgmi_read_kb[link] += kb
                 die.xgmi_write_kb[link] += kb * 0.985
         state.t += dt
@@ -273,6 +275,8 @@ class PackageModel:
         m = self.model
         n = len(self.dies)
         a, b, c = self.weights
+        if self.scenario.load != 1.0:
+            a, b, c = a * self.scenario.load, b * self.scenario.load, c * self.scenario.load
         partition_demands = [self._partition_demands(d, t) for d in self.dies]
         demands = [_average(parts) for parts in partition_demands]
         offsets = [self._excess_heat(d.index, t, st.junction) for d, st in zip(self.dies, state.dies, strict=True)]
@@ -434,7 +438,10 @@ class PackageModel:
             naks_received = replays // 2
             xgmi_read = tuple(int(v) for v in st.xgmi_read_kb)
             xgmi_write = tuple(int(v) for v in st.xgmi_write_kb)
-            links_up = tuple(k < self.xgmi_active_links[i] for k in range(NUM_XGMI_LINKS))
+            links_up = tuple(
+                k < self.xgmi_active_links[i] and not self.scenario.xgmi_link_down(g, k, t)
+                for k in range(NUM_XGMI_LINKS)
+            )
 
         ecc = {block: (0, 0) for block in m.ras_blocks}
         retired: tuple[int, ...] = ()

@@ -105,7 +105,9 @@ class WindowHistory:
                     total += shown
                 mean = weighted / total if total > 0 else (lows[-1] if lows else None)
                 if lows and mean is not None:
-                    result[family][key] = {"min": min(lows), "max": max(highs), "mean": mean}
+                    low, high = min(lows), max(highs)
+                    # a constant value must not come out a rounding error outside its own range
+                    result[family][key] = {"min": low, "max": high, "mean": min(high, max(low, mean))}
         first_t, last_t = ticks[0][0], ticks[-1][0]
         first, last = ticks[0][2][gpu].accumulators, ticks[-1][2][gpu].accumulators
         span = last_t - first_t

@@ -65,6 +65,9 @@ class Scenario:
     swing: float = 6.0  # alternating: junction swing within a step, peak to peak, °C
     window: float = 15.0  # alternating: the truth keeps min/max/mean over this many seconds
     tick: float = 0.0  # alternating: seconds between tree updates (0: period / 20)
+    load: float = 1.0  # training kinds: dynamic power x load (above ~1.07 an MI300X runs into its PPT limit)
+    xgmi_down: tuple[tuple[int, int], ...] = ()  # (GCD, link) XGMI links that go down at `down_at`
+    down_at: float = 0.0
 
     @property
     def trains(self) -> bool:
@@ -101,7 +104,15 @@ class Scenario:
             opts += [f"duty={self.duty:g}", f"swing={self.swing:g}", f"window={self.window:g}"]
             if self.tick > 0:
                 opts.append(f"tick={self.tick:g}")
+        if self.load != 1.0:
+            opts.append(f"load={self.load:g}")
+        if self.xgmi_down:
+            opts.append("xgmi_down=" + "+".join(f"{g}.{link}" for g, link in self.xgmi_down))
+            opts.append(f"down_at={self.down_at:g}")
         return f"{self.name}:{','.join(opts)}"
+
+    def xgmi_link_down(self, gcd: int, link: int, t: float) -> bool:
+        return t >= self.down_at and (gcd, link) in self.xgmi_down
 
     def step_phase(self, seed: int, gcd: int, t: float) -> float | None:
         """0..1 position within the current training step (None before the first step)."""
@@ -158,9 +169,9 @@ def _smoothstep(x: float) -> float:
 
 _OPTIONS = {
     "idle": (),
-    "training": ("period",),
-    "thermal-excursion": ("period", "start", "hot", "peak", "gpus"),
-    "alternating": ("period", "duty", "swing", "window", "tick"),
+    "training": ("period", "load", "xgmi_down", "down_at"),
+    "thermal-excursion": ("period", "start", "hot", "peak", "gpus", "load", "xgmi_down", "down_at"),
+    "alternating": ("period", "duty", "swing", "window", "tick", "load", "xgmi_down", "down_at"),
 }
 
 
@@ -189,6 +200,15 @@ def parse_scenario(spec: str) -> Scenario:
                 raise ValueError(f"bad gpus={raw}: indices must be 0 or more")
             values[key] = gpus
             continue
+        if key == "xgmi_down":
+            try:
+                links = tuple((int(gcd), int(link)) for gcd, link in (item.split(".") for item in raw.split("+")))
+            except ValueError:
+                raise ValueError(f"bad xgmi_down={raw}: expected GCD.LINK joined by '+', e.g. 0.3+2.5") from None
+            if not links or any(g < 0 or not 0 <= link < 8 for g, link in links):
+                raise ValueError(f"bad xgmi_down={raw}: GCD 0 or more, link 0..7")
+            values[key] = links
+            continue
         try:
             number = float(raw)
         except ValueError:
@@ -201,6 +221,8 @@ def parse_scenario(spec: str) -> Scenario:
             raise ValueError(f"bad swing={raw}: a swing within one step is at most 30 °C")
         if name == "alternating" and key == "period" and not 0.1 <= number <= 60:
             raise ValueError(f"bad period={raw}: an alternating step lasts 0.1 to 60 s")
+        if key == "load" and not 0.1 <= number <= 2:
+            raise ValueError(f"bad load={raw}: the power factor must be 0.1 to 2")
         if key == "tick" and number != 0 and not 0.01 <= number <= 1:
             raise ValueError(f"bad tick={raw}: the update interval must be 0.01 to 1 s (0 = period / 20)")
         values[key] = number

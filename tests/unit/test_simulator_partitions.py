@@ -414,3 +414,39 @@ def test_layout_numbers_minors_and_kfd_nodes_socket_by_socket() -> None:
     ]
     assert [p.platform_device for p in gcds[0].partitions] == ["", "amdgpu_xcp_0", "amdgpu_xcp_1", "amdgpu_xcp_2"]
     assert gcds[1].card == "card4" and gcds[2].render_minor == 133
+
+
+# ------------------------------------------------------------ throttling and links for alerts
+
+
+def test_a_power_limited_mi300x_counts_ppt_residency_and_holds_its_cap(sysfs: Path) -> None:
+    sim = Simulator(sysfs, "MI300X:gpu_metrics=1.7", "training:load=1.15", seed=1)
+    sim.write_tree()
+    sim.tick(10.0)
+    first = sim.truth()[0]
+    sim.tick(20.0)
+    later = sim.truth()[0]
+    assert first.gpu_metrics is not None and later.gpu_metrics is not None
+    grown = later.gpu_metrics["ppt_residency_acc"] - first.gpu_metrics["ppt_residency_acc"]
+    ticks = later.gpu_metrics["accumulation_counter"] - first.gpu_metrics["accumulation_counter"]
+    assert ticks == 10_000
+    assert 0.5 * ticks < grown <= ticks  # power-limited through the compute phases of each step
+    assert later.gpu_metrics["xcp_stats"][0]["gfx_below_host_limit_acc"] == [later.gpu_metrics["ppt_residency_acc"]] * 8
+    assert later.sample.power_watts is not None and later.sample.power_watts <= 750
+
+
+def test_an_xgmi_link_goes_down_and_stops_counting(sysfs: Path) -> None:
+    sim = Simulator(sysfs, "8xMI300X:gpu_metrics=1.7", "training:xgmi_down=2.3,down_at=6", seed=1)
+    sim.write_tree()
+    sim.tick(6.0)
+    before = sim.truth()[2]
+    sim.tick(16.0)
+    after = sim.truth()[2]
+    assert dict(after.sample.xgmi_link_up) == {i: i not in (3, 7) for i in range(8)}
+    assert after.sample.xgmi_read_bytes[3] == before.sample.xgmi_read_bytes[3]
+    assert after.sample.xgmi_read_bytes[2] > before.sample.xgmi_read_bytes[2]
+    blob = (Path(after.identity.device_dir) / "gpu_metrics").read_bytes()
+    assert decode_gpu_metrics(blob).xgmi_link_up == after.sample.xgmi_link_up
+    assert all(sim.truth()[1].sample.xgmi_link_up[i] for i in range(7))  # the other GPUs keep theirs
+    with pytest.raises(ValueError, match=re.escape("expected GCD.LINK")):
+        parse_scenario("training:xgmi_down=3")
