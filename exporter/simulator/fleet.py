@@ -50,6 +50,7 @@ class FleetEntry:
     compute_partition: str = ""  # "SPX".."CPX" on partitionable ASICs, "" otherwise
     memory_partition: str = ""  # "NPS1".. on partitionable ASICs, "" otherwise
     xcp_names: str = "underscore"  # spelling of the partition platform devices
+    xcp_metrics: tuple[int, int] | None = None  # per-partition xcp/xcp_metrics (newer drivers): 1.0 or 1.1
 
     @property
     def partitions(self) -> int:
@@ -67,6 +68,8 @@ class FleetEntry:
             options.append(f"gpu_metrics={self.metrics_version[0]}.{self.metrics_version[1]}")
         if self.xcp_names != "underscore":
             options.append(f"xcp_names={self.xcp_names}")
+        if self.xcp_metrics is not None:
+            options.append(f"xcp_metrics={self.xcp_metrics[0]}.{self.xcp_metrics[1]}")
         if options:
             text += ":" + ";".join(options)
         return text
@@ -127,6 +130,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     version = model.metrics_version
     compute, memory = _default_modes(model)
     xcp_names = "underscore"
+    xcp_metrics: tuple[int, int] | None = None
     seen: set[str] = set()
     tokens = re.split(r"[:;]", options) if options is not None else []
     for option in tokens:
@@ -154,10 +158,17 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
             if value.strip() not in XCP_NAME_STYLES:
                 raise ValueError(f"bad xcp_names={value.strip()} for {model.name}: expected underscore or dot")
             xcp_names = value.strip()
+        elif sep and key == "xcp_metrics":
+            if not model.compute_partitions:
+                raise ValueError(f"{model.name} has no compute partitions, so no xcp_metrics")
+            if value.strip() not in ("1.0", "1.1"):
+                raise ValueError(f"bad xcp_metrics={value.strip()} for {model.name}: expected 1.0 or 1.1")
+            xcp_metrics = (1, int(value.strip()[2]))
         else:
             modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
             raise ValueError(
-                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N or xcp_names=dot"
+                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot"
+                " or xcp_metrics=1.0|1.1"
             )
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
@@ -166,7 +177,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
         )
     if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
         raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
-    return FleetEntry(count, model, version, compute, memory, xcp_names)
+    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics)
 
 
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
@@ -240,6 +251,7 @@ class GcdLayout:
     compute_partition: str = ""  # "" on ASICs without partitions
     memory_partition: str = ""
     partitions: tuple[PartitionLayout, ...] = ()  # partition 0 first; always at least one once laid out
+    xcp_metrics_version: tuple[int, int] | None = None  # xcp/xcp_metrics per partition, when the driver has it
 
     @property
     def card(self) -> str:
@@ -381,6 +393,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     compute_partition=entry.compute_partition,
                     memory_partition=entry.memory_partition,
                     partitions=tuple(parts),
+                    xcp_metrics_version=entry.xcp_metrics,
                 )
             )
             index += 1

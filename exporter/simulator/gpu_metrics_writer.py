@@ -358,6 +358,36 @@ V1_9_FIELDS: tuple[tuple[str, int, str, int], ...] = (
 )
 
 
+# --- per-partition tables (xcp/xcp_metrics on newer drivers) -------------------------------------
+# amdgpu_partition_metrics_v1_0: a fixed struct; v1_1 is attribute-encoded exactly like gpu_metrics
+# v1.9 (same attribute ids), with the per-partition subset of the fields.
+PARTITION_V1_0 = Layout(
+    "amdgpu_partition_metrics_v1_0",
+    [
+        *_HEADER,
+        ("current_gfxclk", "H", 8),
+        ("current_socclk", "H", 4),
+        ("current_vclk0", "H", 4),
+        ("current_dclk0", "H", 4),
+        ("current_uclk", "H", 1),
+        ("padding", "H", 1),
+        ("gfx_busy_inst", "I", 8),
+        ("jpeg_busy", "H", 40),
+        ("vcn_busy", "H", 4),
+        ("gfx_busy_acc", "Q", 8),
+        ("gfx_below_host_limit_ppt_acc", "Q", 8),
+        ("gfx_below_host_limit_thm_acc", "Q", 8),
+        ("gfx_low_utilization_acc", "Q", 8),
+        ("gfx_below_host_limit_total_acc", "Q", 8),
+    ],
+)
+PARTITION_V1_1_NAMES = (
+    "current_gfxclk", "current_socclk", "current_vclk0", "current_dclk0", "current_uclk", "gfx_busy_inst",
+    "jpeg_busy", "vcn_busy", "gfx_busy_acc", "gfx_below_host_limit_ppt_acc", "gfx_below_host_limit_thm_acc",
+    "gfx_low_utilization_acc", "gfx_below_host_limit_total_acc",
+)  # fmt: skip
+
+
 def attr_encoding(unit: int, kind: str, name: str, instances: int) -> int:
     """AMDGPU_METRICS_ENC_ATTR(unit, type, id, instances)."""
     return (unit << 24) | (ATTR_TYPES[kind] << 20) | (ATTR_IDS.index(name) << 10) | instances
@@ -366,23 +396,48 @@ def attr_encoding(unit: int, kind: str, name: str, instances: int) -> int:
 V1_9_SIZE = 8 + sum(8 + _SIZES[kind] * n for _name, _unit, kind, n in V1_9_FIELDS)
 
 
+PARTITION_V1_1_FIELDS = tuple(f for f in V1_9_FIELDS if f[0] in PARTITION_V1_1_NAMES)
+
+
 def encode_v1_9(values: Mapping[str, int | Sequence[int]]) -> bytes:
     """The v1.9 blob: every attribute of V1_9_FIELDS, all-ones except where `values` sets it."""
-    known = {name for name, *_ in V1_9_FIELDS}
+    return _encode_attributes(V1_9_FIELDS, (1, 9), values, "gpu_metrics v1.9")
+
+
+def encode_partition_metrics(version: tuple[int, int], values: Mapping[str, Value]) -> bytes:
+    """xcp_metrics of one partition: amdgpu_partition_metrics v1_0 (fixed) or v1_1 (attributes)."""
+    if version == (1, 1):
+        return _encode_attributes(PARTITION_V1_1_FIELDS, version, values, "partition metrics v1.1")  # type: ignore[arg-type]
+    if version != (1, 0):
+        raise ValueError(f"no partition metrics layout for version {version[0]}.{version[1]}; known: 1.0, 1.1")
+    buf = bytearray(b"\xff" * PARTITION_V1_0.size)
+    struct.pack_into("<HBB", buf, 0, PARTITION_V1_0.size, 1, 0)
+    _put(buf, 0, PARTITION_V1_0, values)
+    return bytes(buf)
+
+
+def _encode_attributes(
+    fields: tuple[tuple[str, int, str, int], ...],
+    version: tuple[int, int],
+    values: Mapping[str, int | Sequence[int]],
+    what: str,
+) -> bytes:
+    known = {name for name, *_ in fields}
     unknown = set(values) - known
     if unknown:
-        raise KeyError(f"gpu_metrics v1.9 has no attribute {sorted(unknown)[0]!r}")
-    out = bytearray(struct.pack("<HBBi", V1_9_SIZE, 1, 9, len(V1_9_FIELDS)))
-    for name, unit, kind, count in V1_9_FIELDS:
+        raise KeyError(f"{what} has no attribute {sorted(unknown)[0]!r}")
+    size = 8 + sum(8 + _SIZES[kind] * n for _name, _unit, kind, n in fields)
+    out = bytearray(struct.pack("<HBBi", size, version[0], version[1], len(fields)))
+    for name, unit, kind, count in fields:
         out += struct.pack("<Q", attr_encoding(unit, kind, name, count))
         mask = (1 << (8 * _SIZES[kind])) - 1
         value = values.get(name)
         numbers = [] if value is None else [value] if isinstance(value, int) else list(value)
         if len(numbers) > count:
-            raise ValueError(f"gpu_metrics v1.9 {name} holds {count} values, got {len(numbers)}")
+            raise ValueError(f"{what} {name} holds {count} values, got {len(numbers)}")
         for number in numbers:
             if not isinstance(number, int) or number < 0:
-                raise ValueError(f"gpu_metrics v1.9 {name} takes non-negative integers, got {number!r}")
+                raise ValueError(f"{what} {name} takes non-negative integers, got {number!r}")
         numbers += [mask] * (count - len(numbers))
         out += struct.pack(f"<{count}{kind}", *(n & mask for n in numbers))
     return bytes(out)

@@ -88,6 +88,13 @@ def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
     files[f"{hw}/{m.hwmon_power_file}"] = f"{power_uw}\n"
     if r.vddgfx_mv is not None:
         files[f"{hw}/in0_input"] = f"{r.vddgfx_mv}\n"
+    if gcd.xcp_metrics_version is not None:
+        for part in gcd.partitions:
+            home = dev if part.index == 0 else part.platform_relpath
+            values = partition_metrics_values(gcd, r, part.index)
+            files[f"{home}/xcp/xcp_metrics"] = gpu_metrics_writer.encode_partition_metrics(
+                gcd.xcp_metrics_version, values
+            )
     return {path: (c.encode() if isinstance(c, str) else c) for path, c in files.items()}
 
 
@@ -266,6 +273,30 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
             values["num_partition"] = len(blocks)
             values["xcp_stats"] = blocks
     return values
+
+
+def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
+    """One partition's xcp_metrics: its own XCCs' clocks and busy, its decoders, its host-limit counters."""
+    part = gcd.partitions[p]
+    vcns = len(partition_vcns(gcd, p))
+    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
+    low = r.partition_low_utilization_ticks[p]
+    xccs = part.xcc_count
+    return {
+        "current_gfxclk": [r.sclk] * xccs,
+        "current_socclk": [r.socclk] * vcns,
+        "current_vclk0": [r.vclk] * vcns,
+        "current_dclk0": [r.dclk] * vcns,
+        "current_uclk": r.mclk,
+        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
+        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+        "vcn_busy": [0] * vcns,
+        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
+        "gfx_below_host_limit_ppt_acc": [ppt] * xccs,
+        "gfx_below_host_limit_thm_acc": [thm] * xccs,
+        "gfx_low_utilization_acc": [low] * xccs,
+        "gfx_below_host_limit_total_acc": [ppt + thm + low] * xccs,
+    }
 
 
 # HBM peak bandwidth at the top memory clock (GB/s): MI300X 5.3 TB/s, MI325X 6 TB/s, MI350 8 TB/s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
 from exporter.simulator.physics import DieReading, PackageModel
-from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir
+from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.tree import write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
@@ -128,6 +129,8 @@ class Simulator:
                     devices.append(SimulatedDevice(gpu, ident, socket_sample))
                     continue
                 info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
+                if gcd.xcp_metrics_version is not None:
+                    info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
                 if part.index == 0:
                     devices.append(SimulatedDevice(gpu, ident, socket_sample, info, metrics))
                 else:

@@ -65,6 +65,7 @@ class PartitionTruth:
     gfx_busy: float | None  # ratio, from xcp_stats; None when the table has no partition blocks
     gfx_busy_per_xcc: tuple[float, ...] = ()
     gfx_busy_acc_per_xcc: tuple[int, ...] = ()
+    xcp_metrics: Mapping[str, Any] | None = None  # the partition's xcp/xcp_metrics values, when written
 
 
 @dataclass(frozen=True, slots=True)

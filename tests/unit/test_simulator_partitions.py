@@ -450,3 +450,27 @@ def test_an_xgmi_link_goes_down_and_stops_counting(sysfs: Path) -> None:
     assert all(sim.truth()[1].sample.xgmi_link_up[i] for i in range(7))  # the other GPUs keep theirs
     with pytest.raises(ValueError, match=re.escape("expected GCD.LINK")):
         parse_scenario("training:xgmi_down=3")
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_partitions_carry_their_own_xcp_metrics_when_the_driver_has_them(sysfs: Path, version: str) -> None:
+    sim = Simulator(sysfs, f"MI300X:CPX:gpu_metrics=1.7;xcp_metrics={version}", "training", seed=6)
+    sim.write_tree()
+    sim.tick(12.0)
+    for device in sim.truth():
+        part = device.partition
+        assert part is not None and part.xcp_metrics is not None
+        blob = (Path(part.device_dir) / "xcp/xcp_metrics").read_bytes()
+        if version == "1.0":
+            layout = gm.PARTITION_V1_0
+            assert struct.unpack_from("<HBB", blob) == (488, 1, 0) and layout.size == 488
+            busy = struct.unpack_from("<8I", blob, layout.offset("gfx_busy_inst"))
+            acc = struct.unpack_from("<8Q", blob, layout.offset("gfx_busy_acc"))
+        else:
+            assert struct.unpack_from("<HBB", blob)[1:] == (1, 1)
+            records = {r.name: r.values for r in read_v1_9_attributes(blob[:2] + b"\x01\x09" + blob[4:])}
+            busy, acc = records["gfx_busy_inst"], records["gfx_busy_acc"]
+        # a CPX partition has one XCC: slot 0 holds its values, the rest are all-ones
+        assert busy == (round(part.gfx_busy * 100),) + (0xFFFFFFFF,) * 7  # type: ignore[operator]
+        assert acc[0] == part.gfx_busy_acc_per_xcc[0] and acc[1] == 2**64 - 1
+    assert not (sysfs / "devices/platform/amdgpu_xcp_0/gpu_metrics").exists()
