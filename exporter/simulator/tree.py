@@ -5,6 +5,11 @@ real readers need (see reference/real-tools-on-fake-sysfs.md): class/drm/cardN a
 symlinks whose target contains the BDF, cards are numbered from 0 without gaps, every KFD node
 (CPU nodes too) has an io_links/ folder, GPU<->GPU io_links are XGMI (type 11) only, and hwmon
 labels are exactly edge/junction/mem with in0_label = vddgfx.
+
+A partitioned MI300-class socket (DPX/QPX/CPX) keeps partition 0 on its PCI device; partitions
+1..N-1 are platform devices (devices/platform/amdgpu_xcp_<n>) holding only their DRM minors,
+uevent and modalias; KFD has one node per partition (location_id = partition << 28 | BDF bits,
+its share of XCCs and CUs, its render minor, the socket's unique_id). mem_info_* stay device-wide.
 """
 
 from __future__ import annotations

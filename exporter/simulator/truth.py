@@ -37,7 +37,7 @@ from typing import Any
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
-from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_peers
+from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers, kfd_peers
 
 MHZ = 1_000_000.0
 
@@ -77,10 +77,16 @@ class SimulatedDevice:
     gpu_metrics: Mapping[str, Any] | None = None  # partition 0 of MI300-class: the table's raw values
 
 
-def topology(gcd: GcdLayout, gcds: list[GcdLayout]) -> tuple[TopologyLink, ...]:
-    """The GCD's KFD io_links: PCIe to its CPU node (peer ""), then XGMI to each hive peer."""
+def topology(gcd: GcdLayout, gcds: list[GcdLayout], partition: int = 0) -> tuple[TopologyLink, ...]:
+    """The KFD io_links of a GCD (of one of its partitions): PCIe to its CPU node (peer ""), then
+    XGMI to each hive peer; a partitioned socket's node also links to every other partition of its
+    own socket (weight 13) and to every partition of each peer, one link per KFD node, in node order."""
     links = [TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT)]
-    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
+    if not gcd.partitions:
+        links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
+        return tuple(links)
+    part = gcd.partitions[partition]
+    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, _p, weight in kfd_partition_peers(gcd, part, gcds)]
     return tuple(links)
 
 
@@ -110,7 +116,7 @@ def identity(
         xgmi_physical_id=gcd.xgmi_physical_id,
         numa_node=gcd.numa_node,
         firmware=frozen_map({block: f"0x{v:08x}" for block, v in m.firmware.items() if v}),
-        topology=topology(gcd, gcds),
+        topology=topology(gcd, gcds, partition),
         gpu_metrics_version=f"{gcd.metrics_version[0]}.{gcd.metrics_version[1]}",
     )
 

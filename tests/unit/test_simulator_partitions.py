@@ -153,6 +153,12 @@ def test_partitions_are_laid_out_as_the_driver_does(sysfs: Path, compute: str, m
                 assert not (home / "gpu_metrics").exists() and not (home / "hwmon").exists()
                 link = sysfs / "bus/platform/devices" / part.platform_device
                 assert os.path.realpath(link) == os.path.realpath(home)
+    for device in devices:  # the truth's topology is the KFD node's io_links, one per link file
+        assert device.partition is not None
+        assert len(device.identity.topology) == gpu_nodes[device.partition.kfd_node]["links"]
+        assert gpu_nodes[device.partition.kfd_node]["gpu_id"] == device.partition.gpu_id
+        weights = sorted(link.weight for link in device.identity.topology if link.link_type == "xgmi")
+        assert weights == [13] * (n - 1) + [15] * n
     # gpu_ids are unique across the node, drm minors are handed out socket by socket
     assert len({node["gpu_id"] for node in gpu_nodes.values()}) == 2 * n
     assert [p.card_minor for g in sim.gcds for p in g.partitions] == list(range(2 * n))
