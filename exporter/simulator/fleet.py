@@ -39,6 +39,7 @@ _COMPATIBLE_NPS = {
     "CPX": ("NPS1", "NPS4"),
 }
 XCP_NAME_STYLES = ("underscore", "dot")  # amdgpu_xcp_<n> (ROCm DKMS) or amdgpu_xcp.<n> (some kernels)
+MAX_XCP = 8  # amdgpu_xcp_dev_alloc: a partitionable socket allocates xcp nodes 1..MAX_XCP-1 at load
 MAX_RENDER_NODES = 128  # DRM render minors the simulator hands out (renderD128 ..)
 
 
@@ -51,10 +52,18 @@ class FleetEntry:
     memory_partition: str = ""  # "NPS1".. on partitionable ASICs, "" otherwise
     xcp_names: str = "underscore"  # spelling of the partition platform devices
     xcp_metrics: tuple[int, int] | None = None  # per-partition xcp/xcp_metrics (newer drivers): 1.0 or 1.1
+    # "used": platform devices for the partitions in use only; "all": as amdgpu_xcp_dev_alloc does it,
+    # MAX_XCP - 1 per socket whatever the mode (the unused ones have DRM minors but no KFD node)
+    xcp_nodes: str = "used"
 
     @property
     def partitions(self) -> int:
         return COMPUTE_PARTITION_COUNTS.get(self.compute_partition, 1)
+
+    @property
+    def drm_nodes(self) -> int:
+        """DRM card/render pairs per socket: its partitions, or MAX_XCP with xcp_nodes=all."""
+        return MAX_XCP if self.xcp_nodes == "all" else self.partitions
 
     def __str__(self) -> str:
         text = f"{self.count}x{self.model.name}"
@@ -70,6 +79,8 @@ class FleetEntry:
             options.append(f"xcp_names={self.xcp_names}")
         if self.xcp_metrics is not None:
             options.append(f"xcp_metrics={self.xcp_metrics[0]}.{self.xcp_metrics[1]}")
+        if self.xcp_nodes != "used":
+            options.append(f"xcp_nodes={self.xcp_nodes}")
         if options:
             text += ":" + ";".join(options)
         return text
@@ -94,6 +105,10 @@ class FleetSpec:
         """GPUs as ROCm numbers them: every GCD, and every compute partition of a partitioned socket."""
         return sum(e.count * e.model.gcds_per_package * e.partitions for e in self.entries)
 
+    @property
+    def render_node_count(self) -> int:
+        return sum(e.count * e.model.gcds_per_package * e.drm_nodes for e in self.entries)
+
     def __str__(self) -> str:
         return ",".join(str(e) for e in self.entries)
 
@@ -107,9 +122,9 @@ def parse_fleet(spec: str) -> FleetSpec:
     fleet = FleetSpec(tuple(entries))
     if fleet.gcd_count > MAX_GCDS:
         raise ValueError(f"fleet spec {spec!r} has {fleet.gcd_count} GCDs; at most {MAX_GCDS} are supported")
-    if fleet.device_count > MAX_RENDER_NODES:
+    if fleet.render_node_count > MAX_RENDER_NODES:
         raise ValueError(
-            f"fleet spec {spec!r} has {fleet.device_count} GPU devices (partitions included);"
+            f"fleet spec {spec!r} needs {fleet.render_node_count} DRM render nodes (partitions included);"
             f" at most {MAX_RENDER_NODES} DRM render nodes are supported"
         )
     return fleet
@@ -131,6 +146,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     compute, memory = _default_modes(model)
     xcp_names = "underscore"
     xcp_metrics: tuple[int, int] | None = None
+    xcp_nodes = "used"
     seen: set[str] = set()
     tokens = re.split(r"[:;]", options) if options is not None else []
     for option in tokens:
@@ -164,11 +180,17 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
             if value.strip() not in ("1.0", "1.1"):
                 raise ValueError(f"bad xcp_metrics={value.strip()} for {model.name}: expected 1.0 or 1.1")
             xcp_metrics = (1, int(value.strip()[2]))
+        elif sep and key == "xcp_nodes":
+            if not model.compute_partitions:
+                raise ValueError(f"{model.name} has no compute partitions, so no xcp nodes")
+            if value.strip() not in ("used", "all"):
+                raise ValueError(f"bad xcp_nodes={value.strip()} for {model.name}: expected used or all")
+            xcp_nodes = value.strip()
         else:
             modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
             raise ValueError(
-                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot"
-                " or xcp_metrics=1.0|1.1"
+                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot,"
+                " xcp_metrics=1.0|1.1 or xcp_nodes=all"
             )
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
@@ -177,7 +199,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
         )
     if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
         raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
-    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics)
+    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics, xcp_nodes)
 
 
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
@@ -252,6 +274,9 @@ class GcdLayout:
     memory_partition: str = ""
     partitions: tuple[PartitionLayout, ...] = ()  # partition 0 first; always at least one once laid out
     xcp_metrics_version: tuple[int, int] | None = None  # xcp/xcp_metrics per partition, when the driver has it
+    # xcp platform devices allocated but not in use in the current mode (xcp_nodes=all): their DRM
+    # minors exist, KFD has no node for them. PartitionLayout with kfd_node/gpu_id -1.
+    idle_xcp_nodes: tuple[PartitionLayout, ...] = ()
 
     @property
     def card(self) -> str:
@@ -370,6 +395,12 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                 )
                 minor += 1
                 kfd_node += 1
+            idle = []
+            for _spare in range(count, entry.drm_nodes):
+                name = f"amdgpu_xcp.{xcp_counter}" if entry.xcp_names == "dot" else f"amdgpu_xcp_{xcp_counter}"
+                xcp_counter += 1
+                idle.append(PartitionLayout(_spare, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
+                minor += 1
             result.append(
                 GcdLayout(
                     index=index,
@@ -394,6 +425,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     memory_partition=entry.memory_partition,
                     partitions=tuple(parts),
                     xcp_metrics_version=entry.xcp_metrics,
+                    idle_xcp_nodes=tuple(idle),
                 )
             )
             index += 1

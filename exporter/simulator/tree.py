@@ -172,7 +172,7 @@ def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
 def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
     """Partitions 1..N-1: bare platform devices holding only their DRM minors (the driver redirects
     their ioctls to the socket's PCI device and gives them no sysfs attributes of their own)."""
-    for part in gcd.partitions[1:]:
+    for part in gcd.partitions[1:] + gcd.idle_xcp_nodes:
         dev = part.platform_relpath
         # platform_device_register_simple("amdgpu_xcp", id): the modalias carries the bare name;
         # the DKMS spelling registers "amdgpu_xcp_<n>" as the name itself.

@@ -480,3 +480,23 @@ def test_partitions_carry_their_own_xcp_metrics_when_the_driver_has_them(sysfs: 
         assert busy == (round(part.gfx_busy * 100),) + (0xFFFFFFFF,) * 7  # type: ignore[operator]
         assert acc[0] == part.gfx_busy_acc_per_xcc[0] and acc[1] == 2**64 - 1
     assert not (sysfs / "devices/platform/amdgpu_xcp_0/gpu_metrics").exists()
+
+
+def test_xcp_nodes_all_preallocates_seven_per_socket_like_the_driver(sysfs: Path) -> None:
+    # amdgpu_xcp_dev_alloc allocates xcp nodes 1..7 at load whatever the mode: an SPX socket still
+    # has eight DRM card/render pairs, and only KFD says which of them are partitions in use
+    sim = Simulator(sysfs, "2xMI300X:DPX:xcp_nodes=all", "idle")
+    sim.write_tree()
+    assert str(sim.fleet) == "2xMI300X:DPX:xcp_nodes=all"
+    assert len([p for p in (sysfs / "class/drm").iterdir() if p.name.startswith("renderD")]) == 16
+    assert len(list((sysfs / "devices/platform").iterdir())) == 14
+    devices = sim.truth()
+    assert [d.partition.card for d in devices if d.partition] == ["card0", "card1", "card8", "card9"]
+    assert [d.partition.platform_device for d in devices if d.partition] == ["", "amdgpu_xcp_0", "", "amdgpu_xcp_7"]
+    minors = sorted(n["drm_render_minor"] for n in _kfd_nodes(sysfs).values() if n["gpu_id"])
+    assert minors == [128, 129, 136, 137]
+    # an unused node is a bare platform device with DRM minors
+    idle = sysfs / "devices/platform/amdgpu_xcp_3"
+    assert sorted(p.name for p in (idle / "drm").iterdir()) == ["card4", "renderD132"]
+    with pytest.raises(ValueError, match="needs 136 DRM render nodes"):
+        parse_fleet("17xMI300X:xcp_nodes=all")
