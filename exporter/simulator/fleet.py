@@ -148,9 +148,11 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     xcp_metrics: tuple[int, int] | None = None
     xcp_nodes = "used"
     seen: set[str] = set()
-    tokens = re.split(r"[:;]", options) if options is not None else []
+    tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
     for option in tokens:
         word = option.strip()
+        if not word:
+            raise ValueError(f"empty option in fleet term {term.strip()!r}: options are separated by one ':'")
         key, sep, value = word.partition("=")
         key = key.strip()
         upper = word.upper()

@@ -104,7 +104,8 @@ def _pieces(*pieces: str) -> st.SearchStrategy[str]:
 
 _FLEET_TEXT = _pieces(
     "MI210", "MI250X", "mi300x", "MI999", "x", "X", "0", "2", "32", "65", "\u0663", ",", ":", ";", "=",
-    " ", "gpu_metrics", "1.6", "1.3", "1.", "\u00b2", "\n",
+    " ", "gpu_metrics", "1.6", "1.3", "1.", "\u00b2", "\n", "CPX", "dpx", "QPX", "TPX", "NPS4", "NPS1", "MI355X",
+    "MI325X", "xcp_names", "dot", "xcp_nodes", "all", "xcp_metrics", "1.1",
 )  # fmt: skip
 _SCENARIO_TEXT = _pieces(
     "idle", "training", "thermal-excursion", ":", ",", "=", "+", "period", "start", "hot", "peak", "gpus",
@@ -119,7 +120,7 @@ def test_parse_fleet_never_fails_any_other_way(text: str) -> None:
     except ValueError as error:
         assert str(error)
         return
-    assert 1 <= fleet.gcd_count <= 128
+    assert 1 <= fleet.gcd_count <= 128 and fleet.gcd_count <= fleet.device_count <= 128
     assert parse_fleet(str(fleet)) == fleet
 
 
