@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import random
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.simulator import Simulator
 from exporter.sources import gpu_metrics_layouts as layouts
 from exporter.sources.gpu_metrics import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
 from exporter.sources.gpu_metrics_fast import (
@@ -181,3 +183,30 @@ def test_any_bytes_give_floats_or_fast_extract_error(blob: bytes) -> None:
     except FastExtractError:
         return
     assert len(values) == len(CHANNELS)
+
+
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        "MI210",
+        "MI250X",
+        "MI300X",
+        "MI300X:gpu_metrics=1.4",
+        "MI300X:gpu_metrics=1.6",
+        "MI300X:gpu_metrics=1.7",
+        "MI325X",
+        "MI355X",
+        "MI300X:gpu_metrics=1.9",
+    ],
+)
+def test_the_simulated_drivers_tables_agree_with_the_full_decoder(fleet: str, tmp_path: Path) -> None:
+    simulator = Simulator(tmp_path / "sys", fleet=fleet, scenario="alternating")
+    simulator.write_tree()
+    for elapsed in (0.0, 7.3, 31.0):
+        simulator.tick(elapsed)
+        tables = sorted((tmp_path / "sys").glob("class/drm/card*/device/gpu_metrics"))
+        assert tables
+        for path in tables:
+            blob = path.read_bytes()
+            assert_agrees(blob)
+            assert not math.isnan(extract_fast(blob)[CHANNEL_INDEX[("temperature", "junction")]])
