@@ -55,10 +55,22 @@ def probe_device(handle):
         call(out, f"memory_usage.{memory}", smi.amdsmi_get_gpu_memory_usage, handle, kind)
     for sensor in ("EDGE", "HOTSPOT", "VRAM", "HBM_0", "HBM_1", "HBM_2", "HBM_3"):
         for metric in ("CURRENT", "CRITICAL", "EMERGENCY"):
-            call(out, f"temp.{sensor}.{metric}", smi.amdsmi_get_temp_metric, handle,
-                 smi.AmdSmiTemperatureType[sensor], smi.AmdSmiTemperatureMetric[metric])
-    call(out, "volt.VDDGFX.CURRENT", smi.amdsmi_get_gpu_volt_metric, handle,
-         smi.AmdSmiVoltageType.VDDGFX, smi.AmdSmiVoltageMetric.CURRENT)
+            call(
+                out,
+                f"temp.{sensor}.{metric}",
+                smi.amdsmi_get_temp_metric,
+                handle,
+                smi.AmdSmiTemperatureType[sensor],
+                smi.AmdSmiTemperatureMetric[metric],
+            )
+    call(
+        out,
+        "volt.VDDGFX.CURRENT",
+        smi.amdsmi_get_gpu_volt_metric,
+        handle,
+        smi.AmdSmiVoltageType.VDDGFX,
+        smi.AmdSmiVoltageMetric.CURRENT,
+    )
     for clock in ("GFX", "MEM", "DF", "SOC", "VCLK0", "DCLK0"):
         call(out, f"clock_info.{clock}", smi.amdsmi_get_clock_info, handle, smi.AmdSmiClkType[clock])
     call(out, "pcie_info", smi.amdsmi_get_pcie_info, handle)

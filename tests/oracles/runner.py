@@ -35,19 +35,19 @@ shift 4
 mount -t tmpfs tmpfs "$scratch/overlay"
 mkdir "$scratch/overlay/upper" "$scratch/overlay/work"
 mount -t overlay overlay -o "lowerdir=$tree,upperdir=$scratch/overlay/upper,workdir=$scratch/overlay/work" "$root/sys"
-for dir in %(empty_dirs)s; do mkdir -p "$root/sys/$dir"; done
+for dir in @EMPTY_DIRS@; do mkdir -p "$root/sys/$dir"; done
 mount -t proc proc "$root/proc"
 mount --bind "$scratch/cpuinfo" "$root/proc/cpuinfo"
 mount -t tmpfs tmpfs "$root/dev/shm"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
-mkdir -p "$root/dev/dri" "$root%(libdrm_mount)s"
+mkdir -p "$root/dev/dri" "$root@LIBDRM_MOUNT@"
 mount -t tmpfs tmpfs "$root/dev/dri"
 for node in "$tree"/class/drm/card* "$tree"/class/drm/renderD*; do
   [ -e "$node" ] && : > "$root/dev/dri/${node##*/}"
 done
-[ -n "$libdrm" ] && mount --bind "$libdrm" "$root%(libdrm_mount)s"
+[ -n "$libdrm" ] && mount --bind "$libdrm" "$root@LIBDRM_MOUNT@"
 exec chroot "$root" "$@"
-""" % {"empty_dirs": " ".join(_EMPTY_SYSFS_DIRS), "libdrm_mount": FAKE_LIBDRM_MOUNT}
+""".replace("@EMPTY_DIRS@", " ".join(_EMPTY_SYSFS_DIRS)).replace("@LIBDRM_MOUNT@", FAKE_LIBDRM_MOUNT)
 
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "HOME": "/root"}
 
