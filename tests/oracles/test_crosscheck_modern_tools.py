@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 MIB = 2**20
 KERNEL_ENERGY_J_PER_COUNT = 2.0**-16  # the SMU's energy accumulator tick (15.2587890625 uJ)
 TOOL_ENERGY_UJ_PER_COUNT = 15.3  # what rocm-smi and amd-smi hard-code
-FLEETS = {"MI210": "1xMI210", "MI250X": "1xMI250X", "MI300X": "1xMI300X"}
+FLEETS = {"MI210": "1xMI210", "MI250X": "1xMI250X", "MI300X": "1xMI300X", "MI300X-v1.7": "1xMI300X:gpu_metrics=1.7"}
 ROCM_SMI_FLAGS = [
     "--showtemp", "--showpower", "--showmaxpower", "--showuse", "--showmemuse", "--showmeminfo", "vram", "gtt",
     "--showclocks", "--showuniqueid", "--showbus", "--showenergycounter", "--showvoltage", "--showproductname",
@@ -275,6 +275,12 @@ def test_rocm_smi_reports_our_values(tool: str, reports: dict[str, Any], ours: d
 
 # --- amd-smi metric -----------------------------------------------------------------------------
 
+# Values the tools report that we do not export YET (open work in issue 11), kept apart from the
+# deliberate omissions so the list shrinks as the work lands.
+AMD_SMI_METRIC_KNOWN_GAPS = {
+    r"usage\.(gfx_busy_inst|jpeg_busy|vcn_busy)\.xcp_\d+\[\d+\]": "per-partition xcp_stats (issue 11 item 1)",
+    r"throttle\.\w+_accumulated|throttle\.accumulation_counter": "violation residency counters (issue 11 item 7)",
+}
 AMD_SMI_METRIC_NOT_EXPORTED = {
     r"gpu": "amd-smi's own index",
     r"usage\.jpeg_activity\[\d+\]": "JPEG engine activity",
@@ -282,7 +288,7 @@ AMD_SMI_METRIC_NOT_EXPORTED = {
     r"clock\.\w+\.(clk_locked|deep_sleep)": "clock lock / deep-sleep state",
     r"clock\.(vclk|dclk)_[1-9]\.\w+": "per-instance video clocks beyond instance 0",
     r"pcie\.max_packet_size(@unit)?": "pcie_bw max payload (part of our bandwidth figure)",
-    r"pcie\.replay_roll_over_count": "replay counter roll-overs",
+    r"pcie\.(replay_roll_over_count|lc_perf_other_end_recovery_count)": "roll-overs, link partner's recoveries",
     r"ecc\.cache_(un)?correctable_count": "cache ECC split",
     r"ecc_blocks\.\w+\.deferred_count": "checked below where the kernel has a deferred count",
     r"perf_level": "power_dpm_force_performance_level",
@@ -388,6 +394,7 @@ def compare_amd_smi_metric(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
         free = None if total is None or used is None else _mib_floor(total) - _mib_floor(used)
         c.check(f"mem_usage.free_{name}", free, int, unit="MB")
     c.not_exported(AMD_SMI_METRIC_NOT_EXPORTED)
+    c.not_exported(AMD_SMI_METRIC_KNOWN_GAPS)
     return c
 
 
@@ -410,7 +417,7 @@ AMD_SMI_STATIC_NOT_EXPORTED = {
     r"limit\.ppt0\.min_power_limit(@unit)?": "lowest settable power cap",
     r"ras\.ecc_block_state\.\w+": "RAS features per block",
     r"numa\.(node|affinity)": "NUMA node",
-    r"vram\.(type|vendor|bit_width)": "VRAM type, vendor; bit width (the libdrm stand-in leaves it 0)",
+    r"vram\.(type|vendor|bit_width|max_bandwidth)": "VRAM type, vendor, peak GB/s; width (the stand-in leaves it 0)",
     r"clock\.\w+\.current_level": "DPM level index (its frequency is compared)",
     r"clock\.\w+\.frequency_levels\..*": "DPM level table (current and highest compared)",
     r"profile": "power profile",
@@ -494,10 +501,12 @@ AMDSMI_MODULE_NOT_EXPORTED = {
     r"fw_info\.ok\.fw_list\[\d+\]\.fw_name": "the block name (its version is compared)",
     r"power_cap_info\.ok\.(default_power_cap|dpm_cap|min_power_cap)": "default / lowest settable cap, DPM flag",
     r"energy_count\.ok\.timestamp": "gpu_metrics system clock counter",
-    r"vram_info\.ok\.(vram_type|vram_vendor|vram_bit_width)": "VRAM type, vendor, bit width",
+    r"vram_info\.ok\.(vram_type|vram_vendor|vram_bit_width|vram_max_bandwidth)": "VRAM type, vendor, width, peak GB/s",
     r"clock_info\.ok\.\w+|clock_info\.\w+\.ok\.(min_clk|clk_locked|clk_deep_sleep)": "lowest level, lock state",
     r"pcie_info\.ok\.pcie_static\.(pcie_interface_version|slot_type)": "PCIe generation, slot type",
-    r"pcie_info\.ok\.pcie_metric\.pcie_replay_roll_over_count": "replay counter roll-overs",
+    r"pcie_info\.ok\.pcie_metric\.(pcie_replay_roll_over_count|pcie_lc_perf_other_end_recovery_count)": (
+        "replay counter roll-overs, link partner's recoveries"
+    ),
     r"pci_throughput\.ok\.(sent|received|max_pkt_sz)": "checked together below",
     r"gpu_metrics\.ok\..*": "the raw table: its fields are checked through the getters above",
     r"(numa_node|perf_level|lib_version)\.ok": "NUMA node, performance level",
@@ -558,7 +567,6 @@ def compare_amdsmi_module(device: dict[str, Any], ours: OurDevice) -> Comparison
     c.check("vram_usage.ok.vram_total", _mib_floor(vram_total), int)  # MiB
     c.check("vram_usage.ok.vram_used", _mib_floor(vram_used), int)
     c.check("vram_info.ok.vram_size", _mib_floor(vram_total), int)
-    c.check("vram_info.ok.vram_max_bandwidth", None)
     for kind, pool in (("VRAM", "vram"), ("VIS_VRAM", "visible_vram"), ("GTT", "gtt")):
         c.check(f"memory_total.{kind}.ok", ours.value("amdgpu_memory_total_bytes", pool=pool), int)
         c.check(f"memory_usage.{kind}.ok", ours.value("amdgpu_memory_used_bytes", pool=pool), int)
