@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,21 +120,18 @@ static uint64_t max_dpm_khz(int fd, const char *name)
 	return best;
 }
 
-/* PCI address from the device link's last path component, e.g. ".../0000:c1:00.0". */
+/* PCI address: the last component of the resolved device link, e.g. ".../0000:c1:00.0". */
 static int pci_address(int fd, drmPciBusInfo *bus)
 {
-	char dir[512], path[1024], target[1024];
+	char dir[512], path[1024], target[PATH_MAX];
 	unsigned domain, b, d, fn;
-	ssize_t n;
 	const char *base;
 
 	if (node_dir(fd, dir, sizeof(dir)) != 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/device", dir);
-	n = readlink(path, target, sizeof(target) - 1);
-	if (n < 0)
+	if (!realpath(path, target))
 		return -1;
-	target[n] = '\0';
 	base = strrchr(target, '/');
 	base = base ? base + 1 : target;
 	if (sscanf(base, "%x:%x:%x.%x", &domain, &b, &d, &fn) != 4)

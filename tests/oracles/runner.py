@@ -118,6 +118,7 @@ def run_json(
     try:
         return parse_json_output(result.stdout)
     except ToolOutputError as error:
+        command = " ".join(argv)[:120]
         raise ToolOutputError(
-            f"{' '.join(argv)} exited with {result.returncode} and printed no JSON; stderr: {result.stderr[-1500:]}"
+            f"{command} exited with {result.returncode} and printed no JSON; stderr: {result.stderr[-1500:]}"
         ) from error

@@ -24,10 +24,9 @@ import pytest
 
 from exporter.simulator import Simulator
 from tests.integration.test_crosscheck_real_tools import scrape
-from tests.oracles.chroots import SID, TRIXIE, ChrootBuildError, ensure_chroot, ensure_fake_libdrm
 from tests.oracles.compare import Comparison, OurDevice, firmware_parser, flatten, mhz, reported
 from tests.oracles.runner import Chroot, run_json
-from tests.realtools import require_root, require_tool, start_exporter, wait_ready
+from tests.realtools import start_exporter, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -45,20 +44,6 @@ PROBE = (Path(__file__).with_name("amdsmi_probe.py")).read_text()
 
 
 # --- fixtures -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def chroots() -> dict[str, Chroot]:
-    require_root()
-    require_tool("mmdebstrap")
-    require_tool("gcc")
-    try:
-        trixie = ensure_chroot(TRIXIE)
-        sid = ensure_chroot(SID)
-        fake_libdrm = ensure_fake_libdrm(sid)
-    except ChrootBuildError as error:
-        pytest.fail(str(error), pytrace=False)
-    return {"trixie": Chroot(trixie), "sid": Chroot(sid, fake_libdrm)}
 
 
 @pytest.fixture(scope="module", params=list(FLEETS))
