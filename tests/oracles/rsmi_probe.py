@@ -39,8 +39,70 @@ def written_extent(lib, index):
     return {"status": status, "bytes_written": extent, "header_in_buffer": header}
 
 
+def calls(lib, index):
+    """Status and value of the per-device getters a binding would use (None where absent)."""
+    u32, u64, i64 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int64
+    dv = u32(index)
+    out = {}
+
+    def record(name, *args, value=None):
+        function = getattr(lib, name, None)
+        if function is None:
+            out[name] = None
+            return
+        status = function(dv, *args)
+        out[name] = [status, value() if status == 0 and value else None]
+
+    for name in ("rsmi_dev_unique_id_get", "rsmi_dev_pci_id_get", "rsmi_dev_current_socket_power_get"):
+        number = u64()
+        record(name, ctypes.byref(number), value=lambda n=number: n.value)
+    busy = u32()
+    record("rsmi_dev_busy_percent_get", ctypes.byref(busy), value=lambda: busy.value)
+    power = u64()
+    record("rsmi_dev_power_ave_get", u32(0), ctypes.byref(power), value=lambda: power.value)
+    power_type = ctypes.c_int()
+    record(
+        "rsmi_dev_power_get",
+        ctypes.byref(power),
+        ctypes.byref(power_type),
+        value=lambda: [power.value, power_type.value],
+    )
+    cap = u64()
+    record("rsmi_dev_power_cap_get", u32(0), ctypes.byref(cap), value=lambda: cap.value)
+    energy, resolution, stamp = u64(), ctypes.c_float(), u64()
+    record(
+        "rsmi_dev_energy_count_get",
+        ctypes.byref(energy),
+        ctypes.byref(resolution),
+        ctypes.byref(stamp),
+        value=lambda: [energy.value, round(resolution.value, 4)],
+    )
+    for sensor, label in ((0, "edge"), (1, "junction"), (2, "memory"), (3, "hbm0")):
+        temp = i64()
+        record(
+            "rsmi_dev_temp_metric_get", u32(sensor), ctypes.c_int(0), ctypes.byref(temp), value=lambda t=temp: t.value
+        )
+        out[f"rsmi_dev_temp_metric_get({label})"] = out.pop("rsmi_dev_temp_metric_get")
+    frequencies = (ctypes.c_uint8 * 512)()
+    record(
+        "rsmi_dev_gpu_clk_freq_get",
+        ctypes.c_int(0),
+        ctypes.byref(frequencies),
+        value=lambda: [int.from_bytes(bytes(frequencies[o : o + 4]), "little") for o in (0, 4, 8)],
+    )
+    for name in ("rsmi_dev_compute_partition_get", "rsmi_dev_memory_partition_get"):
+        text = ctypes.create_string_buffer(64)
+        record(name, text, u32(64), value=lambda t=text: t.value.decode())
+    partition = u32()
+    record("rsmi_dev_partition_id_get", ctypes.byref(partition), value=lambda: partition.value)
+    header = (ctypes.c_uint8 * 64)()
+    record("rsmi_dev_metrics_header_info_get", ctypes.byref(header), value=lambda: list(header[:4]))
+    return out
+
+
 def main():
-    lib = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "librocm_smi64.so.1")
+    paths = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+    lib = ctypes.CDLL(paths[0] if paths else "librocm_smi64.so.1")
     version = Version()
     report = {"rsmi_version_get": lib.rsmi_version_get(ctypes.byref(version))}
     report["version"] = {
@@ -59,6 +121,8 @@ def main():
     report["rsmi_num_monitor_devices"] = lib.rsmi_num_monitor_devices(ctypes.byref(count))
     sys.stdout.flush()
     report["gpu_metrics"] = [written_extent(lib, index) for index in range(count.value)]
+    if "--calls" in sys.argv:
+        report["calls"] = [calls(lib, index) for index in range(count.value)]
     print(json.dumps(report))
     return 0
 
