@@ -614,3 +614,30 @@ def test_amdsmi_module_reports_our_values(reports: dict[str, Any], ours: dict[st
     assert report["lib_version"]["ok"]["major"] == 27, report["lib_version"]
     for bdf, device in devices.items():
         compare_amdsmi_module(device, ours[bdf]).finish()
+
+
+# --- the comparison can fail ----------------------------------------------------------------------
+
+
+def _perturbed(device: OurDevice, name: str, factor: float) -> OurDevice:
+    series = {key: value * factor if key[0] == name else value for key, value in device.series.items()}
+    return OurDevice(device.gpu, device.info, device.identity, series)
+
+
+def test_a_wrong_value_of_ours_is_caught(reports: dict[str, Any], ours: dict[str, OurDevice]) -> None:
+    """The same tool reports against our series with one metric 1 % off: every tool must object."""
+    bdf = sorted(ours)[0]
+    wrong = _perturbed(ours[bdf], "amdgpu_memory_used_bytes", 1.01)
+    comparisons = [
+        compare_rocm_smi("rocm-smi 6.1.2", _cards(reports["rocm-smi 6.1.2"])[bdf], wrong, None),
+        compare_rocm_smi("rocm-smi 6.4.1", _cards(reports["rocm-smi 6.4.1"])[bdf], wrong, None),
+        compare_amd_smi_metric(_amd_smi_gpus(reports, "amd-smi metric")[bdf], wrong),
+        # amd-smi static reports only the VRAM size
+        compare_amd_smi_static(
+            _amd_smi_gpus(reports, "amd-smi static")[bdf], _perturbed(ours[bdf], "amdgpu_memory_total_bytes", 1.01)
+        ),
+        compare_amdsmi_module({d["bdf"]["ok"]: d for d in reports["amdsmi module"]["devices"]}[bdf], wrong),
+    ]
+    for comparison in comparisons:
+        with pytest.raises(AssertionError, match=r"memory|VRAM|vram"):
+            comparison.finish()
