@@ -132,7 +132,9 @@ class _Source:
         self.layout = layout
         self.lines: list[str] = []
         fields = _Fields()
-        entries = [(f.offset, f.name, f.ctype, f.count, None) for f in layout.fields]
+        entries: list[tuple[int, str, str, int, int]] = [
+            (f.offset, f.name, f.ctype, f.count, -1) for f in layout.fields
+        ]
         block = layout.partition_block
         if block is not None:
             for index in range(layout.partition_count):
@@ -144,7 +146,7 @@ class _Source:
         self.slots: dict[str, tuple[int, int, int]] = {}
         for offset, name, ctype, count, partition in sorted(entries):
             slot = fields.add(name, ctype, offset, count)
-            if partition is None:
+            if partition < 0:  # a top-level field
                 self.slots[name] = slot
             else:
                 self.partition_slots[(partition, name)] = slot
