@@ -268,12 +268,16 @@ def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: R
     assert f"Suggested gfx clock ceiling: {humanized}Hz ({clock_down.step_ratio * 100:g}% below the maximum)" in (
         " ".join(annotations["description"].split())
     )
-    assert annotations["summary"] == f"GPU {HOT_GPU} on {stack.scrape_instance} fires {run.daemon_rule.alert}"
-    assert "--setsrange" in annotations["runbook"]
+    # The page names the node (the scrape target's `node` label) and the device by index and PCI address.
+    assert labels["node"] == stack.node
+    pci_bus_id = run.truth_device()["identity"]["pci_bus_id"]
+    assert labels["pci_bus_id"] == pci_bus_id
+    assert annotations["summary"] == f"GPU {HOT_GPU} ({pci_bus_id}) on {stack.node} fires {run.daemon_rule.alert}"
+    assert annotations["runbook_url"] == "docs/runbooks.md#amdgpudaemonalert"
     # Only the hot GCD pages; the other seven stay below the threshold.
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname="AMDGPUDaemonAlert")}
     assert paged == {str(HOT_GPU)}
-    assert f"PAGE FIRING AMDGPUDaemonAlert gpu={HOT_GPU} severity=warning" in run.page_log.getvalue()
+    assert f"PAGE FIRING AMDGPUDaemonAlert node={stack.node} gpu={HOT_GPU} severity=warning" in run.page_log.getvalue()
 
     for_seconds = run.daemon_rule.for_seconds + run.prometheus_for
     delay = report("through Prometheus", run, page, for_seconds, "scrape, evaluation, Alertmanager")

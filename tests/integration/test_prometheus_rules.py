@@ -4,8 +4,10 @@ promtool (Debian `prometheus`, 2.42) checks and unit-tests the rules; amtool (De
 `prometheus-alertmanager`) checks the Alertmanager example and resolves its routes. Around the tools,
 this file holds the rules to the project's contract: every alert has a promtool case where it fires
 and one where it stays quiet, every metric and label it reads is one the exporter exports, every
-alert carries severity, summary, description and runbook, and a recording rule an alert depends on is
-evaluated before it in the same group (across groups the order is undefined and the alert would lag).
+alert carries severity, summary and description naming the node and the device, and a runbook_url to
+its section of docs/runbooks.md; every per-device alert carries the identifying labels of
+docs/alert-labels.md (node, gpu, pci_bus_id); and a recording rule an alert depends on is evaluated
+before it in the same group (across groups the order is undefined and the alert would lag).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
 RULE_TESTS = sorted((REPO / "deploy" / "prometheus" / "tests").glob("*.yml"))
 ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOK_PREFIX = "docs/runbooks.md#"
+# Alerts about a node or its exporter as a whole: no gpu label.
+NODE_LEVEL_ALERTS = frozenset(
+    {"AMDGPUExporterDown", "AMDGPUExporterPollStalled", "AMDGPUExporterWorkerRestarts", "AMDGPUNodeBusyDrop"}
+)
 
 # The metric contract of DESIGN.md (plus the self-metrics the CLI brief adds): exposed name ->
 # labels besides the target's own (instance, job), with the allowed values where the contract
@@ -95,9 +103,29 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_worker_restarts_total": {},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
 }
+# Series the rules read that the exporter does not export yet, planned by open issues (DESIGN.md's
+# metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
+# When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
+PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
+    # issue 13: the fast sampler's sliding windows
+    "amdgpu_temperature_window_celsius": {
+        **_GPU,
+        "sensor": _SENSORS,
+        "stat": frozenset({"min", "max", "mean"}),
+    },
+    # issue 12: who is on each GPU
+    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
+    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
+    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
+    # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
+    },
+}
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
-TARGET_LABELS = frozenset({"instance", "job"})
+TARGET_LABELS = frozenset({"instance", "job", "node"})
 
 SEVERITIES = frozenset({"critical", "warning", "info"})
 # Alerts on counted events (any new uncorrectable error, any page retired, ...) fire at once: the
@@ -328,17 +356,16 @@ def test_every_rule_severity_has_its_own_route() -> None:
         assert matched and matched[0]["receiver"] == receiver, severity
 
 
-def test_alertmanager_groups_by_gpu_and_inhibits_warnings_under_a_critical() -> None:
+def test_alertmanager_groups_by_node_and_cause_and_inhibits_on_the_identifying_labels() -> None:
     config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
-    assert config["route"]["group_by"] == ["alertname", "instance", "gpu"]
-    inhibitions = [
-        rule
-        for rule in config["inhibit_rules"]
-        if rule["source_matchers"] == ['severity="critical"']
-        and "warning" in rule["target_matchers"][0]
-        and {"instance", "gpu"} <= set(rule["equal"])
-    ]
-    assert len(inhibitions) == 1, config["inhibit_rules"]
+    assert config["route"]["group_by"] == ["node", "alertname"]
+    # Child routes inherit it (the info digest groups wider, by cause only).
+    for route in config["route"]["routes"]:
+        assert set(route.get("group_by", ["node", "alertname"])) <= {"node", "alertname"}, route
+    equal = {tuple(rule["equal"]) for rule in config["inhibit_rules"]}
+    assert equal <= {("node", "gpu"), ("node",)}, equal
+    used = {label for rule in config["inhibit_rules"] for label in rule["equal"]}
+    assert "instance" not in used, "instance differs between the two alert paths"
 
 
 # --- the contract around the tools ------------------------------------------------------
@@ -365,14 +392,58 @@ def test_every_test_file_loads_the_shipped_rules() -> None:
         assert loaded == [RULES.resolve()], path.name
 
 
-def test_every_alert_has_severity_summary_description_and_runbook() -> None:
+def test_every_alert_has_severity_summary_description_and_runbook_url() -> None:
+    headings = set(re.findall(r"^## (\w+)$", RUNBOOKS.read_text(encoding="utf-8"), flags=re.MULTILINE))
     for _, rule in alerting_rules():
+        name = rule["alert"]
         severity = rule.get("labels", {}).get("severity", "")
         # The forwarded daemon alerts keep the daemon's own severity label.
-        assert severity in SEVERITIES or severity == "{{ $labels.severity }}", rule["alert"]
+        assert severity in SEVERITIES or severity == "{{ $labels.severity }}", name
         annotations = rule.get("annotations", {})
-        for key in ("summary", "description", "runbook"):
-            assert len(annotations.get(key, "").split()) >= 4, f"{rule['alert']}: {key}"
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        for key in ("summary", "description"):
+            text = annotations[key]
+            assert len(text.split()) >= 4, f"{name}: {key}"
+            assert "{{ or $labels.node $labels.instance }}" in text, f"{name}: {key} does not name the node"
+            if name not in NODE_LEVEL_ALERTS:
+                assert "$labels.gpu" in text, f"{name}: {key} does not name the device"
+        # One configurable prefix (docs/runbooks.md explains it) and a section that exists.
+        assert annotations["runbook_url"] == RUNBOOK_PREFIX + name.lower(), name
+        assert name in headings, f"docs/runbooks.md has no section '## {name}'"
+    assert headings == {rule["alert"] for _, rule in alerting_rules()}, "runbook sections without an alert"
+
+
+def test_every_firing_case_carries_the_identifying_labels() -> None:
+    """What promtool checks the alerts fire with: node always, and gpu with pci_bus_id for a device
+    (docs/alert-labels.md); node-level alerts have no gpu."""
+    for path in RULE_TESTS:
+        for test in load_yaml(path)["tests"]:
+            for case in test.get("alert_rule_test", []):
+                for expected in case.get("exp_alerts") or []:
+                    labels = expected["exp_labels"]
+                    where = f"{path.name}: {case['alertname']} at {case['eval_time']}"
+                    assert labels.get("node"), where
+                    if case["alertname"] in NODE_LEVEL_ALERTS:
+                        assert "gpu" not in labels, where
+                    elif "gpu" in labels:
+                        assert labels.get("pci_bus_id"), where
+                    else:
+                        assert case["alertname"] == "AMDGPUDeviceMissing", where  # its after-restart shape
+
+
+def test_per_device_alerts_join_the_pci_address() -> None:
+    for _, rule in alerting_rules():
+        if rule["alert"] in NODE_LEVEL_ALERTS:
+            continue
+        assert "group_left (pci_bus_id) amdgpu_device_info" in rule["expr"], rule["alert"]
+
+
+def test_planned_metrics_are_not_exported_yet() -> None:
+    """A planned family the exporter now exports belongs in CONTRACT, with its real labels."""
+    from exporter.exposition import all_metric_names
+
+    landed = set(PLANNED) & set(all_metric_names())
+    assert not landed, f"move {sorted(landed)} from PLANNED to CONTRACT"
 
 
 def test_alerts_wait_before_firing() -> None:
@@ -388,7 +459,7 @@ def test_alerts_wait_before_firing() -> None:
 
 
 def test_rules_read_only_exported_metrics_and_labels() -> None:
-    known = {**CONTRACT, **PROMETHEUS_SERIES}
+    known = {**CONTRACT, **PLANNED, **PROMETHEUS_SERIES}
     recorded = recorded_names()
     problems = []
     for group in load_rules():
@@ -420,7 +491,7 @@ def test_rules_read_only_exported_metrics_and_labels() -> None:
 
 def test_promtool_inputs_are_exported_metrics() -> None:
     """The unit tests feed only series the exporter (or Prometheus) really produces."""
-    known = set(CONTRACT) | set(PROMETHEUS_SERIES) | recorded_names()
+    known = set(CONTRACT) | set(PLANNED) | set(PROMETHEUS_SERIES) | recorded_names()
     for path in RULE_TESTS:
         for test in load_yaml(path)["tests"]:
             for series in test.get("input_series", []):
