@@ -12,9 +12,15 @@ before it in the same group (across groups the order is undefined and the alert 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import re
+import socket
 import subprocess
+import textwrap
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -538,3 +544,106 @@ def test_contract_names_are_the_exporters_metric_table() -> None:
     assert contract_families <= set(all_metric_names())
     missing = set(all_metric_names()) - contract_families
     assert missing <= {"amdgpu_exporter_alertmanager_notifications_total"}, missing
+
+
+# --- every target gets its node label (real Prometheus) ---------------------------------
+
+README = REPO / "README.md"
+SERVICE_MONITOR = REPO / "deploy" / "kubernetes" / "servicemonitor.yaml"
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+
+
+def readme_scrape_config() -> dict[str, Any]:
+    """The scrape config the README's Prometheus section shows (its first yaml block)."""
+    section = README.read_text(encoding="utf-8").split("## With Prometheus, Alertmanager and Grafana", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "no yaml block in the README's Prometheus section"
+    [job] = yaml.safe_load(textwrap.dedent(block.group(1)))["scrape_configs"]
+    return dict(job)
+
+
+def service_monitor_relabel_configs() -> list[dict[str, Any]]:
+    """The ServiceMonitor's relabelings as Prometheus relabel_configs (the Operator's translation)."""
+    [endpoint] = yaml.safe_load(SERVICE_MONITOR.read_text())["spec"]["endpoints"]
+    return [{_RELABEL_KEYS.get(k, k): v for k, v in rule.items()} for rule in endpoint["relabelings"]]
+
+
+def test_scrape_configs_give_every_target_its_node(tmp_path: Path) -> None:
+    """Real Prometheus applies the README's scrape config and the ServiceMonitor's relabelings; the
+    targets' labels are read back from its API (no scrape needs to succeed)."""
+    prometheus = require_tool("prometheus")
+    # What the Prometheus Operator's endpoints discovery gives a DaemonSet pod's endpoint, with the
+    # target labels the Operator itself adds before the ServiceMonitor's relabelings run.
+    kubernetes_target = {
+        "targets": ["10.42.7.19:9442"],
+        "labels": {
+            "__meta_kubernetes_endpoint_node_name": "gpu-node-7",
+            "__meta_kubernetes_pod_node_name": "gpu-node-7",
+            "__meta_kubernetes_pod_name": "amdgpu-exporter-x2k9q",
+            "__meta_kubernetes_namespace": "amdgpu-exporter",
+            "namespace": "amdgpu-exporter",
+            "pod": "amdgpu-exporter-x2k9q",
+            "container": "amdgpu-exporter",
+            "service": "amdgpu-exporter",
+            "endpoint": "metrics",
+        },
+    }
+    (tmp_path / "kubernetes.json").write_text(json.dumps([kubernetes_target]))
+    readme_job = readme_scrape_config()
+    config = {
+        "global": {"scrape_interval": "1h"},
+        "scrape_configs": [
+            readme_job,
+            {
+                "job_name": "servicemonitor",
+                "file_sd_configs": [{"files": [str(tmp_path / "kubernetes.json")]}],
+                "relabel_configs": service_monitor_relabel_configs(),
+            },
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        expected_count = sum(len(group["targets"]) for group in readme_job["static_configs"]) + 1
+        deadline = time.monotonic() + 30
+        targets: list[dict[str, Any]] = []
+        while len(targets) < expected_count:
+            assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
+            assert time.monotonic() < deadline, f"targets: {targets}\n{(tmp_path / 'prometheus.log').read_text()}"
+            time.sleep(0.2)
+            url = f"http://127.0.0.1:{port}/api/v1/targets"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+                targets = json.load(response)["data"]["activeTargets"]
+        node_of = {t["labels"]["instance"]: t["labels"].get("node") for t in targets}
+        # README: node from the host name, or the label set on an address.
+        assert node_of["gpu-node-1:9442"] == "gpu-node-1"
+        assert node_of["gpu-node-2:9442"] == "gpu-node-2"
+        assert node_of["10.0.0.3:9442"] == "gpu-node-3"
+        readme_targets = [t for t in targets if t["scrapePool"] == readme_job["job_name"]]
+        assert {t["labels"]["job"] for t in readme_targets} == {"amdgpu-exporter"}
+        # ServiceMonitor: the node, the exporter's pod aside, pod/namespace/container free.
+        [kubernetes] = [t["labels"] for t in targets if t["scrapePool"] == "servicemonitor"]
+        assert kubernetes["node"] == "gpu-node-7"
+        assert kubernetes["exporter_pod"] == "amdgpu-exporter-x2k9q"
+        assert kubernetes["exporter_namespace"] == "amdgpu-exporter"
+        assert not {"pod", "namespace", "container"} & set(kubernetes), kubernetes
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
