@@ -363,3 +363,166 @@ def test_demo_stack_command_serves_everything_and_stops_on_ctrl_c(tmp_path: Path
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate(timeout=10)
+
+
+# --------------------------------------------- the shipped routing in a real Alertmanager, posted alerts
+#
+# Alerts with the labels of docs/alert-labels.md, posted to Alertmanager's v2 API as the two paths send
+# them (Prometheus: + instance, job; the daemon's push: + alert), through the shipped routing tree and
+# inhibitions. The daemon does not send `node` yet (docs/alert-labels.md says what it must send), so
+# its half is posted here the way the contract says.
+
+
+@dataclass
+class Routing:
+    alertmanager_url: str
+    receiver: Any  # demo_stack.PageReceiver
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        body = [{"labels": a["labels"], "annotations": a.get("annotations", {})} for a in alerts]
+        response = httpx.post(f"{self.alertmanager_url}/api/v2/alerts", json=body, timeout=5)
+        assert response.status_code == 200, response.text
+
+    def state(self, **labels: str) -> list[dict[str, Any]]:
+        alerts = httpx.get(f"{self.alertmanager_url}/api/v2/alerts", timeout=5).json()
+        return [a for a in alerts if all(a["labels"].get(k) == v for k, v in labels.items())]
+
+
+@pytest.fixture(scope="module")
+def routing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routing]:
+    alertmanager = require_tool(demo.ALERTMANAGER)
+    workdir = tmp_path_factory.mktemp("routing")
+    receiver = demo.PageReceiver()
+    config = workdir / "alertmanager.yml"
+    # group_wait 2 s instead of 30 s; group_interval long, so a group notifies once during a test.
+    config.write_text(
+        demo.alertmanager_config_for_webhook(demo.ALERTMANAGER_CONFIG.read_text(), receiver.url, "2s", "5m")
+    )
+    port = demo.free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (workdir / "alertmanager.log").open("wb")
+    process = subprocess.Popen(
+        [
+            alertmanager,
+            f"--config.file={config}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+        wait_until(lambda: _ready(f"{url}/-/ready") or process.poll() is not None, 30, "a ready Alertmanager")
+        assert process.poll() is None, (workdir / "alertmanager.log").read_text()
+        yield Routing(url, receiver)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        receiver.close()
+
+
+def _ready(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=1).status_code == 200
+    return False
+
+
+def via_prometheus(alertname: str, node: str, severity: str, gpu: int | None = None, **labels: str) -> dict[str, Any]:
+    found = {"alertname": alertname, "node": node, "severity": severity, "job": demo.SCRAPE_JOB}
+    found["instance"] = f"10.42.0.{sum(map(ord, node)) % 250}:9442"  # the pod IP: not identity
+    if gpu is not None:
+        found |= {"gpu": str(gpu), "pci_bus_id": f"0000:{0xC1 + gpu:02x}:00.0"}
+    return {"labels": found | labels}
+
+
+def pushed(rule: str, node: str, severity: str, gpu: int) -> dict[str, Any]:
+    labels = {"alertname": rule, "alert": rule, "node": node, "severity": severity}
+    labels |= {"gpu": str(gpu), "pci_bus_id": f"0000:{0xC1 + gpu:02x}:00.0", "sensor": "junction"}
+    return {"labels": labels}
+
+
+def notified(routing: Routing, **group: str) -> list[Any]:
+    return [
+        n
+        for n in routing.receiver.notifications
+        if n.status == "firing" and all(n.group_labels.get(k) == v for k, v in group.items())
+    ]
+
+
+def test_a_whole_node_cooling_fault_is_one_page_and_silences_its_warnings_on_both_paths(routing: Routing) -> None:
+    node = "gpu-node-cooling"
+    gpus = range(8)
+    critical = [via_prometheus("AMDGPUTemperatureCritical", node, "critical", g, sensor="junction") for g in gpus]
+    warnings = [via_prometheus("AMDGPUTemperatureNearCritical", node, "warning", g, sensor="junction") for g in gpus]
+    warnings += [
+        via_prometheus("AMDGPUDaemonAlert", node, "warning", g, alert="GpuJunctionTemperatureHigh") for g in gpus
+    ]
+    warnings += [pushed("GpuJunctionTemperatureHigh", node, "warning", g) for g in gpus]
+    # Another node's warning on the same GPU index must not be silenced by this node's critical.
+    elsewhere = via_prometheus("AMDGPUTemperatureNearCritical", "gpu-node-fine", "warning", 0, sensor="junction")
+    routing.post([*warnings, elsewhere])
+    routing.post(critical)
+
+    wait_until(lambda: notified(routing, node=node), 20, f"a page for {node}")
+    time.sleep(4)  # two more group_waits: anything else that was going to be sent has been
+    pages = notified(routing, node=node)
+    assert len(pages) == 1, [(p.receiver, p.group_labels, len(p.alerts)) for p in pages]
+    [page] = pages
+    assert page.receiver == "gpu-oncall-pager"
+    assert page.group_labels == {"node": node, "alertname": "AMDGPUTemperatureCritical"}
+    assert sorted(int(a.labels["gpu"]) for a in page.alerts) == list(gpus)
+    # Every warning of the node, from either path, is inhibited by its GPU's critical.
+    for alert in warnings:
+        [state] = routing.state(**alert["labels"])
+        assert state["status"]["state"] == "suppressed" and state["status"]["inhibitedBy"], alert["labels"]
+    [other] = notified(routing, node="gpu-node-fine")
+    assert other.receiver == "gpu-team-email" and len(other.alerts) == 1
+
+
+def test_a_silence_on_node_and_gpu_matches_both_paths(routing: Routing) -> None:
+    node = "gpu-node-silenced"
+    alerts = [
+        via_prometheus("AMDGPUDaemonAlert", node, "warning", 2, alert="GpuJunctionTemperatureHigh"),
+        pushed("GpuJunctionTemperatureHigh", node, "warning", 2),
+    ]
+    silence = {
+        "matchers": [
+            {"name": "node", "value": node, "isRegex": False},
+            {"name": "gpu", "value": "2", "isRegex": False},
+            {"name": "alert", "value": "GpuJunctionTemperatureHigh", "isRegex": False},
+        ],
+        "startsAt": "2000-01-01T00:00:00Z",
+        "endsAt": "2999-01-01T00:00:00Z",
+        "createdBy": "test",
+        "comment": "fan replacement on GPU 2",
+    }
+    response = httpx.post(f"{routing.alertmanager_url}/api/v2/silences", json=silence, timeout=5)
+    assert response.status_code == 200, response.text
+    routing.post(alerts)
+    wait_until(lambda: all(routing.state(**a["labels"]) for a in alerts), 10, "the posted alerts")
+    for alert in alerts:
+        [state] = routing.state(**alert["labels"])
+        assert state["status"]["state"] == "suppressed" and state["status"]["silencedBy"], alert["labels"]
+    time.sleep(3)
+    assert not notified(routing, node=node)
+
+
+def test_a_node_or_its_exporter_down_silences_its_gpus(routing: Routing) -> None:
+    # node A: the exporter is down; what the daemon pushed before stays in Alertmanager until it expires.
+    exporter_node, dead_node = "gpu-node-noexporter", "gpu-node-dead"
+    exporter_down = via_prometheus("AMDGPUExporterDown", exporter_node, "warning")
+    leftovers = [pushed("GpuJunctionTemperatureHigh", exporter_node, "warning", g) for g in (0, 1)]
+    # node B: the node itself is down (kube-prometheus's alert carries `node`).
+    node_down = {"labels": {"alertname": "KubeNodeNotReady", "node": dead_node, "severity": "warning"}}
+    dead_exporter = via_prometheus("AMDGPUExporterDown", dead_node, "warning")
+    routing.post([exporter_down, *leftovers, node_down, dead_exporter])
+
+    wait_until(lambda: notified(routing, node=dead_node), 20, f"the page for {dead_node}")
+    time.sleep(4)
+    for target in (*leftovers, dead_exporter):
+        [state] = routing.state(**target["labels"])
+        assert state["status"]["inhibitedBy"], target["labels"]
+    assert [n.group_labels["alertname"] for n in notified(routing, node=exporter_node)] == ["AMDGPUExporterDown"]
+    assert [n.group_labels["alertname"] for n in notified(routing, node=dead_node)] == ["KubeNodeNotReady"]
