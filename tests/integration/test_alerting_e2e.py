@@ -526,3 +526,55 @@ def test_a_node_or_its_exporter_down_silences_its_gpus(routing: Routing) -> None
         assert state["status"]["inhibitedBy"], target["labels"]
     assert [n.group_labels["alertname"] for n in notified(routing, node=exporter_node)] == ["AMDGPUExporterDown"]
     assert [n.group_labels["alertname"] for n in notified(routing, node=dead_node)] == ["KubeNodeNotReady"]
+
+
+# ------------------------------------------------------- a whole-node cooling fault through the real stack
+
+ALL_GPUS = tuple(range(8))  # an 8 x MI300X node
+# Every GPU's cooling fails at once and the junction settles at 99-100 °C, at the MI300X's 100 °C
+# critical limit (measured on the simulator): within 3 °C of it, so AMDGPUTemperatureCritical (and
+# before it the near-critical warning and the in-daemon 85 °C rule) fires on all eight.
+NODE_FAULT = f"thermal-excursion:start=6,hot=300,peak=102,gpus={'+'.join(map(str, ALL_GPUS))}"
+NODE_FAULT_ALERTS = ("AMDGPUDaemonAlert", "AMDGPUTemperatureNearCritical", "AMDGPUTemperatureCritical")
+
+
+def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None:
+    """Exporter (simulated 8-GPU node) -> Prometheus with the shipped rules (the `for:` of the thermal
+    alerts 30x shorter) -> Alertmanager with the shipped routing (group_wait 3 s instead of 30 s) -> the
+    pager webhook: one notification, for the node, listing all eight GPUs; the node's warnings inhibited."""
+    config = demo.StackConfig(
+        workdir=tmp_path,
+        exporter=str(Path(sys.executable).parent / "amdgpu-exporter"),
+        prometheus=require_tool(demo.PROMETHEUS),
+        alertmanager=require_tool(demo.ALERTMANAGER),
+        fleet="8xMI300X",
+        scenario=NODE_FAULT,
+        for_scale=FOR_SCALE,
+        fast_alerts=NODE_FAULT_ALERTS,
+        group_wait="3s",
+        group_interval="5m",
+    )
+    with demo.Stack(config) as stack:
+        receiver = stack.receiver
+
+        def pages() -> list[Any]:
+            return [n for n in receiver.notifications if n.receiver == "gpu-oncall-pager" and n.status == "firing"]
+
+        wait_until(lambda: pages() or stack.exited(), 90, "a page for the node's cooling fault")
+        assert not stack.exited(), stack.log_tail(stack.exited())
+        time.sleep(6)  # two more group_waits: a second page would have been sent by now
+        [page] = pages()
+        assert page.group_labels == {"node": stack.node, "alertname": "AMDGPUTemperatureCritical"}
+        assert sorted(int(a.labels["gpu"]) for a in page.alerts) == list(ALL_GPUS)
+        assert {a.labels["node"] for a in page.alerts} == {stack.node}
+        assert len({a.labels["pci_bus_id"] for a in page.alerts}) == len(ALL_GPUS)
+        assert all(a.annotations["summary"].endswith("is at its junction critical limit") for a in page.alerts)
+
+        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) are
+        # inhibited now: nothing more reaches anyone for this node while the critical holds.
+        alerts = httpx.get(f"{stack.alertmanager_url}/api/v2/alerts", timeout=5).json()
+        warnings = [a for a in alerts if a["labels"].get("node") == stack.node and a["labels"]["severity"] == "warning"]
+        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert"}
+        loose = [(a["labels"]["alertname"], a["labels"]["gpu"]) for a in warnings if not a["status"]["inhibitedBy"]]
+        assert not loose
+        assert len(pages()) == 1
