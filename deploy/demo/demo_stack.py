@@ -3,6 +3,10 @@
 
     python deploy/demo/demo_stack.py            # or: make demo-stack
     python deploy/demo/demo_stack.py --fast     # the alert's `for:` 30x shorter: pages within ~30 s
+    python deploy/demo/demo_stack.py --fleet 8xMI300X \
+        --scenario thermal-excursion:start=20,hot=600,peak=102,gpus=0+1+2+3+4+5+6+7
+        # a whole node's cooling fails: ~2.5 min later one page (AMDGPUTemperatureCritical) for the node,
+        # listing all eight GPUs; their warnings are inhibited
 
 Starts, all on 127.0.0.1 with their data in one temporary folder:
   - amdgpu-exporter --demo with a thermal excursion on one GCD, pushing its own alerts to Alertmanager
@@ -301,7 +305,8 @@ class StackConfig:
     for_scale: float = 1.0
     fast_alerts: tuple[str, ...] | None = FAST_ALERTS
     push: bool = True  # the exporter also pages Alertmanager directly (--alertmanager.url)
-    group_wait: str = "1s"
+    # Long enough for the GPUs of one node that share a fault to land in one notification (shipped: 30 s).
+    group_wait: str = "3s"
     group_interval: str = "10s"
     exporter_port: int = 0  # 0: any free port
     prometheus_port: int = 0

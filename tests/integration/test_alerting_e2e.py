@@ -19,6 +19,10 @@ page would take over two minutes. The stack runs copies, written into the temp d
 those two `for:` durations 30x shorter (2 s each); thresholds, expressions, labels, annotations and the
 routing are the shipped ones. Alertmanager's group_wait is 100 ms here instead of the shipped 30 s.
 
+Beside that stack: the shipped routing in a real Alertmanager with alerts posted as both paths send them
+(grouping per node and cause, inhibitions, silences across paths), and a second stack where a whole
+8-GPU node's cooling fails, which must page once.
+
 The crossing is read from the simulator itself (--demo.truth-file: the true junction temperature of
 each tick, with the tick's wall time); the page time is when the webhook got the notification. Both
 delays are printed (pytest -s) and written to stderr.
