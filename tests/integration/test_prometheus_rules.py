@@ -340,7 +340,7 @@ def test_amtool_accepts_the_alertmanager_config() -> None:
 )
 def test_alertmanager_routes_by_severity(severity: str, receiver: str) -> None:
     amtool = require_tool("amtool")
-    labels = [f"severity={severity}", "alertname=AMDGPUDeviceDown", "instance=node1:9442", "gpu=0"]
+    labels = [f"severity={severity}", "alertname=AMDGPUDeviceDown", "node=gpu-node-1", "gpu=0"]
     result = run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER_CONFIG}", *labels])
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split() == [receiver]
