@@ -20,8 +20,8 @@ those two `for:` durations 30x shorter (2 s each); thresholds, expressions, labe
 routing are the shipped ones. Alertmanager's group_wait is 100 ms here instead of the shipped 30 s.
 
 Beside that stack: the shipped routing in a real Alertmanager with alerts posted as both paths send them
-(grouping per node and cause, inhibitions, silences across paths), and a second stack where a whole
-8-GPU node's cooling fails, which must page once.
+(grouping per node and cause, inhibitions, silences across paths); a second stack where a whole
+8-GPU node's cooling fails, which must page once; and a third where one XGMI link goes down.
 
 The crossing is read from the simulator itself (--demo.truth-file: the true junction temperature of
 each tick, with the tick's wall time); the page time is when the webhook got the notification. Both
@@ -599,3 +599,41 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         loose = [(a["labels"]["alertname"], a["labels"]["gpu"]) for a in warnings if not a["status"]["inhibitedBy"]]
         assert not loose
         assert len(pages()) == 1
+
+
+def test_an_xgmi_link_going_down_pages_its_gpu_and_not_the_cableless_slot(tmp_path: Path) -> None:
+    """8 x MI300X with gpu_metrics v1_7 (per-link status): slot 7 has no peer on any GPU, and GPU 0's
+    link 2 goes down 3 s in. Through real Prometheus (AMDGPUXGMILinkDown's `for:` 30x shorter) and
+    Alertmanager: one notification for the node, naming GPU 0 and link 2 only."""
+    config = demo.StackConfig(
+        workdir=tmp_path,
+        exporter=str(Path(sys.executable).parent / "amdgpu-exporter"),
+        prometheus=require_tool(demo.PROMETHEUS),
+        alertmanager=require_tool(demo.ALERTMANAGER),
+        fleet="8xMI300X:gpu_metrics=1.7",
+        scenario="training:xgmi_down=0.2,down_at=3",
+        for_scale=FOR_SCALE,
+        fast_alerts=("AMDGPUXGMILinkDown",),
+        push=False,
+    )
+    with demo.Stack(config) as stack:
+        receiver = stack.receiver
+
+        def link_pages() -> list[Any]:
+            return [
+                n
+                for n in receiver.notifications
+                if n.status == "firing" and n.group_labels.get("alertname") == "AMDGPUXGMILinkDown"
+            ]
+
+        wait_until(lambda: link_pages() or stack.exited(), 60, "a page for the XGMI link")
+        assert not stack.exited(), stack.log_tail(stack.exited())
+        time.sleep(6)
+        [page] = link_pages()
+        assert page.group_labels == {"node": stack.node, "alertname": "AMDGPUXGMILinkDown"}
+        assert page.receiver == "gpu-team-email"
+        [alert] = page.alerts
+        assert alert.labels["gpu"] == "0" and alert.labels["pci_bus_id"]
+        description = " ".join(alert.annotations["description"].split())
+        assert f"GPU 0 ({alert.labels['pci_bus_id']}) on node {stack.node} has 6 XGMI link(s) up" in description
+        assert "(down: link 2)" in description
