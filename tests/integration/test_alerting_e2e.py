@@ -161,6 +161,15 @@ class Run:
         return dict(device)
 
 
+def firing_notifications(stack: Any, alertname: str) -> list[Any]:
+    """The webhook notifications (groups sent) that list this alert firing."""
+    return [
+        n
+        for n in stack.receiver.notifications
+        if n.status == "firing" and any(a.labels.get("alertname") == alertname for a in n.alerts)
+    ]
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -281,6 +290,8 @@ def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: R
     # Only the hot GCD pages; the other seven stay below the threshold.
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname="AMDGPUDaemonAlert")}
     assert paged == {str(HOT_GPU)}
+    time.sleep(2)  # two group_intervals: a second notification would have come
+    assert len(firing_notifications(stack, "AMDGPUDaemonAlert")) == 1  # one page on this path
     assert f"PAGE FIRING AMDGPUDaemonAlert node={stack.node} gpu={HOT_GPU} severity=warning" in run.page_log.getvalue()
 
     for_seconds = run.daemon_rule.for_seconds + run.prometheus_for
@@ -314,6 +325,8 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     assert api_alert["firing"] and api_alert["suggested_command"] == command
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname=run.daemon_rule.alert)}
     assert paged == {str(HOT_GPU)}
+    time.sleep(2)
+    assert len(firing_notifications(stack, run.daemon_rule.alert)) == 1  # one page on this path
 
     delay = report("direct push", run, page, run.daemon_rule.for_seconds, "push, Alertmanager")
     assert delay >= run.daemon_rule.for_seconds - 0.1
