@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from exporter.exposition import all_metric_names
+from exporter.exposition.metrics import all_metric_names
 from tests.realtools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]

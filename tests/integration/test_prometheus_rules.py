@@ -461,7 +461,7 @@ def test_promql_reader_finds_selectors_not_functions_or_clauses() -> None:
 
 def test_contract_names_are_the_exporters_metric_table() -> None:
     """The label contract above must name exactly the families the exporter's table exports."""
-    from exporter.exposition import all_metric_names
+    from exporter.exposition.metrics import all_metric_names
 
     contract_families = {name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for name in CONTRACT}
     assert contract_families <= set(all_metric_names())

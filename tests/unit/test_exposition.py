@@ -7,9 +7,18 @@ import gzip
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import Exposition, all_metric_names
-from exporter.metrics_table import DEVICE_METRICS
-from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, TopologyLink, frozen_map
+from exporter.exposition.metrics import DEVICE_METRICS, all_metric_names
+from exporter.exposition.render import render
+from exporter.model import (
+    AlertState,
+    DeviceIdentity,
+    DeviceState,
+    Published,
+    Sample,
+    Snapshot,
+    TopologyLink,
+    frozen_map,
+)
 
 
 def _identity(bdf: str, card: str, die: int = 0) -> DeviceIdentity:
@@ -28,7 +37,7 @@ def _identity(bdf: str, card: str, die: int = 0) -> DeviceIdentity:
     )
 
 
-def _snapshot() -> Snapshot:
+def _snapshot() -> Published:
     die0 = Sample(
         timestamp=1000.0,
         temperatures=frozen_map({"junction": 71.0, "hbm0": 60.0}),
@@ -41,13 +50,16 @@ def _snapshot() -> Snapshot:
         pcie_naks_sent=4,
     )
     die1 = Sample(timestamp=1000.0, temperatures=frozen_map({"junction": 65.0}), busy=frozen_map({"gfx": 0.5}))
-    return Snapshot(
+    snapshot = Snapshot(
         taken_at=1001.0,
         devices=(
             DeviceState(_identity("0000:c1:00.0", "card0"), 0, die0, True),
             DeviceState(_identity("0000:c2:00.0", "card1", die=1), 1, die1, True),
             DeviceState(_identity("0000:d1:00.0", "card2"), 2, die1, False, "timeout", read_timeouts=2),
         ),
+    )
+    return Published(
+        snapshot,
         alerts=(AlertState(0, "GpuJunctionHot", "warning", True, 999.0, 86.0, None, 0.1, 1.53e9, "lower"),),
     )
 
@@ -61,7 +73,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_values_labels_and_absence() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     samples = _samples(rendered.text.decode())
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] == 71.0
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "hbm0")))] == 60.0
@@ -91,7 +103,7 @@ def test_values_labels_and_absence() -> None:
 
 
 def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     assert gzip.decompress(rendered.text_gzip) == rendered.text
     assert gzip.decompress(rendered.openmetrics_gzip) == rendered.openmetrics
     assert rendered.openmetrics.endswith(b"# EOF\n")
@@ -131,13 +143,13 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
 
 def test_a_device_with_an_empty_sample_renders_without_error() -> None:
     state = DeviceState(_identity("0000:01:00.0", "card0"), 0, Sample(timestamp=5.0), True)
-    text = Exposition().render(Snapshot(taken_at=6.0, devices=(state,))).text.decode()
+    text = render(Published(Snapshot(taken_at=6.0, devices=(state,)))).text.decode()
     assert 'amdgpu_up{gpu="0"} 1.0' in text
     assert "amdgpu_temperature_celsius{" not in text
 
 
 def test_bytes_are_rendered_once_per_format_and_only_when_asked() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     assert rendered.cached(True, True) is None, "nothing is rendered before a scrape asks"
     first = rendered.body(openmetrics=True, gzipped=True)
     assert rendered.cached(True, True) is first
@@ -146,11 +158,9 @@ def test_bytes_are_rendered_once_per_format_and_only_when_asked() -> None:
 
 
 def test_a_published_snapshot_renders_its_own_values_later() -> None:
-    exposition = Exposition()
-    old = exposition.render(_snapshot())
-    newer = _snapshot()
-    newer = Snapshot(taken_at=2000.0, devices=newer.devices[:1])
-    new = exposition.render(newer)
+    old = render(_snapshot())
+    newer = Published(Snapshot(taken_at=2000.0, devices=_snapshot().snapshot.devices[:1]))
+    new = render(newer)
     # rendering order must not matter: each keeps the snapshot it was made from
     assert b'amdgpu_up{gpu="2"}' not in new.text
     assert b'amdgpu_up{gpu="2"} 0.0' in old.text

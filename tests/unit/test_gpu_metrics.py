@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.sources import gpu_metrics_layouts as layouts
-from exporter.sources.gpu_metrics import (
+from exporter.sources.gpu_metrics import layouts
+from exporter.sources.gpu_metrics.decoder import (
     ALWAYS_EXPORTED_THROTTLERS,
     GpuMetrics,
     GpuMetricsError,

@@ -14,7 +14,7 @@ Shape:
 
 Values are returned raw, in the library's units; rocm_smi_convert turns them into a Sample.
 
-Run as: python -m exporter.sources.rocm_smi_worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
+Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from ctypes import byref, c_float, c_int, c_int64, c_uint16, c_uint32, c_uint64
 from typing import Any
 
-from exporter.sources import rocm_smi_ctypes as rc
-from exporter.sources import rocm_smi_protocol as proto
+from exporter.sources.rocm_smi import library as rc
+from exporter.sources.rocm_smi import protocol as proto
 
 SYS = "/sys"  # librocm_smi64 hard-codes it: the daemon binds a tree over /sys in a namespace
 

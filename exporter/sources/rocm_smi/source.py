@@ -29,12 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.logging import get_logger
-from exporter.model import DeviceIdentity, Sample
-from exporter.sources import rocm_smi_convert as convert
+from exporter.log import get_logger
+from exporter.model import DeviceIdentity, Sample, SourceStats
 from exporter.sources.base import Source, SourceError
-from exporter.sources.rocm_smi_ctypes import find_library
-from exporter.sources.rocm_smi_supervisor import (
+from exporter.sources.identity import KNOWN_DEVICES, assign_packages
+from exporter.sources.rocm_smi import convert
+from exporter.sources.rocm_smi.library import find_library
+from exporter.sources.rocm_smi.supervisor import (
     CrashReport,
     RequestFailed,
     Supervisor,
@@ -42,7 +43,6 @@ from exporter.sources.rocm_smi_supervisor import (
     WorkerGone,
     WorkerUnavailable,
 )
-from exporter.sources.sysfs import KNOWN_DEVICES, assign_packages
 
 log = get_logger("exporter.sources.rocm_smi")
 
@@ -103,6 +103,9 @@ class RocmSmiSource:
     def worker_restarts(self) -> int:
         """Workers started after the first (crashes, hang recoveries): amdgpu_exporter_worker_restarts_total."""
         return self.supervisor.restarts
+
+    def stats(self) -> SourceStats:
+        return SourceStats(worker_restarts=self.supervisor.restarts)
 
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:
