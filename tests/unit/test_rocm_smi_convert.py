@@ -1,4 +1,4 @@
-"""rocm_smi_convert: the library's readings (its units) -> Sample / DeviceIdentity (SI units)."""
+"""rocm_smi/convert.py: the library's readings (its units) -> Sample / DeviceIdentity (SI units)."""
 
 from __future__ import annotations
 

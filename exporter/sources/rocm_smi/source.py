@@ -1,13 +1,13 @@
 """The rocm_smi source: librocm_smi64 (through pyrsmi) in a supervised worker process.
 
 The library can abort() the calling process and block forever on a hung file, so it never runs in
-the daemon: rocm_smi_worker owns it and rocm_smi_supervisor restarts that process when it dies or
+the daemon: worker.py owns it and supervisor.py restarts that process when it dies or
 hangs. This module is the Source the poller sees:
 
 - discover(): the worker's device list (the library enumerates once, in rsmi_init) joined by PCI
   BDF to the fallback's (the sysfs source), identity fields read through the library on top;
 - read(device): one request to the worker with a deadline, converted to a Sample
-  (rocm_smi_convert), with the fallback's values for whatever the library cannot read: voltages
+  (convert.py), with the fallback's values for whatever the library cannot read: voltages
   and throttle bits it drops from gpu_metrics, MI300 tables (content >= 4 aborts 5.2.x, so the
   worker does not ask), calls that once crashed a worker (blamed from its breadcrumbs), and
   devices the library does not enumerate at all. Each such decision is logged once;

@@ -2,17 +2,17 @@
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
 (see shared/reference/real-tools-on-fake-sysfs.md). Here that costs this process, which the daemon
-(rocm_smi_supervisor) restarts, instead of the daemon itself.
+(supervisor.py) restarts, instead of the daemon itself.
 
 Shape:
 - startup: load the library through pyrsmi, rsmi_init, enumerate devices, send a "ready" event;
 - one thread per device serves that device's requests in order, so a call that blocks on a hung
   GPU holds up that device alone (the library serialises each card behind its own mutex anyway);
 - replies go up the reply pipe as they finish; the daemon matches them by request id;
-- before each library call the thread writes a breadcrumb (see rocm_smi_protocol), and
+- before each library call the thread writes a breadcrumb (see protocol.py), and
   faulthandler writes the fatal thread's id to the crash log, so an abort can be blamed on one call.
 
-Values are returned raw, in the library's units; rocm_smi_convert turns them into a Sample.
+Values are returned raw, in the library's units; convert.py turns them into a Sample.
 
 Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
 """
