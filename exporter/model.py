@@ -189,6 +189,13 @@ class AlertmanagerStats:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessStats:
+    """The exporter process itself, read once per cycle (prometheus-client's ProcessCollector, Linux /proc)."""
+
+    values: Mapping[str, float] = field(default_factory=frozen_map)  # process_* sample name -> value
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterStats:
     """What the exporter reports about itself besides the snapshot."""
 
@@ -196,6 +203,7 @@ class ExporterStats:
     source_reason: str = ""
     poll_durations: Histogram = Histogram()
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
+    process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
 
 
 @dataclass(frozen=True, slots=True)

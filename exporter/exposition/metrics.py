@@ -220,6 +220,15 @@ def _alertmanager_notifications(published: Published) -> Iterator[LabelledValue]
         yield ("sent",), float(stats.sent)
 
 
+def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        value = published.stats.process.values.get(sample_name)
+        if value is not None:
+            yield (), value
+
+    return values
+
+
 def _nothing(published: Published) -> Iterator[LabelledValue]:
     return iter(())
 
@@ -551,6 +560,62 @@ METRICS: tuple[MetricSpec, ...] = (
         "Alert pushes to Alertmanager by result.",
         ("result",),
         _alertmanager_notifications,
+    ),
+    # The process collector's families under their conventional names (dashboards and alerts for
+    # any Prometheus exporter use them); no series where /proc cannot be read.
+    MetricSpec(
+        "process_cpu_seconds",
+        "counter",
+        "seconds",
+        "CPU time (user and system) the exporter process has used.",
+        (),
+        _process("process_cpu_seconds_total"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_resident_memory_bytes",
+        "gauge",
+        "bytes",
+        "Resident memory of the exporter process (what the systemd unit's MemoryMax limits).",
+        (),
+        _process("process_resident_memory_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "bytes",
+        "Virtual memory of the exporter process.",
+        (),
+        _process("process_virtual_memory_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_start_time_seconds",
+        "gauge",
+        "seconds",
+        "Unix time the exporter process started.",
+        (),
+        _process("process_start_time_seconds"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_open_fds",
+        "gauge",
+        "",
+        "File descriptors the exporter process has open.",
+        (),
+        _process("process_open_fds"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_max_fds",
+        "gauge",
+        "",
+        "Limit on open file descriptors of the exporter process.",
+        (),
+        _process("process_max_fds"),
+        omit_when_empty=True,
     ),
 )
 

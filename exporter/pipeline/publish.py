@@ -18,6 +18,7 @@ from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
 from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
 from exporter.pipeline.enrich import enrich
+from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
 
@@ -68,6 +69,7 @@ class Pipeline:
             source_reason=self.state.source_reason,
             poll_durations=self._poll_durations,
             alertmanager=self.pusher.stats if self.pusher is not None else None,
+            process=read_process_stats(),
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

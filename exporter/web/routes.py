@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from exporter import __version__
 from exporter.model import AlertState, DeviceState
 from exporter.pipeline.publish import PublishedState
+from exporter.web.negotiation import wants_gzip, wants_openmetrics
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -31,7 +32,7 @@ OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charse
 
 
 class MetricsFastPath:
-    """ASGI middleware answering GET <telemetry path> straight from the pre-rendered bytes."""
+    """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
     def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
         self.app = app
@@ -54,8 +55,8 @@ class MetricsFastPath:
                 accept = value
             elif name == b"accept-encoding":
                 accept_encoding = value
-        openmetrics = b"application/openmetrics-text" in accept
-        gzip_ok = b"gzip" in accept_encoding
+        openmetrics = wants_openmetrics(accept)
+        gzip_ok = wants_gzip(accept_encoding)
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         body = rendered.cached(openmetrics, gzip_ok)
         if body is None:

@@ -8,6 +8,7 @@ Everything is a function of (FLEET, SCENARIO, SEED, ELAPSED, the rules) except a
 clock by nature. Exactly those are replaced, by `normalise`, with WALL_CLOCK:
 - amdgpu_sample_timestamp_seconds (time.time() of each read),
 - amdgpu_exporter_last_poll_timestamp_seconds (time.time() when the cycle ended),
+- process_* (the exporter process's own CPU, memory, file descriptors and start time),
 - amdgpu_exporter_poll_duration_seconds: _sum and the _bucket counts below +Inf (which
   bucket a cycle lands in depends on how fast this machine is). _count and le="+Inf" stay: they
   count cycles, which is deterministic.
@@ -49,6 +50,7 @@ _WALL_CLOCK_SAMPLE = re.compile(
     r"amdgpu_sample_timestamp_seconds\{[^}]*\}"
     r"|amdgpu_exporter_last_poll_timestamp_seconds"
     r"|amdgpu_exporter_poll_duration_seconds_sum"
+    r"|process_[a-z_]+"
     r'|amdgpu_exporter_poll_duration_seconds_bucket\{le="(?!\+Inf")[^"]*"\}'
     r") (?P<value>\S+)$"
 )

@@ -94,6 +94,13 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_read_timeouts_total": {**_GPU, "reason": None},
     "amdgpu_exporter_worker_restarts_total": {},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
+    # The exporter process itself (prometheus-client's process collector, through the metric table).
+    "process_cpu_seconds_total": {},
+    "process_resident_memory_bytes": {},
+    "process_virtual_memory_bytes": {},
+    "process_start_time_seconds": {},
+    "process_open_fds": {},
+    "process_max_fds": {},
 }
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}

@@ -141,12 +141,14 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_info",
         "_pages",
         "_firing",  # a 0/1 state, unitless like _up and _active
+        "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
     )
     # Every family of the one table: the per-device ones and the exporter's own (identity, alerts, self-metrics).
     assert len(METRICS) > len(DEVICE_METRICS) > 20
     for spec in METRICS:
         name = spec.exposed_name
-        assert spec.name.startswith("amdgpu_"), name
+        # amdgpu_, or process_ for the process collector's conventional names
+        assert spec.name.startswith(("amdgpu_", "process_")), name
         assert not spec.name.endswith("_total"), "counters get _total from prometheus-client"
         assert spec.kind in ("gauge", "counter", "histogram"), name
         assert name.endswith(unit_suffixes), name

@@ -1,8 +1,8 @@
 """The rocm_smi worker: a child process that owns librocm_smi64 so the daemon never has to.
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
-(see shared/reference/real-tools-on-fake-sysfs.md). Here that costs this process, which the daemon
-(supervisor.py) restarts, instead of the daemon itself.
+(tests/integration/test_rocm_smi_*.py show both on a simulated tree). Here that costs this
+process, which the daemon (supervisor.py) restarts, instead of the daemon itself.
 
 Shape:
 - startup: load the library through pyrsmi, rsmi_init, enumerate devices, send a "ready" event;
