@@ -61,7 +61,7 @@ def _best_cpu(run: Callable[[], None], repeats: int, rounds: int = 3) -> float:
 def child_read(args: argparse.Namespace) -> dict[str, Any]:
     from exporter.pipeline.fast_sampler import read_gpu_metrics
     from exporter.sources.gpu_metrics import decode_gpu_metrics
-    from exporter.sources.gpu_metrics_fast import extract_fast
+    from exporter.sources.gpu_metrics.fast import extract_fast
 
     paths = _gpu_metrics_paths(args.sysfs, args.limit)
 
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--mode", choices=("hot", "full"), default="hot")
         parser.add_argument("--cycles", type=int, default=300)
         args = parser.parse_args(argv[1:])
-        from exporter.logging import configure_logging
+        from exporter.log import configure_logging
 
         configure_logging("warn", "json")
         json.dump(CHILDREN[args.kind](args), sys.stdout)

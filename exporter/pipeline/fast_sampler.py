@@ -3,7 +3,7 @@
 Why a second loop beside the poller: a 1 s poll read by a 15 s scrape shows one value per 15 s,
 so a 300 ms spike or a job busy half of each step is invisible. gpu_metrics alone carries the
 temperatures, power, busy and clocks, in one read (one SMU round trip), so this loop reads only
-that file and decodes only those fields (gpu_metrics_fast), into a bounded ring per device that
+that file and decodes only those fields (sources/gpu_metrics/fast.py), into a bounded ring per device that
 the windows and the waveform API read.
 
 It runs on its own thread, never on the event loop, with the poller's rules for hung devices:
@@ -37,7 +37,7 @@ from exporter.pipeline.windows import (
     ring_slots,
     window_stats,
 )
-from exporter.sources.gpu_metrics_fast import CHANNEL_INDEX, CHANNELS, FastExtractError, extract_fast
+from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS, FastExtractError, extract_fast
 
 # MI250X / MI250 / MI210 device ids whose second die reads 0 W and 0 J (the package is measured on
 # die 0): the same rule the sysfs source applies, so the fast windows never show a fake 0 W.

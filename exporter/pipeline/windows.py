@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.model import frozen_map
-from exporter.sources.gpu_metrics_fast import CHANNEL_INDEX, CHANNELS
+from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
 
 WIDTH = len(CHANNELS)
 SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per channel

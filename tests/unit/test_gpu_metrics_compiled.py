@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.simulator import Simulator
-from exporter.sources import gpu_metrics_layouts as layouts
-from exporter.sources.gpu_metrics import GpuMetricsError, decode_gpu_metrics
-from exporter.sources.gpu_metrics_compiled import decode_gpu_metrics_compiled
+from exporter.sources.gpu_metrics import GpuMetricsError, decode_gpu_metrics, layouts
+from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
 from tests.unit.test_gpu_metrics import V1_9_RECORDS, v1_9
 from tests.unit.test_gpu_metrics_fast import random_table
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.simulator import Simulator
-from exporter.sources import gpu_metrics_layouts as layouts
-from exporter.sources.gpu_metrics import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
-from exporter.sources.gpu_metrics_fast import (
+from exporter.sources.gpu_metrics import layouts
+from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
+from exporter.sources.gpu_metrics.fast import (
     CHANNEL_INDEX,
     CHANNELS,
     FastExtractError,

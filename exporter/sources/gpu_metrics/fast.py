@@ -21,8 +21,8 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from exporter.sources.gpu_metrics import ENERGY_JOULES_PER_TICK
-from exporter.sources.gpu_metrics_layouts import (
+from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK
+from exporter.sources.gpu_metrics.layouts import (
     ATTR_ID_MASK,
     ATTR_ID_SHIFT,
     ATTR_INSTANCES_MASK,

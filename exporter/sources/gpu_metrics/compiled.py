@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 
 from exporter.model import frozen_map
-from exporter.sources.gpu_metrics import (
+from exporter.sources.gpu_metrics.decoder import (
     _ESM_CODES,
     _PCIE_RATES_100MTS,
     ENERGY_JOULES_PER_TICK,
@@ -26,7 +26,7 @@ from exporter.sources.gpu_metrics import (
     decode_gpu_metrics,
     throttle_reasons,
 )
-from exporter.sources.gpu_metrics_layouts import C_TYPES, FIXED_FIELD_UNITS, FIXED_LAYOUTS, HEADER, AttrUnit, Layout
+from exporter.sources.gpu_metrics.layouts import C_TYPES, FIXED_FIELD_UNITS, FIXED_LAYOUTS, HEADER, AttrUnit, Layout
 
 Decode = Callable[[bytes], GpuMetrics]
 
