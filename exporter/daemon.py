@@ -22,11 +22,13 @@ from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
+from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
+from exporter.web.waveform import WaveformSource
 
 if TYPE_CHECKING:
     from exporter.alerting.alertmanager import AlertmanagerPusher
@@ -142,6 +144,13 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
         raise ConfigError(f"--alertmanager.url: {error}") from error
 
 
+def fast_sampler(settings: Settings) -> FastSampler | None:
+    """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
+    if not settings.fast_interval:
+        return None
+    return FastSampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+
+
 def _shown_url(host: str, port: int, path: str) -> str:
     shown_host = f"[{host}]" if ":" in host else host
     shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
@@ -166,9 +175,14 @@ async def serve(settings: Settings) -> None:
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
         pusher = alertmanager_pusher(settings, port, rules)
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
+        fast = fast_sampler(settings)
+        if fast is not None:
+            stack.callback(fast.stop)
+            fast.start()
+        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, fast=fast)
         poller.on_snapshot = pipeline.on_snapshot
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
+        waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
+        app = create_app(lambda: pipeline.state, settings.web_telemetry_path, waveform=waveform)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
         server = uvicorn.Server(config)
         stop = asyncio.Event()
@@ -176,7 +190,14 @@ async def serve(settings: Settings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         url = _shown_url(host, port, settings.web_telemetry_path)
-        log.info("listening", url=url, devices=device_count, interval=settings.interval)
+        log.info(
+            "listening",
+            url=url,
+            devices=device_count,
+            interval=settings.interval,
+            fast_interval=settings.fast_interval,
+            window=settings.window,
+        )
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),
             asyncio.create_task(server.serve(sockets=[listener]), name="http"),

@@ -15,7 +15,6 @@ GPU costs one blocked thread, never a growing pile.
 
 from __future__ import annotations
 
-import bisect
 import concurrent.futures
 import errno
 import math
@@ -27,16 +26,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model import DeviceIdentity, frozen_map
-from exporter.pipeline.windows import (
+from exporter.model import (
     FAST_CYCLE_BUCKETS,
+    DeviceIdentity,
     DeviceWindow,
     FastStats,
-    SampleRing,
+    Histogram,
     WindowSnapshot,
-    ring_slots,
-    window_stats,
+    frozen_map,
 )
+from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS, FastExtractError, extract_fast
 
 # MI250X / MI250 / MI210 device ids whose second die reads 0 W and 0 J (the package is measured on
@@ -98,8 +97,7 @@ class FastSampler:
         self._executor_size = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._cycle_counts = [0] * (len(FAST_CYCLE_BUCKETS) + 1)
-        self._cycle_total = 0.0
+        self._cycle_durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
         self.cycles = 0
 
     # -- which devices -----------------------------------------------------------------------
@@ -198,8 +196,7 @@ class FastSampler:
         if duration is None:
             duration = time.monotonic() - started
         with self._lock:
-            self._cycle_counts[bisect.bisect_left(FAST_CYCLE_BUCKETS, duration)] += 1
-            self._cycle_total += duration
+            self._cycle_durations = self._cycle_durations.observe(duration)
             self.cycles += 1
         return duration
 
@@ -227,8 +224,7 @@ class FastSampler:
         now = self._clock() if now is None else now
         with self._lock:
             devices = sorted(self._devices.values(), key=lambda d: d.gpu)
-            counts = tuple(self._cycle_counts)
-            total = self._cycle_total
+            durations = self._cycle_durations
         windows: list[DeviceWindow] = []
         monotonic = time.monotonic()
         for device in devices:
@@ -238,8 +234,7 @@ class FastSampler:
         stats = FastStats(
             samples=frozen_map({d.gpu: d.samples for d in devices}),
             read_errors=frozen_map({(d.gpu, reason): n for d in devices for reason, n in dict(d.errors).items()}),
-            cycle_counts=counts,
-            cycle_seconds_total=total,
+            cycle_durations=durations,
         )
         return WindowSnapshot(now, self.window, self.interval, tuple(windows), stats)
 
@@ -269,8 +264,7 @@ class FastSampler:
             "busy_ratio": columns["busy"],
         }
 
-    @property
-    def gpus(self) -> Sequence[int]:
+    def gpus_sampled(self) -> Sequence[int]:
         with self._lock:
             return sorted(self._by_gpu)
 

@@ -7,8 +7,9 @@ the web layer reads; nothing downstream writes back into anything upstream.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,7 +17,16 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
+from exporter.model import (
+    AlertmanagerStats,
+    AlertState,
+    DeviceIdentity,
+    ExporterStats,
+    Histogram,
+    Published,
+    Snapshot,
+    WindowSnapshot,
+)
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.process import read_process_stats
 
@@ -43,19 +53,43 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
 
 
+class WindowSource(Protocol):
+    """The fast sampler as the pipeline sees it: told which devices exist, asked for its windows."""
+
+    def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None: ...
+
+    def windows(self, now: float | None = None) -> WindowSnapshot: ...
+
+
 class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
     def __init__(
-        self, *, source_name: str, source_reason: str, rules: Sequence[Rule], pusher: AlertSink | None = None
+        self,
+        *,
+        source_name: str,
+        source_reason: str,
+        rules: Sequence[Rule],
+        pusher: AlertSink | None = None,
+        fast: WindowSource | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.fast = fast
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        if self.fast is not None:
+            # The join of the two samplers: the fast one follows the devices the poller knows (same
+            # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
+            self.fast.track(
+                (d.gpu, d.identity)
+                for d in snapshot.devices
+                if d.down_reason != "gone" and d.identity.gpu_metrics_version  # devices with a table only
+            )
+            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
         snapshot = enrich(snapshot)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts

@@ -17,10 +17,9 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.model import frozen_map
+from exporter.model import DeviceWindow, WindowStat, frozen_map
 from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
 
 WIDTH = len(CHANNELS)
@@ -103,23 +102,6 @@ class SampleRing:
         return RingView(tuple(times[first:]), rows[first * WIDTH :])
 
 
-@dataclass(frozen=True, slots=True)
-class WindowStat:
-    minimum: float
-    maximum: float
-    mean: float
-    exact_mean: bool = False  # the mean came from a firmware accumulator
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceWindow:
-    """One device's window: (family, key) -> stat, for every channel supplied in the window."""
-
-    gpu: int
-    samples: int  # samples inside the window
-    stats: Mapping[tuple[str, str], WindowStat] = field(default_factory=frozen_map)
-
-
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
     """min / max / mean over the samples of `view` taken in [now - seconds, now]."""
     start = now - seconds
@@ -155,29 +137,3 @@ def _exact_mean(view: RingView, index: int) -> float | None:
     if elapsed <= 0 or delta < 0:  # a clock that did not move, or a reset accumulator (driver reload)
         return None
     return delta / elapsed * factor
-
-
-# Fast cycle durations: a healthy cycle of 16 GCDs is ~0.1-1 ms; the top buckets catch slow devices.
-FAST_CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
-
-
-@dataclass(frozen=True, slots=True)
-class FastStats:
-    """The fast sampler's own counters, copied out at publish time."""
-
-    samples: Mapping[int, int] = field(default_factory=frozen_map)  # gpu -> samples recorded since start
-    read_errors: Mapping[tuple[int, str], int] = field(default_factory=frozen_map)  # (gpu, reason) -> count
-    cycle_bounds: tuple[float, ...] = FAST_CYCLE_BUCKETS
-    cycle_counts: tuple[int, ...] = (0,) * (len(FAST_CYCLE_BUCKETS) + 1)  # per bucket, +Inf last
-    cycle_seconds_total: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class WindowSnapshot:
-    """Every device's window at one instant: what /metrics shows, whoever scrapes it."""
-
-    taken_at: float
-    window_seconds: float
-    interval_seconds: float
-    devices: tuple[DeviceWindow, ...] = ()
-    stats: FastStats = FastStats()

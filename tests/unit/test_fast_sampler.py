@@ -155,7 +155,7 @@ def test_every_device_is_read_once_per_cycle(tmp_path: Path) -> None:
     assert [w.gpu for w in snapshot.devices] == [0, 1, 2]
     assert dict(snapshot.stats.samples) == {0: 4, 1: 4, 2: 4}
     assert [w.stats[("temperature", "junction")].maximum for w in snapshot.devices] == [60.0, 61.0, 62.0]
-    assert sum(snapshot.stats.cycle_counts) == 4
+    assert snapshot.stats.cycle_durations.count == 4
     sampler.stop()
 
 
