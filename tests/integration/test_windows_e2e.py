@@ -1,7 +1,7 @@
 """Sliding windows end to end: the simulator's alternating workload, a real exporter, a real Prometheus.
 
     amdgpu-exporter --demo (2 x MI250X + 1 x MI300X, "alternating": compute / communication steps of
-      |                0.75 s, the junction swinging within each step; --fast.interval 100ms, --window 5s)
+      |                0.8 s, the junction swinging within each step; --fast.interval 100ms, --window 5s)
       '-- scraped every 1 s by Debian's prometheus
 
 Every window family (temperature, power, busy, clock) and every stat (min, max, mean) of every device
@@ -10,9 +10,6 @@ keeps min / max / time-weighted mean of what the tree showed, and the exact mean
 imply). The exporter's window for a scrape was computed when its poll cycle finished, which
 amdgpu_exporter_last_poll_timestamp_seconds of the same scrape says; the truth written closest to
 that instant is the one compared.
-
-The step is 0.75 s, not a multiple of the 100 ms sampling, so the samples walk across the phases
-of the step instead of hitting the same instants every step.
 """
 
 from __future__ import annotations
@@ -34,7 +31,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 WINDOW_S = 5.0
 FLEET = "2xMI250X,1xMI300X"  # GCDs 0-3: MI250X (no activity accumulators), GCD 4: MI300X (v1_4+)
-SCENARIO = f"alternating:period=0.75,duty=0.6,swing=6,window={WINDOW_S:g}"
+# The tree changes every 200 ms (tick=0.2): every value it shows is held for two sampling intervals,
+# so a 100 ms sampler sees each of them and the window's min and max can be held to the truth. (With
+# the scenario's default tick, period / 20 = 40 ms, a value held for less than a sampling interval
+# can fall between two samples: no sampler slower than the source can promise its extremes.)
+SCENARIO = f"alternating:period=0.8,duty=0.6,swing=6,window={WINDOW_S:g},tick=0.2"
 SETTLE_S = 1.0 + WINDOW_S + 3.0  # warm-up, one full window, and a few scrapes
 
 FAMILIES = {
