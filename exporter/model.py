@@ -90,7 +90,9 @@ class Sample:
     pcie_max_link_transfers_per_second: float | None = None
     pcie_link_width: int | None = None
     pcie_max_link_width: int | None = None
-    pcie_bandwidth_bytes_per_second: float | None = None
+    pcie_bandwidth_bytes_per_second: float | None = None  # measured (MI300: gpu_metrics pcie_bandwidth_inst)
+    # MI200: an upper bound from pcie_bw (messages x max payload over the kernel's 1 s window), not a measurement
+    pcie_bandwidth_upper_bound_bytes_per_second: float | None = None
     pcie_replays: int | None = None
     pcie_recoveries: int | None = None
     pcie_naks_sent: int | None = None

@@ -434,10 +434,19 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_pcie_bandwidth_bytes_per_second",
         "gauge",
         "bytes_per_second",
-        "PCIe bandwidth. MI300: pcie_bandwidth_inst from gpu_metrics; MI200: upper-bound estimate "
-        "(messages x max payload) from pcie_bw, read in the background.",
+        "PCIe bandwidth as the device measures it (MI300: pcie_bandwidth_inst in gpu_metrics). MI200 "
+        "measures none: see amdgpu_pcie_bandwidth_upper_bound_bytes_per_second.",
         (),
         _scalar("pcie_bandwidth_bytes_per_second"),
+    ),
+    device(
+        "amdgpu_pcie_bandwidth_upper_bound_bytes_per_second",
+        "gauge",
+        "bytes_per_second",
+        "Upper bound of PCIe traffic where the device measures none (MI200): messages sent and received "
+        "x the maximum payload size, from pcie_bw over the kernel's 1 s window, read in the background.",
+        (),
+        _scalar("pcie_bandwidth_upper_bound_bytes_per_second"),
     ),
     device(
         "amdgpu_pcie_link_max_bytes_per_second",

@@ -186,7 +186,8 @@ def thermals_row(t: Thresholds) -> Row:
                     f'amdgpu_temperature_window_celsius{{{NODE}, sensor="junction", stat="min"}}',
                     PER_GPU,
                 ),
-                unit="celsius",
+                # a difference of temperatures, not a temperature: no hot/cool levels apply
+                unit="suffix: °C",
                 width=12,
                 height=8,
                 minimum=0,

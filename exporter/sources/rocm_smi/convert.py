@@ -213,7 +213,7 @@ def sample_from_readings(
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         voltages_volts=frozen_map(voltages),
-        pcie_bandwidth_bytes_per_second=pcie_bandwidth(readings),
+        pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
         xgmi_error_events=xgmi_error_events,
         ecc_errors=frozen_map(ecc(slow)),

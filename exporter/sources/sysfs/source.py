@@ -70,7 +70,8 @@ class SysfsSource:
             values.set("power_watts", None, None)
             values.set("energy_joules", None, None)
         if not values.supplied("pcie_bandwidth_bytes_per_second"):
-            values.set("pcie_bandwidth_bytes_per_second", None, self._background_pcie_bandwidth(device))
+            # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
+            values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, self._background_pcie_bandwidth(device))
         if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
             raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
         return values.sample(time.time())
