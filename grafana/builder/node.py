@@ -174,6 +174,7 @@ def thermals_row(t: Thresholds) -> Row:
                 width=12,
                 height=8,
                 steps=temperature_steps(t),
+                threshold_line=True,
             ),
             Panel(
                 "timeseries",
@@ -268,6 +269,7 @@ def power_row() -> Row:
                 width=24,
                 height=7,
                 minimum=0,
+                may_be_empty="an MI250X measures its package on die 0: die 1 has no power",
             ),
             Panel(
                 "stat",
@@ -468,6 +470,7 @@ def pcie_row() -> Row:
                 steps=((PCIE_EFFICIENCY_TARGET_RATIO, GREEN),),
                 base_color=ORANGE,
                 threshold_line=True,
+                may_be_empty="MI200 measures no bandwidth and MI300 has no pcie_bw estimate: one series each",
             ),
             Panel(
                 "timeseries",
@@ -736,6 +739,7 @@ def exporter_row() -> Row:
                 unit="reqps",
                 width=8,
                 minimum=0,
+                may_be_empty="no fast read has failed",
             ),
             Panel(
                 "timeseries",
