@@ -73,7 +73,9 @@ _RULE_KEYS = (
     "description",
     "suggestion",
     "action",
+    "window",
 )
+_WINDOW_STATS = ("max", "min", "mean")
 _CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range_min_mhz")
 
 
@@ -140,6 +142,11 @@ class _RuleFileParser:
             self.fail(fields["severity"][1], f"'severity' must be one of {', '.join(SEVERITIES)}, not {severity!r}")
         templates = {name: self.template(fields, name) for name in ("summary", "description", "suggestion")}
         clock_down = self.action(fields, metric, for_seconds)
+        window = self.string(fields, "window", default="")
+        if window and window not in _WINDOW_STATS:
+            self.fail(fields["window"][1], f"'window' must be one of {', '.join(_WINDOW_STATS)}, not {window!r}")
+        if window and not spec.window_family:
+            self.fail(fields["window"][1], f"metric {metric!r} has no sliding window to read")
         return Rule(
             alert=alert,
             metric=metric,
@@ -153,6 +160,7 @@ class _RuleFileParser:
             description=templates["description"],
             suggestion=templates["suggestion"],
             clock_down=clock_down,
+            window=window,
         )
 
     def metric_key(self, node: Node, fields: dict[str, tuple[Node, Node]], metric: str, spec: Watchable) -> str | None:

@@ -81,13 +81,17 @@ def evaluate(
     by_key = {(state.gpu, state.alert): state for state in previous}
     configured = {rule.alert for rule in rules}
     smi_indices = rocm_smi_indices(snapshot.devices)
+    windows = {w.gpu: w for w in snapshot.windows.devices} if snapshot.windows is not None else {}
     states: dict[tuple[int, str], AlertState] = {}
     transitions: list[Transition] = []
     for device in snapshot.devices:
         for rule in rules:
             key = (device.gpu, rule.alert)
             old = by_key.get(key)
-            value = rule.read(device.sample) if device.up and device.sample is not None else None
+            if device.up and device.sample is not None:
+                value = rule.read(device.sample, windows.get(device.gpu))
+            else:
+                value = None
             if value is None:
                 if old is not None:
                     states[key] = old
