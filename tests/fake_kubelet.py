@@ -8,6 +8,7 @@ start the daemon.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -78,10 +79,10 @@ class FakeKubelet:
         fake = self
 
         class Servicer(services.PodResourcesListerServicer):  # type: ignore[name-defined,misc]
-            def List(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method name)
+            def List(self, request: Any, context: Any) -> Any:
                 return fake._answer()
 
-            def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def Get(self, request: Any, context: Any) -> Any:
                 pb = kubernetes.protos()
                 for pod in fake._current():
                     if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
@@ -122,10 +123,8 @@ class FakeKubelet:
 def main() -> None:
     kubelet = FakeKubelet(sys.argv[1], sys.argv[2]).start()
     print("ready", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         kubelet._server.wait_for_termination()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

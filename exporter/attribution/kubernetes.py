@@ -18,13 +18,11 @@ Device IDs, as the allocators name them:
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from exporter.attribution.model import (
-    AttributionReport,
     ByBdf,
     ByDrm,
     ByPhysicalIndex,
@@ -34,9 +32,7 @@ from exporter.attribution.model import (
     normalize_bdf,
     xcp_index,
 )
-from exporter.logging import get_logger
-
-log = get_logger("exporter.attribution.kubernetes")
+from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_PREFIXES = ("amd.com/",)
@@ -49,8 +45,8 @@ _DRA_DRM = re.compile(r"^gpu-(\d+)-(\d+)$")
 _DRA_AUTO_PARTITION = re.compile(r"^gpu-(\d+)-(spx|dpx|tpx|qpx|cpx)-(nps\d)$", re.IGNORECASE)
 
 
-class PodResourcesError(Exception):
-    """The kubelet's answer could not be read; the message is one line."""
+class PodResourcesError(AttributionReadError):
+    """The kubelet could not be asked or its answer not read; the message is one line."""
 
 
 _protos: Any = None
@@ -162,13 +158,8 @@ class PodResourcesClient:
         self._channel.close()
 
 
-class KubernetesAttribution:
-    """Reads the kubelet on its own schedule (a thread) and publishes the latest AttributionReport.
-
-    A failed or late read marks the source down at once; the last good claims are kept for
-    `keep_for` seconds after the last good read, so a kubelet restart does not relabel every series
-    twice, then dropped. One log line per change: down/up, a claim appearing, a claim going away.
-    """
+class KubernetesAttribution(ScheduledAttribution):
+    """Asks the kubelet every `interval` seconds, each call with a `timeout` deadline."""
 
     def __init__(
         self,
@@ -181,65 +172,16 @@ class KubernetesAttribution:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
-        self.interval = interval
         self.timeout = timeout
-        self.keep_for = keep_for
         self.resource_prefixes = tuple(resource_prefixes)
         self.dra_driver_prefixes = tuple(dra_driver_prefixes)
-        self._clock = clock
         self._client = PodResourcesClient(socket_path)
-        self._last_good = 0.0
-        self.report = AttributionReport(SOURCE, up=False, error="not read yet")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._logged_up: bool | None = None
+        super().__init__(SOURCE, self._read_claims, interval, keep_for, clock, describe=socket_path)
 
-    def read_once(self) -> AttributionReport:
-        """One read; publishes and returns the new report."""
-        now = self._clock()
-        previous = self.report
-        try:
-            data = self._client.list_raw(self.timeout)
-            claims = claims_from_list_response(data, self.resource_prefixes, self.dra_driver_prefixes)
-        except PodResourcesError as error:
-            kept = previous.claims if self._last_good and now - self._last_good <= self.keep_for else ()
-            report = AttributionReport(SOURCE, up=False, claims=kept, taken_at=now, error=str(error))
-        else:
-            self._last_good = now
-            report = AttributionReport(SOURCE, up=True, claims=claims, taken_at=now)
-        self._log_changes(previous, report)
-        self.report = report
-        return report
-
-    def _log_changes(self, previous: AttributionReport, report: AttributionReport) -> None:
-        if report.up != self._logged_up:
-            if report.up:
-                log.info("attribution_source_up", source=SOURCE, socket=self.socket_path)
-            else:
-                log.warning("attribution_source_down", source=SOURCE, socket=self.socket_path, error=report.error)
-            self._logged_up = report.up
-        log_claim_changes(SOURCE, previous.claims, report.claims)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kubernetes-attribution", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.read_once()
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+    def _read_claims(self) -> tuple[Claim, ...]:
+        data = self._client.list_raw(self.timeout)
+        return claims_from_list_response(data, self.resource_prefixes, self.dra_driver_prefixes)
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout + 1.0)
+        super().close()
         self._client.close()
-
-
-def log_claim_changes(source: str, before: Sequence[Claim], after: Sequence[Claim]) -> None:
-    """One log line per claim that appeared or went away."""
-    old, new = set(before), set(after)
-    for event, claims in (("attribution_claim_added", new - old), ("attribution_claim_removed", old - new)):
-        for claim in sorted(claims, key=repr):
-            log.info(event, source=source, device=claim.device_id, resource=claim.resource, **dict(claim.labels))

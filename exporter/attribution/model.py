@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
+_EMPTY: Mapping = MappingProxyType({})
 _BDF = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _XCP = re.compile(r"^amdgpu_xcp[._](\d{1,3})$", re.IGNORECASE)
 _CARD = re.compile(r"^card(\d+)$")
@@ -123,6 +124,37 @@ class Allocation:
     device_id: str
     resource: str
     labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process on one of the snapshot's devices (from the KFD's per-process files)."""
+
+    gpu: int
+    pid: int
+    comm: str
+    vram_bytes: int | None
+    sdma_seconds: float | None
+    cu_occupancy: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who is on each device: what the enrich stage adds to a snapshot. Immutable.
+
+    `label_names` are fixed by configuration (pod/namespace/container with --kubernetes, job_id/
+    job_user/job_partition with --slurm.state-dir), so every per-GPU series keeps one label set;
+    `labels[gpu]` holds their values in that order ("" where the device is not allocated).
+    """
+
+    label_names: tuple[str, ...] = ()
+    labels: Mapping[int, tuple[str, ...]] = field(default_factory=lambda: _EMPTY)
+    allocations: tuple[Allocation, ...] = ()
+    processes: tuple[ProcessUsage, ...] = ()
+    sources_up: Mapping[str, bool] = field(default_factory=lambda: _EMPTY)  # source -> its last read succeeded
+
+    def values_for(self, gpu: int) -> tuple[str, ...]:
+        return self.labels.get(gpu) or ("",) * len(self.label_names)
 
 
 def device_ref_matches(ref: DeviceRef, name: DeviceName, physical: Sequence[str]) -> bool:

@@ -38,8 +38,8 @@ REFS = (
 )
 
 
-def _pod(name: str, namespace: str = "ml", **devices: list[str]) -> FakePod:
-    return FakePod(name, namespace, [FakeContainer("main", {"amd.com/gpu": ids for ids in devices.values()})])
+def _pod(name: str, device_ids: list[str], namespace: str = "ml") -> FakePod:
+    return FakePod(name, namespace, [FakeContainer("main", {"amd.com/gpu": device_ids})])
 
 
 def test_pods_coming_and_going(kubelet: FakeKubelet) -> None:
@@ -81,7 +81,7 @@ def test_pods_coming_and_going(kubelet: FakeKubelet) -> None:
 
 
 def test_slower_than_the_deadline_is_down_and_recovers(kubelet: FakeKubelet) -> None:
-    kubelet.set_pods([_pod("train-0", a=["0000:19:00.0"])])
+    kubelet.set_pods([_pod("train-0", ["0000:19:00.0"])])
     now = [1000.0]
     source = KubernetesAttribution(kubelet.socket_path, timeout=0.3, keep_for=30.0, clock=lambda: now[0])
     try:
@@ -126,7 +126,7 @@ def test_kubelet_appearing_later_is_picked_up(socket_dir: Path) -> None:
         assert not source.read_once().up
         kubelet = FakeKubelet(path).start()
         try:
-            kubelet.set_pods([_pod("late", a=["0000:3B:00.0"])])
+            kubelet.set_pods([_pod("late", ["0000:3B:00.0"])])
             deadline = time.monotonic() + 10
             report = source.read_once()
             while not report.up and time.monotonic() < deadline:  # gRPC backs off between reconnects
@@ -140,7 +140,7 @@ def test_kubelet_appearing_later_is_picked_up(socket_dir: Path) -> None:
 
 
 def test_scheduled_thread_reads_on_its_own(kubelet: FakeKubelet) -> None:
-    kubelet.set_pods([_pod("p", a=["0000:19:00.0"])])
+    kubelet.set_pods([_pod("p", ["0000:19:00.0"])])
     source = KubernetesAttribution(kubelet.socket_path, interval=0.1, timeout=1.0)
     source.start()
     try:
