@@ -10,6 +10,7 @@ from pathlib import Path
 
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
+from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
 from exporter.simulator.render import dynamic_files, hwmon_dir
 from exporter.simulator.tree import write_static
@@ -45,6 +46,11 @@ class Simulator:
         self._written_at = 0.0
         self._started_wall: float | None = None
         self._identities: list | None = None
+        # kfd/proc/<pid>/ (processes coming and going): off unless asked for, see kfd_proc.py.
+        self.kfd_proc: KfdProcWriter | None = None
+
+    def simulate_processes(self) -> None:
+        self.kfd_proc = KfdProcWriter(self.root, self.gcds, self.seed)
 
     @property
     def elapsed(self) -> float:
@@ -71,6 +77,8 @@ class Simulator:
         for gcd, reading in zip(self.gcds, readings, strict=True):
             for rel, content in dynamic_files(gcd, reading).items():
                 self._tree.write(rel, content)
+        if self.kfd_proc is not None:
+            self.kfd_proc.write(float(elapsed))
         with self._lock:
             self._readings = readings
             self._elapsed = float(elapsed)
