@@ -90,12 +90,13 @@ def location_from_node(gpu_id_file: bytes, properties_file: bytes) -> tuple[int,
 def parse_process(pid: int, files: Mapping[str, bytes], comm: str = "") -> tuple[ProcessGpuUsage, ...]:
     """Pure: one kfd/proc/<pid>/ directory, as {relative path: content}, -> its usage per gpu_id.
 
-    A GPU is the process's if it has a vram_<id> file or a queue on it; values that do not parse are
-    None (absent), never a fake zero.
+    The driver gives a process vram_/sdma_/stats_ files for every GPU of the node once it opens
+    /dev/kfd, so a GPU is the process's only if it has a queue there or VRAM allocated there. Values
+    that do not parse are None (absent), never a fake zero.
     """
     gpu_ids: set[int] = set()
     for name, data in files.items():
-        if name.startswith(("vram_", "sdma_")) and name[5:].isdigit():
+        if name.startswith("vram_") and name[5:].isdigit() and parse_unsigned(data):
             gpu_ids.add(int(name[5:]))
         elif name.startswith("queues/") and name.endswith("/gpuid"):
             queue_gpu = parse_unsigned(data)

@@ -66,14 +66,21 @@ def processes_at(gcds: Sequence[GcdLayout], elapsed: float, seed: int = 0) -> tu
     return tuple(sorted(result, key=lambda p: p.pid))
 
 
-def process_files(process: SimProcess) -> dict[str, str]:
-    """Pure: the files of one process's kfd/proc/<pid>/ directory, relative to it."""
+def process_files(process: SimProcess, node_gpu_ids: Sequence[int]) -> dict[str, str]:
+    """Pure: the files of one process's kfd/proc/<pid>/ directory, relative to it.
+
+    As the driver does, a process that opened /dev/kfd has vram_/sdma_/stats_ files for every GPU of
+    the node (0 where it uses none); queues only on the GPUs it submits work to.
+    """
     files = {"pasid": f"{process.pasid}\n"}
-    for queue, (gpu_id, vram, sdma, cu) in enumerate(process.gpus):
+    used = {gpu_id: (vram, sdma, cu) for gpu_id, vram, sdma, cu in process.gpus}
+    for gpu_id in sorted(set(node_gpu_ids) | set(used)):
+        vram, sdma, cu = used.get(gpu_id, (0, 0, 0))
         files[f"vram_{gpu_id}"] = f"{vram}\n"
         files[f"sdma_{gpu_id}"] = f"{sdma}\n"
         files[f"stats_{gpu_id}/cu_occupancy"] = f"{cu}\n"
         files[f"stats_{gpu_id}/evicted_ms"] = "0\n"
+    for queue, (gpu_id, *_values) in enumerate(process.gpus):
         files[f"queues/{queue}/gpuid"] = f"{gpu_id}\n"
         files[f"queues/{queue}/type"] = "0\n"  # compute
         files[f"queues/{queue}/size"] = "1048576\n"
@@ -101,7 +108,7 @@ class KfdProcWriter:
                 shutil.rmtree(hidden, ignore_errors=True)
             del self._written[pid]
         for process in processes:
-            files = process_files(process)
+            files = process_files(process, [gcd.gpu_id for gcd in self.gcds])
             old = self._written.get(process.pid, {})
             if process.pid not in self._written:
                 # Build the directory aside and rename it in: a new process appears whole.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from exporter.model import DeviceState
 from exporter.simulator import Simulator
 from exporter.simulator.kfd_proc import processes_at
 from exporter.sources.sysfs import SysfsSource
+from tests.realtools import require_tool, run_in_sysfs_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +68,27 @@ def test_processes_come_and_go_and_match_their_gpus(tmp_path: Path) -> None:
 def test_no_kfd_is_down(tmp_path: Path) -> None:
     report = ProcessCollector(str(tmp_path)).read_once()
     assert not report.up and "cannot list" in report.error
+
+
+def test_rocm_smi_showpids_reports_the_same_pids_vram_and_sdma(tmp_path: Path) -> None:
+    rocm_smi = require_tool("rocm-smi")
+    sim = Simulator(tmp_path / "sys", fleet="1xMI250X,1xMI210")  # the launcher spans the MI250X's two dies
+    sim.simulate_processes()
+    sim.write_tree()
+    sim.tick(13.0)
+    result = run_in_sysfs_namespace(sim.root, [rocm_smi, "--showpids", "--json"], timeout=60)
+    assert "Traceback" not in result.stderr and "NOT_SUPPORTED" not in result.stderr, result.stderr
+    # {"system": {"PID10000": "<name>, <number of GPUs>, <VRAM bytes>, <SDMA us>, <CU occupancy>"}}
+    theirs = {}
+    for key, value in json.loads(result.stdout)["system"].items():
+        _name, gpus, vram, sdma, _cu = (field.strip() for field in value.split(","))
+        theirs[int(key.removeprefix("PID"))] = (int(gpus), int(vram), float(sdma) / 1e6)
+
+    report = ProcessCollector(str(sim.root), procfs_root=str(tmp_path / "no-proc")).read_once()
+    ours: dict[int, tuple[int, int, float]] = {}
+    for usage in attribute(_devices(sim.root), (), process_report=report).processes:
+        gpus, vram, sdma = ours.get(usage.pid, (0, 0, 0.0))
+        ours[usage.pid] = (gpus + 1, vram + (usage.vram_bytes or 0), sdma + (usage.sdma_seconds or 0.0))
+    assert len(ours) >= 8 and ours[9001][0] == 2
+    # rocm-smi sums a process's GPUs; the exporter has one series per GPU.
+    assert theirs == ours

@@ -192,6 +192,8 @@ def test_parse_process() -> None:
         "sdma_48712": b"2500000\n",
         "stats_48712/cu_occupancy": b"38\n",
         "vram_9999": b"garbage\n",
+        "vram_7777": b"0\n",  # every GPU of the node has a file; no VRAM and no queue there: not its GPU
+        "sdma_7777": b"0\n",
         "queues/0/gpuid": b"9999\n",
         "queues/1/gpuid": b"5555\n",
     }
