@@ -1,8 +1,9 @@
 """The KFD's per-process files (kfd/proc/<pid>/): simulated processes that come and go.
 
-Deterministic in (GCDs, seed, elapsed): each GCD has LANES lanes; lane j runs one process after
-another, each living `life` seconds then leaving a `gap`, so pids appear and disappear over a run.
-One long-lived multi-GPU process (a launcher) holds every GCD of the first package. Per process
+Deterministic in (GCDs, seed, elapsed): each KFD GPU (a GCD, or a compute partition) has LANES
+lanes; lane j runs one process after another, each living `life` seconds then leaving a `gap`, so
+pids appear and disappear over a run. One long-lived multi-GPU process (a launcher) holds every KFD
+GPU of the first package. Per process
 and GPU it writes what the driver does (kfd_process.c): `pasid`, `vram_<gpu_id>` (bytes),
 `sdma_<gpu_id>` (SDMA time in microseconds, cumulative), `stats_<gpu_id>/cu_occupancy` (CUs its
 waves occupy) and `queues/<n>/{gpuid,type,size}`.
@@ -40,28 +41,41 @@ class SimProcess:
         return {gpu_id: vram for gpu_id, vram, _sdma, _cu in self.gpus}
 
 
+def kfd_gpus(gcds: Sequence[GcdLayout]) -> list[tuple[int, int, int]]:
+    """(package index, gpu_id, compute units) of every KFD GPU node: a GCD, or each partition of one."""
+    result: list[tuple[int, int, int]] = []
+    for gcd in gcds:
+        cus = max(1, gcd.model.simd_count // 4)  # 4 SIMDs per CU
+        parts = [p for p in gcd.partitions if p.gpu_id > 0] if gcd.partitions else []
+        if parts:
+            result.extend((gcd.package_index, p.gpu_id, max(1, cus // len(parts))) for p in parts)
+        else:
+            result.append((gcd.package_index, gcd.gpu_id, cus))
+    return result
+
+
 def processes_at(gcds: Sequence[GcdLayout], elapsed: float, seed: int = 0) -> tuple[SimProcess, ...]:
     """Pure: the processes alive at `elapsed` seconds, sorted by pid."""
     result: list[SimProcess] = []
-    for gcd in gcds:
-        cus = max(1, gcd.model.simd_count // 4)  # 4 SIMDs per CU
+    gpus = kfd_gpus(gcds)
+    for index, (_package, gpu_id, cus) in enumerate(gpus):
         for lane in range(LANES):
             life = 20.0 + 10.0 * lane + (seed % 7)
             gap = 5.0 + lane
             period = life + gap
             # Lanes start staggered so processes do not all come and go together.
-            t = elapsed + (gcd.index * 3.0 + lane * 7.0) % period
+            t = elapsed + (index * 3.0 + lane * 7.0) % period
             generation, age = divmod(t, period)
             if age >= life:
                 continue
-            pid = 10000 + (gcd.index * LANES + lane) * 1000 + int(generation) % 1000
+            pid = 10000 + (index * LANES + lane) * 1000 + int(generation) % 1000
             vram = (lane + 1) * _GIB + int(min(age, 60.0) * 16 * (1 << 20))
             sdma = int(age * 1e6 * 0.05 * (lane + 1))
-            cu = (gcd.index * 5 + lane * 11 + int(generation)) % cus + 1
-            result.append(SimProcess(pid, _COMMS[lane % len(_COMMS)], pid % 0xFFFF, ((gcd.gpu_id, vram, sdma, cu),)))
-    first_package = [gcd for gcd in gcds if gcd.package_index == (gcds[0].package_index if gcds else 0)]
-    if first_package:
-        launcher = tuple((gcd.gpu_id, 256 << 20, int(elapsed * 1e4), 0) for gcd in first_package)
+            cu = (index * 5 + lane * 11 + int(generation)) % cus + 1
+            result.append(SimProcess(pid, _COMMS[lane % len(_COMMS)], pid % 0xFFFF, ((gpu_id, vram, sdma, cu),)))
+    if gpus:
+        first_package = [gpu_id for package, gpu_id, _cus in gpus if package == gpus[0][0]]
+        launcher = tuple((gpu_id, 256 << 20, int(elapsed * 1e4), 0) for gpu_id in first_package)
         result.append(SimProcess(LAUNCHER_PID, "torchrun", LAUNCHER_PID, launcher))
     return tuple(sorted(result, key=lambda p: p.pid))
 
@@ -108,7 +122,7 @@ class KfdProcWriter:
                 shutil.rmtree(hidden, ignore_errors=True)
             del self._written[pid]
         for process in processes:
-            files = process_files(process, [gcd.gpu_id for gcd in self.gcds])
+            files = process_files(process, [gpu_id for _package, gpu_id, _cus in kfd_gpus(self.gcds)])
             old = self._written.get(process.pid, {})
             if process.pid not in self._written:
                 # Build the directory aside and rename it in: a new process appears whole.
