@@ -1,10 +1,12 @@
-"""Wires the pipeline: source -> poller -> rules -> exposition -> HTTP, plus the demo simulator."""
+"""Wiring only: source -> poller -> pipeline (enrich, alerting, exposition) -> HTTP, plus the demo simulator.
+
+Nothing here computes anything a cycle publishes; see docs/architecture.md for the stages.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
@@ -12,19 +14,17 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 
-from exporter import rules as alert_rules
-from exporter.api import PublishedState, create_app
+from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.config import ConfigError, Settings
-from exporter.exposition import ExporterInfo, Exposition
-from exporter.logging import get_logger
-from exporter.model import AlertState, Snapshot
-from exporter.poller import Poller
+from exporter.log import get_logger
+from exporter.pipeline.poller import Poller
+from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
+from exporter.web.routes import create_app
 
 log = get_logger("exporter.daemon")
 
@@ -71,7 +71,7 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         return sysfs, "sysfs", "chosen by --source"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
         return sysfs, "sysfs", "auto: librocm_smi64 only reads /sys, and --path.sysfs points elsewhere"
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     if settings.source == "rocm-smi":
         ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
@@ -85,7 +85,7 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
 
 
 def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     # The worker's own call deadline fires before the poller's, so a hung library call is
     # attributed (and the worker restarted) by the supervisor rather than merely timed out.
@@ -105,46 +105,8 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Pipeline:
-    """Everything that happens after a poll cycle: rules, rendering, publishing, paging."""
-
-    def __init__(self, settings: Settings, source_name: str, reason: str, rules: Any, pusher: Any) -> None:
-        self.info = ExporterInfo(source=source_name, source_reason=reason)
-        self.exposition = Exposition(self.info)
-        self.rules = rules
-        self.pusher = pusher
-        self.source: Any = None
-        self.state = PublishedState(source=source_name, source_reason=reason)
-        self._alerts: tuple[AlertState, ...] = ()
-
-    def on_snapshot(self, snapshot: Snapshot) -> None:
-        alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
-        self._alerts = alerts
-        for transition in transitions:
-            log.warning("alert_transition", **transition.log_fields())
-        snapshot = dataclasses.replace(snapshot, alerts=alerts)
-        self.exposition.poll_duration.observe(snapshot.poll_duration_seconds)
-        restarts = getattr(self.source, "worker_restarts", None)
-        self.info.worker_restarts = restarts if isinstance(restarts, int) else None
-        if self.pusher is not None:
-            self.pusher.update(snapshot)
-            self.info.alertmanager_results = {
-                "sent": self.pusher.sent_total,
-                "failed": self.pusher.failed_total,
-            }
-        commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
-        # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition.py).
-        rendered = self.exposition.render(snapshot)
-        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
-
-    def flush(self) -> None:
-        """Render the current snapshot as a Prometheus scrape would ask for it (benchmarks)."""
-        if self.state.metrics is not None:
-            self.state.metrics.body(openmetrics=True, gzipped=True)
-
-
 async def serve(settings: Settings) -> None:
-    rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
+    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     host, port = settings.web_listen_address
     listener = open_listener(host, port)
     with contextlib.ExitStack() as stack:
@@ -177,7 +139,7 @@ async def serve(settings: Settings) -> None:
             )
         pusher = None
         if settings.alertmanager_url:
-            from exporter.alertmanager import AlertmanagerPusher
+            from exporter.alerting.alertmanager import AlertmanagerPusher  # httpx only when paging
 
             try:
                 pusher = AlertmanagerPusher(
@@ -185,8 +147,7 @@ async def serve(settings: Settings) -> None:
                 )
             except ValueError as error:
                 raise ConfigError(f"--alertmanager.url: {error}") from error
-        pipeline = Pipeline(settings, source_name, reason, rules, pusher)
-        pipeline.source = source
+        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
