@@ -18,6 +18,7 @@ from pathlib import Path
 import uvicorn
 
 from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.poller import Poller
@@ -46,6 +47,8 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        if settings.collector_processes:
+            simulator.simulate_processes()  # kfd/proc with processes coming and going
         stop = threading.Event()
         truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
@@ -147,7 +150,17 @@ async def serve(settings: Settings) -> None:
                 )
             except ValueError as error:
                 raise ConfigError(f"--alertmanager.url: {error}") from error
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
+        attribution = AttributionSources(settings, sysfs_root)
+        if attribution.enabled:
+            attribution.start()
+            stack.callback(attribution.close)
+        pipeline = Pipeline(
+            source_name=source_name,
+            source_reason=reason,
+            rules=rules,
+            pusher=pusher,
+            attribution=attribution if attribution.enabled else None,
+        )
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
