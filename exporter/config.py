@@ -151,6 +151,13 @@ OPTIONS: tuple[Option, ...] = (
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         "the kubelet's pod-resources API socket, for --kubernetes",
     ),
+    Option("kubernetes.interval", parse_duration, "10s", "with --kubernetes: time between two reads of the kubelet"),
+    Option(
+        "kubernetes.timeout",
+        parse_duration,
+        "2s",
+        "with --kubernetes: deadline for the kubelet's answer (late: amdgpu_exporter_attribution_up 0)",
+    ),
     Option(
         "kubernetes.resource-prefix",
         _resource_prefix,
@@ -164,13 +171,14 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "label every per-GPU series with the Slurm job holding it (job_id, job_user, job_partition), from the "
         "files deploy/slurm/prolog.sh writes here (default folder: /run/amdgpu-exporter/slurm; AMD exporter's "
-        "/var/run/exporter works too); off when empty",
+        "/var/run/exporter works too), read every --interval; off when empty",
     ),
     Option(
         "collector.processes",
         parse_bool,
         False,
-        "per-process VRAM, CU occupancy and SDMA time per GPU from the KFD (one series per process per GPU)",
+        "per-process VRAM, CU occupancy and SDMA time per GPU from the KFD (one series per process per GPU), "
+        "read every --slow-interval",
         is_flag=True,
     ),
     Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
@@ -197,6 +205,8 @@ class Settings:
     demo_truth_file: str
     kubernetes: bool = False
     kubernetes_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    kubernetes_interval: float = 10.0
+    kubernetes_timeout: float = 2.0
     kubernetes_resource_prefix: tuple[str, ...] = ("amd.com/",)
     slurm_state_dir: str = ""
     collector_processes: bool = False

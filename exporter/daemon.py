@@ -20,6 +20,7 @@ import uvicorn
 
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
+from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.poller import Poller
@@ -51,6 +52,8 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        if settings.collector_processes:
+            simulator.simulate_processes()  # kfd/proc with processes coming and going
         stop = threading.Event()
         truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
@@ -166,7 +169,17 @@ async def serve(settings: Settings) -> None:
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
         pusher = alertmanager_pusher(settings, port, rules)
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
+        attribution = AttributionSources(settings, sysfs_root)
+        if attribution.enabled:
+            attribution.start()
+            stack.callback(attribution.close)
+        pipeline = Pipeline(
+            source_name=source_name,
+            source_reason=reason,
+            rules=rules,
+            pusher=pusher,
+            attribution=attribution if attribution.enabled else None,
+        )
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)

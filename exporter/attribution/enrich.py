@@ -57,5 +57,7 @@ def attribute(
     if process_report is not None:
         up[kfd.SOURCE] = process_report.up
         if process_report.up and process_report.locations is not None:
-            processes = kfd.attribute(refs, process_report.usages, process_report.locations, process_top)
+            processes = kfd.attribute(
+                refs, process_report.usages, process_report.locations, process_top, process_report.compute_units
+            )
     return Attribution(names, labels, allocations, processes, MappingProxyType(up))

@@ -135,7 +135,8 @@ class ProcessUsage:
     comm: str
     vram_bytes: int | None
     sdma_seconds: float | None
-    cu_occupancy: int | None
+    cu_occupancy: int | None  # compute units its waves occupy
+    cu_occupancy_ratio: float | None = None  # of the device's compute units, 0..1
 
 
 @dataclass(frozen=True, slots=True)

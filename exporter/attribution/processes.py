@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.attribution.model import ByLocation, DeviceRef, ProcessUsage, device_ref_matches
-from exporter.logging import get_logger
+from exporter.log import get_logger
 
 log = get_logger("exporter.attribution.processes")
 
@@ -48,6 +48,7 @@ class ProcessReport:
     up: bool
     usages: tuple[ProcessGpuUsage, ...] = ()
     locations: Mapping[int, ByLocation] | None = None  # gpu_id -> device, from the KFD topology
+    compute_units: Mapping[int, int] | None = None  # gpu_id -> its CUs, from the KFD topology
     taken_at: float = 0.0
     error: str = ""
 
@@ -68,6 +69,13 @@ def parse_properties(data: bytes) -> dict[str, int]:
         if len(parts) == 2 and parts[1].lstrip("-").isdigit() and len(parts[1]) <= 21:
             result[parts[0]] = int(parts[1])
     return result
+
+
+def compute_units_of_node(properties_file: bytes) -> int | None:
+    """A KFD node's compute units: simd_count / simd_per_cu; None where either is missing or zero."""
+    props = parse_properties(properties_file)
+    simds, per_cu = props.get("simd_count", 0), props.get("simd_per_cu", 0)
+    return simds // per_cu if simds > 0 and per_cu > 0 else None
 
 
 def location_from_node(gpu_id_file: bytes, properties_file: bytes) -> tuple[int, ByLocation] | None:
@@ -126,6 +134,7 @@ def attribute(
     usages: Iterable[ProcessGpuUsage],
     locations: Mapping[int, ByLocation],
     top: int = DEFAULT_TOP,
+    compute_units: Mapping[int, int] | None = None,
 ) -> tuple[ProcessUsage, ...]:
     """Pure: usages matched to the snapshot's devices, the `top` largest by VRAM per device.
 
@@ -137,11 +146,13 @@ def attribute(
         location = locations.get(usage.gpu_id)
         if location is None:
             continue
+        cus = (compute_units or {}).get(usage.gpu_id)
+        ratio = min(1.0, usage.cu_occupancy / cus) if usage.cu_occupancy is not None and cus else None
         for ref in refs:
             if device_ref_matches(ref, location, physical):
                 per_gpu.setdefault(ref.gpu, []).append(
                     ProcessUsage(
-                        ref.gpu, usage.pid, usage.comm, usage.vram_bytes, usage.sdma_seconds, usage.cu_occupancy
+                        ref.gpu, usage.pid, usage.comm, usage.vram_bytes, usage.sdma_seconds, usage.cu_occupancy, ratio
                     )
                 )
     result: list[ProcessUsage] = []
@@ -159,19 +170,23 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def read_topology(sysfs_root: str) -> dict[int, ByLocation]:
+def read_topology(sysfs_root: str) -> tuple[dict[int, ByLocation], dict[int, int]]:
+    """gpu_id -> device and gpu_id -> compute units, from the KFD topology."""
     nodes_dir = os.path.join(sysfs_root, "class", "kfd", "kfd", "topology", "nodes")
-    result: dict[int, ByLocation] = {}
+    locations: dict[int, ByLocation] = {}
+    compute_units: dict[int, int] = {}
     try:
         nodes = os.listdir(nodes_dir)
     except OSError:
-        return result
+        return locations, compute_units
     for node in nodes:
         gpu_id = _read(os.path.join(nodes_dir, node, "gpu_id"))
         props = _read(os.path.join(nodes_dir, node, "properties"))
         if gpu_id is not None and props is not None and (found := location_from_node(gpu_id, props)):
-            result[found[0]] = found[1]
-    return result
+            locations[found[0]] = found[1]
+            if (cus := compute_units_of_node(props)) is not None:
+                compute_units[found[0]] = cus
+    return locations, compute_units
 
 
 def _process_files(proc_dir: str) -> dict[str, bytes]:
@@ -236,7 +251,8 @@ class ProcessCollector:
         now = self._clock()
         try:
             usages = read_kfd_processes(self.sysfs_root, self.procfs_root)
-            report = ProcessReport(True, usages, read_topology(self.sysfs_root), now)
+            locations, compute_units = read_topology(self.sysfs_root)
+            report = ProcessReport(True, usages, locations, compute_units, now)
         except OSError as error:
             where = os.path.join(self.sysfs_root, "class/kfd/kfd/proc")
             report = ProcessReport(False, taken_at=now, error=f"cannot list {where}: {error.strerror}")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from exporter.attribution.model import AttributionReport, Claim
-from exporter.logging import get_logger
+from exporter.log import get_logger
 
 log = get_logger("exporter.attribution")
 
