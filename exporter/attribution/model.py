@@ -176,17 +176,17 @@ def device_ref_matches(ref: DeviceRef, name: DeviceName, physical: Sequence[str]
 
 
 def resolve(refs: Sequence[DeviceRef], reports: Iterable[AttributionReport]) -> tuple[Allocation, ...]:
-    """Pure: every claim of every report that is up, matched to the snapshot's devices.
+    """Pure: every claim of every report, matched to the snapshot's devices.
 
-    A claim that matches no device (a GPU this exporter does not see, a VFIO-bound device) is dropped;
-    the result is sorted, so equal inputs give equal outputs whatever order a source listed things in.
+    A report that is down still holds the claims its source keeps for a while after its last good
+    read (schedule.py); the source, not this function, decides when they expire. A claim that matches
+    no device (a GPU this exporter does not see, a VFIO-bound device) is dropped; the result is
+    sorted, so equal inputs give equal outputs whatever order a source listed things in.
     """
     physical = sorted({ref.pci_bus_id for ref in refs})
     found: set[Allocation] = set()
     result: list[Allocation] = []
     for report in reports:
-        if not report.up:
-            continue
         for claim in report.claims:
             for ref in refs:
                 if device_ref_matches(ref, claim.device, physical):

@@ -193,7 +193,10 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
             "kubernetes attribution down",
         )
         time.sleep(2.0)  # several more late reads
-        scrape(port)
+        # The last good answer is kept (for 60 s after it): labels do not flap with the kubelet.
+        series = scrape(port)
+        assert [lab["pod"] for lab, _ in series["amdgpu_allocation_info"]] == ["infer-1"]
+        assert [lab["pod"] for lab, _ in series["amdgpu_up"] if lab["gpu"] == "1"] == ["infer-1"]
         kubelet.delay = 0.0
         wait_for(
             port,

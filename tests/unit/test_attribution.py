@@ -254,7 +254,10 @@ def test_resolve_each_kind_of_name() -> None:
         ),
     )
     assert [(a.gpu, dict(a.labels)["pod"]) for a in resolve(REFS, [report])] == [(0, "a"), (1, "b"), (2, "c"), (3, "d")]
-    assert resolve(REFS, [AttributionReport("kubernetes", up=False, claims=report.claims)]) == ()
+    # A source that is down keeps its last claims for a while (its report still holds them), then drops them.
+    held = resolve(REFS, [AttributionReport("kubernetes", up=False, claims=report.claims)])
+    assert held == resolve(REFS, [report])
+    assert resolve(REFS, [AttributionReport("kubernetes", up=False, claims=())]) == ()
 
 
 def test_labels_for_every_device_and_shared_devices_joined() -> None:

@@ -29,8 +29,15 @@ def _series(snapshot: Snapshot) -> dict[str, list[dict[str, str]]]:
     result: dict[str, list[dict[str, str]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            result.setdefault(sample.name, []).append(dict(sample.labels))
+            labels = dict(sample.labels)
+            if family.name == "amdgpu_exporter_attribution_up":
+                labels["__value__"] = str(sample.value)
+            result.setdefault(sample.name, []).append(labels)
     return result
+
+
+def _values(series: dict[str, list[dict[str, str]]], name: str) -> list[tuple[dict[str, str], float]]:
+    return [(labels, float(labels.pop("__value__"))) for labels in (dict(x) for x in series[name])]
 
 
 def _enriched(*claims: Claim, kubelet_up: bool = True) -> Snapshot:
@@ -61,9 +68,14 @@ def test_every_per_gpu_series_carries_the_holder_and_a_gone_pod_leaves_nothing()
     assert "amdgpu_job_info" not in second
 
 
-def test_kubelet_down_means_up_0_and_no_claims_of_a_report_that_is_down() -> None:
+def test_kubelet_down_is_up_0_and_its_kept_claims_still_label() -> None:
+    # Within keep_for the source's report is down but still holds its last good claims.
     series = _series(_enriched(_pod("0000:19:00.0", "a"), kubelet_up=False))
-    assert {labels["source"] for labels in series["amdgpu_exporter_attribution_up"]} == {"kubernetes", "slurm"}
+    up = {labels["source"]: value for labels, value in _values(series, "amdgpu_exporter_attribution_up")}
+    assert up == {"kubernetes": 0.0, "slurm": 1.0}
+    assert [labels["pod"] for labels in series["amdgpu_power_watts"]] == ["a", ""]
+    # After keep_for the source drops them: the labels empty.
+    series = _series(_enriched(kubelet_up=False))
     assert all(labels["pod"] == "" for labels in series["amdgpu_power_watts"])
 
 
