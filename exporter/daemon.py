@@ -20,6 +20,7 @@ import uvicorn
 
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
+from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.fast_sampler import FastSampler
@@ -53,6 +54,8 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        if settings.collector_processes:
+            simulator.simulate_processes()  # kfd/proc with processes coming and going
         stop = threading.Event()
         truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
@@ -179,7 +182,18 @@ async def serve(settings: Settings) -> None:
         if fast is not None:
             stack.callback(fast.stop)
             fast.start()
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, fast=fast)
+        attribution = AttributionSources(settings, sysfs_root)
+        if attribution.enabled:
+            attribution.start()
+            stack.callback(attribution.close)
+        pipeline = Pipeline(
+            source_name=source_name,
+            source_reason=reason,
+            rules=rules,
+            pusher=pusher,
+            attribution=attribution if attribution.enabled else None,
+            fast=fast,
+        )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path, waveform=waveform)

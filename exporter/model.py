@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from exporter.attribution.model import Attribution
+
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -228,6 +230,8 @@ class Snapshot:
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0
     source_stats: SourceStats = SourceStats()
+    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
+    attribution: Attribution = field(default_factory=Attribution)
     windows: WindowSnapshot | None = None
 
 

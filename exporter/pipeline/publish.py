@@ -27,10 +27,16 @@ from exporter.model import (
     Snapshot,
     WindowSnapshot,
 )
-from exporter.pipeline.enrich import enrich
+from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
+
+
+class AttributionSource(Protocol):
+    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
+
+    def inputs(self) -> AttributionInputs: ...
 
 
 class AlertSink(Protocol):
@@ -71,10 +77,12 @@ class Pipeline:
         source_reason: str,
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
+        attribution: AttributionSource | None = None,
         fast: WindowSource | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.attribution = attribution
         self.fast = fast
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
@@ -90,7 +98,7 @@ class Pipeline:
                 if d.down_reason != "gone" and d.identity.gpu_metrics_version  # devices with a table only
             )
             snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
-        snapshot = enrich(snapshot)
+        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts
         for transition in transitions:

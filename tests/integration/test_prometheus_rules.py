@@ -122,6 +122,13 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_fast_cycle_duration_seconds_bucket": {"le": None},
     "amdgpu_exporter_fast_cycle_duration_seconds_sum": {},
     "amdgpu_exporter_fast_cycle_duration_seconds_count": {},
+    # Who is on each GPU (issue 12), with --kubernetes / --slurm.state-dir / --collector.processes.
+    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
+    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
+    "amdgpu_exporter_attribution_up": {"source": frozenset({"kubernetes", "slurm", "processes"})},
+    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
+    "amdgpu_process_compute_unit_occupancy_ratio": {**_GPU, "pid": None, "comm": None},
+    "amdgpu_process_sdma_seconds_total": {**_GPU, "pid": None, "comm": None},
     # The exporter process itself (prometheus-client's process collector, through the metric table).
     "process_cpu_seconds_total": {},
     "process_resident_memory_bytes": {},
@@ -134,10 +141,6 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
 # metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
 # When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
 PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
-    # issue 12: who is on each GPU
-    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
-    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
-    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
     # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
     "amdgpu_device_down_info": {
         **_GPU,
