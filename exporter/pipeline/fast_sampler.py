@@ -37,10 +37,8 @@ from exporter.model import (
 )
 from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS, FastExtractError, extract_fast
+from exporter.sources.identity import measures_package_power
 
-# MI250X / MI250 / MI210 device ids whose second die reads 0 W and 0 J (the package is measured on
-# die 0): the same rule the sysfs source applies, so the fast windows never show a fake 0 W.
-_DUAL_DIE_DEVICE_IDS = frozenset({"0x7408", "0x740c", "0x740f"})
 _POWER = CHANNEL_INDEX[("power", "socket")]
 _ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
 
@@ -116,7 +114,8 @@ class FastSampler:
                         identity=identity,
                         path=os.path.join(identity.device_dir, "gpu_metrics"),
                         ring=SampleRing(self.slots),
-                        mask_power=identity.die > 0 and identity.device_id in _DUAL_DIE_DEVICE_IDS,
+                        # the sources' rule: die 1 of an MI250X reads 0 W and 0 J, never a fake 0 W window
+                        mask_power=not measures_package_power(identity),
                     )
                 device.gpu = gpu
                 kept[key] = device
