@@ -15,10 +15,10 @@ GPU costs one blocked thread, never a growing pile.
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import math
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -90,9 +90,9 @@ class FastSampler:
         self._clock = clock
         self._devices: dict[tuple[str, str], _Device] = {}
         self._by_gpu: dict[int, _Device] = {}
+        self._without_table: set[tuple[str, str]] = set()
         self._lock = threading.Lock()  # guards the device set and the cycle histogram
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_size = 0
+        self._readers: _Readers | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._cycle_durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
@@ -101,7 +101,16 @@ class FastSampler:
     # -- which devices -----------------------------------------------------------------------
     def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None:
         """Follow this set of (gpu, identity): new ones get a ring, known ones keep theirs, gone ones go."""
-        wanted = {identity.key: (gpu, identity) for gpu, identity in devices}
+        wanted = {}
+        for gpu, identity in devices:
+            key = identity.key
+            # Checked once per device seen: a device with no table (a partition's platform device,
+            # an old ASIC) is never sampled rather than failing ten times a second.
+            new = key not in self._devices and key not in self._without_table
+            if new and not os.path.exists(os.path.join(identity.device_dir, "gpu_metrics")):
+                self._without_table.add(key)
+            if key not in self._without_table:
+                wanted[key] = (gpu, identity)
         with self._lock:
             if wanted.keys() == self._devices.keys() and all(self._devices[k].gpu == g for k, (g, _) in wanted.items()):
                 return
@@ -121,17 +130,12 @@ class FastSampler:
                 kept[key] = device
             self._devices = kept
             self._by_gpu = {d.gpu: d for d in kept.values()}
-            self._ensure_executor(len(kept))
-
-    def _ensure_executor(self, count: int) -> None:
-        # One thread per device plus headroom: at most one read per device is ever in flight.
-        wanted = count + 2
-        if self._executor is None or wanted > self._executor_size:
-            old = self._executor
-            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=wanted, thread_name_prefix="fast")
-            self._executor_size = wanted
-            if old is not None:
-                old.shutdown(wait=False)
+            # One reader per device plus two: at most one read per device is ever in flight, so even
+            # with every device hung two readers are free. Started up front: the count never changes
+            # with load or hangs (a pool that grows on demand would add threads under CPU pressure).
+            if self._readers is None:
+                self._readers = _Readers()
+            self._readers.grow_to(len(kept) + 2)
 
     @property
     def ring_bytes_per_device(self) -> int:
@@ -147,8 +151,8 @@ class FastSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._readers is not None:
+            self._readers.close()
 
     def _run(self) -> None:
         next_tick = time.monotonic()
@@ -171,7 +175,7 @@ class FastSampler:
         started = time.monotonic()
         with self._lock:
             devices = list(self._devices.values())
-            executor = self._executor
+            executor = self._readers
         queued = []
         for device in devices:
             if device.busy:
@@ -185,7 +189,7 @@ class FastSampler:
         cycle = _Cycle(queued, self)
         executor.submit(cycle.drain)
         deadline = started + self.read_timeout if until is None else min(until, started + self.read_timeout)
-        fan_out_after = min(0.02, self.interval / 4, self.read_timeout / 4)
+        fan_out_after = min(0.05, self.interval / 2, self.read_timeout / 4)
         while not cycle.finished.wait(min(fan_out_after, max(0.0, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
                 break
@@ -266,6 +270,34 @@ class FastSampler:
     def gpus_sampled(self) -> Sequence[int]:
         with self._lock:
             return sorted(self._by_gpu)
+
+
+class _Readers:
+    """A fixed set of reader threads taking jobs from one queue (threads only ever added, never piled)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def grow_to(self, count: int) -> None:
+        while len(self._threads) < count:
+            thread = threading.Thread(target=self._work, name=f"fast-read-{len(self._threads)}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()  # _Cycle.drain never raises
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)  # a reader stuck in a hung read never takes its None: it is a daemon
 
 
 class _Cycle:

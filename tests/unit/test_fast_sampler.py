@@ -171,10 +171,10 @@ def test_the_second_die_of_an_mi250x_has_no_power(tmp_path: Path) -> None:
 
 def test_unreadable_and_vanished_tables_are_counted_not_raised(tmp_path: Path) -> None:
     devices = make_devices(tmp_path, 2)
-    Path(devices[0][1].device_dir, "gpu_metrics").write_bytes(b"\x01\x02")
-    Path(devices[1][1].device_dir, "gpu_metrics").unlink()
     sampler = FastSampler(interval=0.1, window=5.0)
     sampler.track(devices)
+    Path(devices[0][1].device_dir, "gpu_metrics").write_bytes(b"\x01\x02")
+    Path(devices[1][1].device_dir, "gpu_metrics").unlink()  # vanishes after it was found
     sampler.sample_once()
     assert dict(sampler.windows().stats.read_errors) == {(0, "unreadable_table"): 1, (1, "gone"): 1}
     sampler.stop()
@@ -208,7 +208,7 @@ def test_a_hung_device_stalls_nobody_and_holds_exactly_one_thread(tmp_path: Path
     assert samples[1] == 0
     assert samples[0] == samples[2] == samples[3] == 12  # the others every cycle
     assert elapsed < 1.5  # 12 cycles of ~30 ms: the hung read never held one up past its first
-    assert threading.active_count() - threads_before <= 3  # one stuck reader plus the drainers
+    assert threading.active_count() <= threads_before  # the stuck read holds one of the fixed readers
     assert (1, "timeout") in snapshot.stats.read_errors
     assert [w.gpu for w in snapshot.devices] == [0, 2, 3]  # the hung device has no window
     release.set()
@@ -260,3 +260,18 @@ def test_waveform_columns(tmp_path: Path) -> None:
 
 def test_channels_are_the_window_families_and_accumulators() -> None:
     assert {family for family, _ in CHANNELS} == {"temperature", "power", "busy", "clock", "acc"}
+
+
+def test_a_device_without_a_table_is_never_sampled(tmp_path: Path) -> None:
+    devices = make_devices(tmp_path, 2)
+    Path(devices[1][1].device_dir, "gpu_metrics").unlink()
+    sampler = FastSampler(interval=0.1, window=5.0)
+    sampler.track(devices)
+    sampler.sample_once()
+    sampler.track(devices)  # the next cycle's tracking does not look again
+    sampler.sample_once()
+    snapshot = sampler.windows()
+    assert dict(snapshot.stats.samples) == {0: 2}
+    assert dict(snapshot.stats.read_errors) == {}
+    assert sampler.gpus_sampled() == [0]
+    sampler.stop()
