@@ -582,7 +582,7 @@ def compare_amdsmi_module(device: dict[str, Any], ours: OurDevice) -> Comparison
     if throughput:  # rsmi-style raw pcie_bw: (sent + received) x max payload = our B/s
         c.check(
             "pci_throughput.ok.sent",
-            ours.value("amdgpu_pcie_bandwidth_bytes_per_second"),
+            ours.value("amdgpu_pcie_bandwidth_upper_bound_bytes_per_second"),
             lambda _: float((throughput["sent"] + throughput["received"]) * throughput["max_pkt_sz"]),
         )
     blocks = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
