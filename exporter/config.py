@@ -66,6 +66,12 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _positive_int(text: str | int) -> int:
+    if isinstance(text, bool) or not str(text).strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _telemetry_path(text: str) -> str:
     if not text.startswith("/") or text in ("/", "/healthz", "/readyz") or text.startswith("/api/"):
         raise ValueError(f"{text!r} must be a path such as /metrics, not / or one of the API paths")
@@ -95,7 +101,24 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
+    # --- web (issue 14: --web.config.file, TLS, auth, listeners) ---
+    Option(
+        "web.listen-address",
+        parse_listen_address,
+        (":9442",),
+        "address to serve HTTP on; repeatable, [::]:9442 for IPv6",
+        repeatable=True,
+    ),
+    Option("web.config.file", str, "", "exporter-toolkit web configuration (TLS, basic auth, rate limit, headers)"),
+    Option(
+        "web.systemd-socket",
+        parse_bool,
+        False,
+        "serve on the sockets systemd passes (socket activation) instead of --web.listen-address",
+        is_flag=True,
+    ),
+    Option("web.max-connections", _positive_int, "512", "cap on open HTTP connections (lowered to the file budget)"),
+    # --- end web ---
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
     Option("interval", parse_duration, "1s", "time between poll cycles"),
@@ -126,7 +149,10 @@ OPTIONS: tuple[Option, ...] = (
 
 @dataclass(frozen=True)
 class Settings:
-    web_listen_address: tuple[str, int]
+    web_listen_address: tuple[tuple[str, int], ...]
+    web_config_file: str
+    web_systemd_socket: bool
+    web_max_connections: int
     web_telemetry_path: str
     path_sysfs: str
     interval: float
