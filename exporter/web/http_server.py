@@ -307,6 +307,20 @@ class _EarlyEvents(asyncio.Protocol):
             protocol.connection_lost(exc)
 
 
+def _feed(protocol: Any, data: bytes) -> None:
+    """Hand bytes to a protocol, buffered (get_buffer/buffer_updated) or not."""
+    if not hasattr(protocol, "get_buffer"):
+        protocol.data_received(data)
+        return
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(len(view))
+        count = min(len(buffer), len(view))
+        buffer[:count] = view[:count]
+        protocol.buffer_updated(count)
+        view = view[count:]
+
+
 class TLSGate(asyncio.Protocol):
     """Accepts a TCP connection, takes a slot, does the handshake, then hands over to HTTP."""
 
@@ -316,9 +330,14 @@ class TLSGate(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         self.handed_over = False
+        self.early: list[bytes] = []
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def data_received(self, data: bytes) -> None:
+        # uvloop may deliver the ClientHello although reading was paused in connection_made.
+        self.early.append(data)
+
+    def connection_made(self, transport: Any) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, hence Any.
         transport.pause_reading()
         self.transport = transport
         self.slot = Slot(self._close, "handshake")
@@ -348,17 +367,28 @@ class TLSGate(asyncio.Protocol):
         client = str(peer[0]) if peer else ""
         early = _EarlyEvents()
         loop = asyncio.get_running_loop()
+        handshake: asyncio.Future[Any] | None = None
         try:
             if active.ssl_context is None:
                 raise ssl.SSLError("no TLS context")
-            tls = await loop.start_tls(
-                raw,
-                early,
-                active.ssl_context,
-                server_side=True,
-                ssl_handshake_timeout=server.limits.tls_handshake_timeout,
+            handshake = asyncio.ensure_future(
+                loop.start_tls(
+                    raw,
+                    early,
+                    active.ssl_context,
+                    server_side=True,
+                    ssl_handshake_timeout=server.limits.tls_handshake_timeout,
+                )
             )
+            await asyncio.sleep(0)  # start_tls has now put its TLS protocol on the transport
+            if self.early:
+                # Scheduled after start_tls's own connection_made/resume_reading callbacks.
+                loop.call_soon(_feed, raw.get_protocol(), b"".join(self.early))
+                self.early = []
+            tls = await handshake
         except asyncio.CancelledError:
+            if handshake is not None:
+                handshake.cancel()
             server.table.release(slot)
             raw.abort()
             return
