@@ -461,6 +461,7 @@ class GuardedServer(uvicorn.Server):
     async def on_tick(self, counter: int) -> bool:
         if counter % 10 == 0:  # ticks are 0.1 s
             self.table.sweep()
+            self.current()  # an edit of the web config is checked (and a bad one logged) without traffic too
         return await super().on_tick(counter)
 
 
