@@ -436,6 +436,40 @@ def test_2000_idle_connections_leave_scrapes_and_polling_unaffected(tmp_path: Pa
     assert log.count("http_connection_evicted") <= 10  # rate-limited
 
 
+def test_2000_idle_tls_connections_leave_tls_scrapes_unaffected(tmp_path: Path, pki: Pki) -> None:
+    """Connections that never start a handshake, and others that finish one and then idle."""
+    prlimit = require_tool("prlimit")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4500:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    web = {"tls_server_config": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}}
+    daemon = start_daemon(tmp_path, web=web, wrapper=(prlimit, "--nofile=1024:1024", "--"))
+    context = ssl.create_default_context(cafile=pki.ca)
+    idle: list[socket.socket] = []
+    try:
+        with httpx.Client(verify=context) as client:
+            base = f"https://127.0.0.1:{daemon.port}"
+            wait_ready(daemon, client, base)
+            for _ in range(1700):
+                idle.append(socket.create_connection(("127.0.0.1", daemon.port)))
+            for _ in range(300):
+                raw = socket.create_connection(("127.0.0.1", daemon.port))
+                idle.append(context.wrap_socket(raw, server_hostname="localhost"))
+            durations = []
+            for _ in range(20):
+                t0 = time.monotonic()
+                _code, status, body = curl("--cacert", str(pki.ca), f"{base}/metrics")
+                durations.append(time.monotonic() - t0)
+                assert status == "200" and [v for _, v in series(body, "amdgpu_up")] == [1.0] * 8
+            assert max(durations) < 1.0, durations
+            assert len(os.listdir(f"/proc/{daemon.process.pid}/fd")) < 1024 - 100
+    finally:
+        for sock in idle:
+            sock.close()
+        stop(daemon.process)  # type: ignore[arg-type]
+    assert "Traceback" not in daemon.stderr()
+
+
 def test_an_endless_header_costs_neither_memory_nor_polling(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path)
     try:
