@@ -2,6 +2,11 @@
 
 The order is exporter-toolkit's: the configured response headers go on every answer, then the
 token bucket (429), then the credentials (401). Rejections are counted and logged rate-limited.
+
+One deliberate difference from upstream: the liveness and readiness probes (/healthz, /readyz)
+need no credentials and take no token. Kubernetes' httpGet probes cannot do basic auth without
+putting the password in the pod spec, and a rate limit must never get a healthy pod restarted;
+those two answers carry nothing but "ok"/"ready". TLS still applies to them.
 """
 
 from __future__ import annotations
@@ -37,10 +42,17 @@ def _client(scope: Scope) -> str:
 
 
 class WebGuard:
-    def __init__(self, app: Any, current: Callable[[], ActiveWebConfig], stats: HttpStats) -> None:
+    def __init__(
+        self,
+        app: Any,
+        current: Callable[[], ActiveWebConfig],
+        stats: HttpStats,
+        open_paths: tuple[str, ...] = ("/healthz", "/readyz"),
+    ) -> None:
         self.app = app
         self.current = current
         self.stats = stats
+        self.open_paths = frozenset(open_paths)
 
     def _reject(self, reason: str, scope: Scope, status: int) -> None:
         self.stats.reject(reason)
@@ -68,6 +80,9 @@ class WebGuard:
                     message["headers"] = [*message.get("headers", ()), *extra]
                 await inner(message)
 
+        if scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
         if active.bucket is not None and not active.bucket.allow():
             self._reject("rate_limited", scope, 429)
             retry = str(active.bucket.retry_after()).encode()
