@@ -4,6 +4,7 @@ what root serves, and under strace it never opens anything below the sysfs root 
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import re
@@ -33,7 +34,7 @@ _WRITABLE = re.compile(
 
 
 def _driver_modes(root: Path) -> None:
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         os.chmod(folder, 0o755)
         for name in files:
             path = os.path.join(folder, name)
@@ -66,10 +67,8 @@ def tree() -> Iterator[Path]:
 def _gpu_groups() -> list[int]:
     found = []
     for name in ("video", "render"):
-        try:
+        with contextlib.suppress(KeyError):
             found.append(grp.getgrnam(name).gr_gid)
-        except KeyError:
-            pass
     return found
 
 

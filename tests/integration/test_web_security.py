@@ -615,3 +615,55 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tls_daemon: Daemon, pki: Pk
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("Linux only")
+
+
+# --- garbage on the wire, and its log --------------------------------------------------------------
+
+
+def test_garbage_requests_are_answered_and_logged_rate_limited(tmp_path: Path) -> None:
+    import random
+
+    daemon = start_daemon(tmp_path)
+    rng = random.Random(14)
+    blobs = [
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/9.9\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64),  # a TLS ClientHello on the plain port
+        b"GET /\x00 HTTP/1.1\r\n\r\n",
+    ]
+    blobs += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))) for _ in range(300)]
+    try:
+        with httpx.Client() as client:
+            wait_ready(daemon, client, f"http://127.0.0.1:{daemon.port}")
+        for blob in blobs:
+            with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as sock:
+                sock.sendall(blob)
+                sock.shutdown(socket.SHUT_WR)
+                try:
+                    answer = sock.recv(100)
+                except (ConnectionResetError, TimeoutError):
+                    answer = b""
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 "), (blob[:40], answer)
+        assert [v for _, v in series(_metrics(daemon.port), "amdgpu_up")] == [1.0] * 8
+    finally:
+        stop(daemon.process)  # type: ignore[arg-type]
+    log = daemon.stderr().splitlines()
+    assert all(line.startswith("{") for line in log), [line for line in log if not line.startswith("{")][:3]
+    bad = [line for line in log if '"http_bad_request"' in line]
+    assert 1 <= len(bad) <= 10, len(bad)  # rate-limited: a few lines, then a count of the suppressed
+    assert "Traceback" not in daemon.stderr()
+
+
+def test_socket_unit_passes_systemd_analyze(tmp_path: Path) -> None:
+    analyze = require_tool("systemd-analyze")
+    units = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+    text = (units / "amdgpu-exporter.socket").read_text()
+    assert "ListenStream=9442" in text and "Service=amdgpu-exporter.service" in text
+    done = subprocess.run(
+        [analyze, "verify", str(units / "amdgpu-exporter.socket")], capture_output=True, text=True, timeout=60
+    )
+    problems = [line for line in done.stderr.splitlines() if "amdgpu-exporter.socket" in line]
+    assert done.returncode == 0 or not problems, done.stderr
+    assert not problems, problems
