@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", default="8xMI250X")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", default="1,16")
-    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--scrapes", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=2, help="best of N per figure (the cores are shared)")
     parser.add_argument("--output", default=str(Path(__file__).with_name("RESULTS-tls.md")))
     args = parser.parse_args(argv)
     connections = [int(c) for c in args.connections.split(",")]
@@ -144,14 +145,18 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(0.2)
                 headers = {**HEADERS, **extra}
                 wrk_headers = tuple(f"{k}: {v}" for k, v in headers.items())
-                rps, p99 = {}, {}
-                for count in connections:
-                    result = run_wrk(server.url, connections=count, duration=args.duration, headers=wrk_headers)
-                    if result.errors:
-                        raise RuntimeError(f"{name}: wrk saw {result.errors} errors")
-                    rps[count], p99[count] = result.requests_per_second, result.p99_seconds * 1000
-                kept = cpu_per_scrape(server, scheme, port, context, headers, args.scrapes, keepalive=True)
-                fresh = cpu_per_scrape(server, scheme, port, context, headers, args.scrapes, keepalive=False)
+                rps: dict[int, float] = {}
+                p99: dict[int, float] = {}
+                kept = fresh = float("inf")
+                for _ in range(args.rounds):
+                    for count in connections:
+                        result = run_wrk(server.url, connections=count, duration=args.duration, headers=wrk_headers)
+                        if result.errors:
+                            raise RuntimeError(f"{name}: wrk saw {result.errors} errors")
+                        if result.requests_per_second > rps.get(count, 0.0):
+                            rps[count], p99[count] = result.requests_per_second, result.p99_seconds * 1000
+                    kept = min(kept, cpu_per_scrape(server, scheme, port, context, headers, args.scrapes, True))
+                    fresh = min(fresh, cpu_per_scrape(server, scheme, port, context, headers, args.scrapes, False))
                 rows.append(Row(name, rps, p99, kept, fresh))
                 print(f"{name}: {rps} req/s, {kept:.2f} ms CPU/scrape kept-alive, {fresh:.2f} ms new connection",
                       file=sys.stderr)  # fmt: skip
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         "# TLS and basic auth cost (`python -m bench.tls_bench`)",
         "",
         f"Fleet {args.fleet}, /metrics as Prometheus asks for it (OpenMetrics, gzip); 2 shared cores; "
-        f"wrk {args.duration:g} s per point; CPU per scrape over {args.scrapes} sequential scrapes.",
+        f"wrk {args.duration:g} s per point; CPU per scrape over {args.scrapes} sequential scrapes; "
+        f"best of {args.rounds} rounds.",
         "",
         "| server | "
         + " | ".join(f"req/s @{c} conn" for c in connections)
