@@ -667,3 +667,56 @@ def test_socket_unit_passes_systemd_analyze(tmp_path: Path) -> None:
     problems = [line for line in done.stderr.splitlines() if "amdgpu-exporter.socket" in line]
     assert done.returncode == 0 or not problems, done.stderr
     assert not problems, problems
+
+
+def test_a_rotated_certificate_and_a_new_client_auth_apply_without_restart(tmp_path: Path, pki: Pki) -> None:
+    from tests.webtls import _leaf
+
+    folder = tmp_path / "tls"
+    folder.mkdir()
+    for name in ("ca.crt", "ca.key"):
+        (folder / name).write_bytes((pki.folder / name).read_bytes())
+    _leaf(folder, "rotated", "/CN=rotated.example", "DNS:localhost,IP:127.0.0.1", "serverAuth")
+    cert, key = folder / "live.crt", folder / "live.key"
+    cert.write_bytes(pki.server_cert.read_bytes())
+    key.write_bytes(pki.server_key.read_bytes())
+    tls = {"cert_file": str(cert), "key_file": str(key)}
+    daemon = start_daemon(tmp_path, web={"tls_server_config": tls})
+    url = f"https://127.0.0.1:{daemon.port}/healthz"
+
+    def subject() -> str:
+        done = s_client(daemon.port, "-CAfile", str(pki.ca))
+        return next((line for line in done.stdout.decode().splitlines() if line.startswith("subject=")), "")
+
+    try:
+        with httpx.Client(verify=ssl.create_default_context(cafile=pki.ca)) as client:
+            wait_ready(daemon, client, f"https://127.0.0.1:{daemon.port}")
+        assert "CN = localhost" in subject()
+        # cert-manager style rotation: new files in place, the YAML untouched
+        key.write_bytes((folder / "rotated.key").read_bytes())
+        cert.write_bytes((folder / "rotated.crt").read_bytes())
+        deadline = time.monotonic() + 10
+        while "rotated.example" not in subject():
+            assert time.monotonic() < deadline, subject()
+            time.sleep(0.3)
+        # client certificates become optional-but-verified
+        write_web_config(
+            tmp_path / "web.yml",
+            {
+                "tls_server_config": {
+                    **tls,
+                    "client_auth_type": "VerifyClientCertIfGiven",
+                    "client_ca_file": str(pki.ca),
+                }
+            },
+        )
+        deadline = time.monotonic() + 10
+        while curl("--cacert", str(pki.ca), "--cert", str(pki.rogue_cert), "--key", str(pki.rogue_key), url)[0] == 0:
+            assert time.monotonic() < deadline, "a certificate from another CA is still accepted"
+            time.sleep(0.3)
+        assert curl("--cacert", str(pki.ca), url)[1] == "200"  # no certificate: fine
+        good = ("--cert", str(pki.client_cert), "--key", str(pki.client_key))
+        assert curl("--cacert", str(pki.ca), *good, url)[1] == "200"
+    finally:
+        stop(daemon.process)  # type: ignore[arg-type]
+    assert daemon.stderr().count("web_config_reloaded") >= 2
