@@ -478,6 +478,8 @@ def test_an_endless_header_costs_neither_memory_nor_polling(tmp_path: Path) -> N
         with httpx.Client() as client:
             wait_ready(daemon, client, f"http://127.0.0.1:{daemon.port}")
         rss_before = _rss(daemon.process.pid)
+        cpu_before = _cpu(daemon.process.pid)
+        wall_before = time.monotonic()
         sock = socket.create_connection(("127.0.0.1", daemon.port))
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         sent = 0
@@ -490,10 +492,17 @@ def test_an_endless_header_costs_neither_memory_nor_polling(tmp_path: Path) -> N
             pass
         assert sent < 10 * 1024 * 1024, "the server kept reading an endless header"
         assert _rss(daemon.process.pid) - rss_before < 20 * 1024 * 1024
+        # the poll loop's own CPU over the same time is a few percent of a core
+        assert _cpu(daemon.process.pid) - cpu_before < 0.5 + 0.2 * (time.monotonic() - wall_before)
         assert [v for _, v in series(_metrics(daemon.port), "amdgpu_up")] == [1.0] * 8
     finally:
         stop(daemon.process)  # type: ignore[arg-type]
     assert '"reason": "header_too_large"' in daemon.stderr()
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss(pid: int) -> int:
