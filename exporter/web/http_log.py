@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.logging import get_logger
+from structlog import get_logger
 
 log = get_logger("exporter.web")
 

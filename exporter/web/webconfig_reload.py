@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.logging import get_logger
+from structlog import get_logger
+
 from exporter.web.http_auth import BasicAuthVerifier
 from exporter.web.http_headers import response_headers
 from exporter.web.http_ratelimit import TokenBucket
