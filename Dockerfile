@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
 # amdgpu-exporter container image.
 #
-#   docker build -t amdgpu-exporter .
-#   docker run -d -p 9442:9442 amdgpu-exporter
+#   docker build -t amdgpu-exporter:0.1.0 .
+#   docker run -d -p 9442:9442 amdgpu-exporter:0.1.0
+#
+# (README.md, "Install on Kubernetes": tag and push it to your registry for the DaemonSet.)
 #
 # The exporter only reads sysfs, which is world-readable, and a container's /sys shows the host's
 # GPUs: no volume, device or capability is needed (--read-only --tmpfs /tmp --cap-drop=ALL is fine).
@@ -10,15 +12,22 @@
 # the two identical). tests/integration/test_dockerfile.py lints this file with hadolint and replays
 # the Python install steps on the host.
 
-# Stage 1: pip fetches or builds every wheel the exporter needs, so stage 2 needs no index and no
-# build tooling (add a compiler here, not there, if a dependency ever ships no wheel).
+# Stage 1: pip fetches every locked wheel (checked against the hashes in requirements/runtime.lock)
+# and builds the exporter's own with the locked setuptools, so stage 2 needs no index and no build
+# tooling (add a compiler here, not there, if a dependency ever ships no wheel). The builder gets a
+# venv of its own: nothing is installed into the base image's Python.
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+COPY requirements/build.lock requirements/runtime.lock ./requirements/
 COPY exporter ./exporter
-RUN python -m pip wheel --wheel-dir /wheels .
+RUN python -m venv /opt/builder \
+ && /opt/builder/bin/pip install --require-hashes -r requirements/build.lock \
+ && /opt/builder/bin/pip wheel --require-hashes --wheel-dir /wheels -r requirements/runtime.lock \
+ && /opt/builder/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && cp requirements/runtime.lock /wheels/
 
 # Stage 2: the runtime. No compiler, no pip cache, no wheels left behind.
 FROM python:3.11-slim-bookworm
@@ -37,10 +46,13 @@ RUN apt-get update \
  && ln -s /usr/lib/librocm_smi64.so.1 /opt/rocm/lib/librocm_smi64.so
 
 # The wheels come in through a bind mount, so no layer keeps a copy of them. --no-index: the
-# runtime stage installs exactly what stage 1 resolved.
+# runtime stage installs exactly what stage 1 fetched: the locked versions (their hashes checked
+# once more), then the exporter without resolving anything, then pip check that they fit.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv /opt/amdgpu-exporter \
- && /opt/amdgpu-exporter/bin/pip install --no-index --find-links=/wheels /wheels/amdgpu_exporter-*.whl
+ && /opt/amdgpu-exporter/bin/pip install --no-index --find-links=/wheels --require-hashes -r /wheels/runtime.lock \
+ && /opt/amdgpu-exporter/bin/pip install --no-index --no-deps /wheels/amdgpu_exporter-*.whl \
+ && /opt/amdgpu-exporter/bin/pip check
 
 # 65534 = nobody in the Debian base image. Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 65534:65534

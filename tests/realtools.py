@@ -17,8 +17,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,10 +98,81 @@ def start_in_sysfs_namespace(
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago: another process can take it before the
+    caller binds it, so a server started on it should go through start_listening, which retries."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_TCP_LISTEN = "0A"
+# What a server prints when its port was taken: the exporter's own sentence, and Go's / the kernel's.
+BIND_FAILURES = ("cannot listen on", "address already in use")
+
+
+def _listening_socket_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == _TCP_LISTEN:
+                inodes.add(fields[9])
+    return inodes
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """True when process `pid` itself holds a socket listening on TCP `port` (not merely someone)."""
+    inodes = _listening_socket_inodes(port)
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+def start_listening(
+    argv_for: Callable[[int], Sequence[str]], *, timeout: float = 20.0, attempts: int = 5, **popen_kwargs: Any
+) -> tuple[subprocess.Popen[Any], int]:
+    """Start the server argv_for(port) on a free port; return once that very process listens there.
+
+    free_port's port can be taken by another process before the server binds it. A server that
+    exits saying so (BIND_FAILURES, on its stderr, which must be a pipe) is started again on another
+    port; any other early exit fails with the server's own words.
+    """
+    popen_kwargs.setdefault("stderr", subprocess.PIPE)
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        process: subprocess.Popen[Any] = subprocess.Popen(list(argv_for(port)), **popen_kwargs)
+        deadline = time.monotonic() + timeout
+        while not listens_on(process.pid, port):
+            if process.poll() is not None:
+                err = process.stderr.read() if process.stderr is not None else ""
+                err = err.decode(errors="replace") if isinstance(err, bytes) else err
+                if attempt < attempts and any(words in err.lower() for words in BIND_FAILURES):
+                    stop(process)  # closes its pipes
+                    break  # lost the race for the port: another port
+                raise AssertionError(f"{argv_for(port)[0]} exited with {process.returncode} before listening: {err}")
+            if time.monotonic() > deadline:
+                stop(process)
+                raise AssertionError(f"{argv_for(port)[0]} did not listen on 127.0.0.1:{port} within {timeout} s")
+            time.sleep(0.02)
+        else:
+            return process, port
+    raise AssertionError(f"no free port held for {attempts} attempts")
 
 
 def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 10.0) -> None:
@@ -136,14 +208,11 @@ EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
 
 
 def start_exporter(*args: str) -> tuple[subprocess.Popen[bytes], int]:
-    """The daemon as a real process on a free loopback port, JSON logs on its stderr pipe."""
-    port = free_port()
-    process = subprocess.Popen(
-        [EXPORTER, *args, f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"],
+    """The daemon as a real process listening on a free loopback port, JSON logs on its stderr pipe."""
+    return start_listening(
+        lambda port: [EXPORTER, *args, f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
     )
-    return process, port
 
 
 def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:

@@ -17,9 +17,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realtools import EXPORTER, free_port, wait_ready
+from tests.realtools import EXPORTER, start_exporter, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.integration  # every test here starts the daemon as a process
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -39,21 +41,13 @@ def value(series: Series, name: str, **labels: str) -> float | None:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     truth = tmp_path_factory.mktemp("demo") / "truth.json"
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            EXPORTER,
-            "--demo",
-            "--demo.fleet=4xMI250X",
-            "--demo.scenario=idle",
-            f"--demo.truth-file={truth}",
-            "--interval=500ms",
-            "--slow-interval=1s",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.format=json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc, port = start_exporter(
+        "--demo",
+        "--demo.fleet=4xMI250X",
+        "--demo.scenario=idle",
+        f"--demo.truth-file={truth}",
+        "--interval=500ms",
+        "--slow-interval=1s",
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -8,18 +8,15 @@ only evaluate without error; every other query must return at least one finite v
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +25,8 @@ import pytest
 import yaml
 
 from exporter.exposition import all_metric_names
+from grafana import builder
+from grafana.builder import thresholds
 from tests.realtools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +47,8 @@ SAMPLE_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
 UNIT_PANELS = {"timeseries", "stat", "gauge", "bargauge", "heatmap", "status-history"}
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 MAY_BE_EMPTY = "May be empty:"
-HOT_CELSIUS = 85
+# The levels the dashboards colour by, as the shipped rule files define them.
+LEVELS = thresholds.load()
 SCRAPE_INTERVAL_SECONDS = 1
 # Grafana's step variables for a short range at a 1 s scrape interval:
 # $__rate_interval = max($__interval + scrape interval, 4 x scrape interval).
@@ -60,15 +60,6 @@ pytestmark = pytest.mark.timeout(180)
 # ---------------------------------------------------------------------------------------------
 # Reading the dashboards
 # ---------------------------------------------------------------------------------------------
-
-
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_dashboards", GRAFANA / "build_dashboards.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def load_dashboards() -> dict[str, dict[str, Any]]:
@@ -170,8 +161,7 @@ def all_value(variable: dict[str, Any]) -> str:
 
 
 def test_committed_json_is_the_generators_output() -> None:
-    generator = load_generator()
-    generated = {name: generator.to_text(d) for name, d in generator.dashboards().items()}
+    generated = {name: builder.to_text(d) for name, d in builder.dashboards().items()}
     committed = {f.name: f.read_text(encoding="utf-8") for f in sorted(DASHBOARD_DIR.glob("*.json"))}
     assert generated == committed, "run: .venv/bin/python grafana/build_dashboards.py"
 
@@ -231,7 +221,8 @@ def test_every_number_panel_has_a_unit() -> None:
                 assert panel["fieldConfig"]["defaults"].get("unit"), (name, panel["title"])
 
 
-def test_temperature_panels_mark_85_celsius() -> None:
+def test_temperature_panels_mark_the_in_daemon_junction_alert() -> None:
+    # Red where the shipped junction rule fires, orange where it clears (its hysteresis).
     temperature_panels = 0
     for dashboard in DASHBOARDS.values():
         for panel in data_panels(dashboard):
@@ -240,10 +231,30 @@ def test_temperature_panels_mark_85_celsius() -> None:
                 continue
             temperature_panels += 1
             steps = defaults["thresholds"]["steps"]
-            assert {"color": "red", "value": HOT_CELSIUS} in steps, panel["title"]
+            assert {"color": "red", "value": LEVELS.junction_hot_celsius} in steps, panel["title"]
+            assert {"color": "orange", "value": LEVELS.junction_cool_celsius} in steps, panel["title"]
             if panel["type"] == "timeseries":
                 assert defaults["custom"]["thresholdsStyle"]["mode"] != "off", panel["title"]
     assert temperature_panels >= 5
+
+
+def test_power_cap_share_turns_red_where_the_power_at_cap_alert_fires() -> None:
+    share_panels = [
+        panel
+        for dashboard in DASHBOARDS.values()
+        for panel in data_panels(dashboard)
+        if "power / cap" in panel["title"].lower()
+    ]
+    assert len(share_panels) == 2
+    for panel in share_panels:
+        steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert steps[-1] == {"color": "red", "value": LEVELS.power_at_cap_ratio}, panel["title"]
+
+
+def test_stale_after_defaults_to_the_stale_samples_alert() -> None:
+    fleet = DASHBOARDS["amdgpu-fleet.json"]
+    (variable,) = [v for v in fleet["templating"]["list"] if v["name"] == "stale_after"]
+    assert float(variable["query"]) == LEVELS.stale_after_seconds
 
 
 def test_every_panel_is_described() -> None:

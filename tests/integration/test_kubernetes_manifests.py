@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import __version__
 from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
@@ -252,6 +253,24 @@ def test_daemonset_runs_the_dockerfiles_entrypoint_with_its_cmd(rendered: list[d
     assert "command" not in main, "the image's ENTRYPOINT is the command"
     assert main["args"] == dockerfile_exec_form("CMD")
     assert PurePosixPath(dockerfile_exec_form("ENTRYPOINT")[0]).name == "amdgpu-exporter"
+
+
+def test_image_is_named_once_by_the_kustomizations_images_entry(rendered: list[dict[str, Any]]) -> None:
+    """daemonset.yaml names the image by its bare name only; kustomization.yaml's one `images:`
+    entry gives registry and tag (what `kustomize edit set image` rewrites), the tag being the
+    exporter's version."""
+    kustomization = yaml.safe_load((KUSTOMIZE_DIR / "kustomization.yaml").read_text())
+    (entry,) = kustomization["images"]
+    assert set(entry) == {"name", "newName", "newTag"}, entry
+    assert entry["newTag"] == __version__, "the image tag follows exporter.__version__"
+    assert "/" in entry["newName"], "newName must name a registry, or nodes pull from Docker Hub"
+    assert container(rendered)["image"] == f"{entry['newName']}:{entry['newTag']}"
+    named = {
+        path.name: re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.MULTILINE)
+        for path in sorted(KUSTOMIZE_DIR.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+    }
+    assert {name: images for name, images in named.items() if images} == {"daemonset.yaml": [entry["name"]]}
 
 
 # --- The daemon behind the probes ----------------------------------------------------------------

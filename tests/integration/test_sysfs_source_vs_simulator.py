@@ -63,6 +63,7 @@ def test_every_field_equals_the_truth(tmp_path: Path, fleet: str, scenario: str,
         source.close()
 
 
+@pytest.mark.integration
 def test_daemon_exports_mi300x_fields(tmp_path: Path) -> None:
     simulator = Simulator(tmp_path / "sys", fleet="2xMI300X", scenario="training", seed=1)
     simulator.write_tree()

@@ -190,7 +190,7 @@ def install_root() -> Iterator[Path]:
         root.chmod(0o755)
         source = root / "src"
         source.mkdir()
-        for name in ("pyproject.toml", "README.md"):
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
             shutil.copy2(REPO / name, source / name)
         shutil.copytree(REPO / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
         subprocess.run(

@@ -7,7 +7,7 @@ import gzip
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import Exposition, all_metric_names
+from exporter.exposition import EXPORTER_METRICS, Exposition, all_metric_names
 from exporter.metrics_table import DEVICE_METRICS
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, TopologyLink, frozen_map
 
@@ -95,10 +95,21 @@ def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
     assert gzip.decompress(rendered.text_gzip) == rendered.text
     assert gzip.decompress(rendered.openmetrics_gzip) == rendered.openmetrics
     assert rendered.openmetrics.endswith(b"# EOF\n")
-    om_names = {s.name for f in parse_openmetrics(rendered.openmetrics.decode()) for s in f.samples}
-    text_names = {s.name for f in parse_text(rendered.text.decode()) for s in f.samples}
-    assert "amdgpu_energy_joules_total" in om_names
-    assert text_names - {n for n in text_names if n.endswith("_created")} <= om_names | {"amdgpu_up"}
+    om_families = list(parse_openmetrics(rendered.openmetrics.decode()))
+    text_families = list(parse_text(rendered.text.decode()))
+
+    def samples(families: list) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {(s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples}
+
+    om_samples, text_samples = samples(om_families), samples(text_families)
+    assert ("amdgpu_energy_joules_total", (("gpu", "0"),), 12345.5) in om_samples
+    # Every series, with its labels and value, in both forms; _created may be left out of the text
+    # form (prometheus-client puts it there as a separate gauge family), never added to it.
+    assert text_samples <= om_samples
+    assert {s for s in om_samples if not s[0].endswith("_created")} <= text_samples
+    om_types = {f.name: f.type for f in om_families}
+    text_types = {f.name: f.type for f in text_families if not f.name.endswith("_created")}
+    assert text_types == om_types
 
 
 def test_every_table_entry_follows_the_naming_conventions() -> None:
@@ -120,13 +131,26 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_total",
         "_info",
         "_pages",
+        "_firing",  # a 0/1 state, unitless like _up and _active
     )
     for spec in DEVICE_METRICS:
         assert spec.name.startswith("amdgpu_")
         assert not spec.name.endswith("_total"), "counters get _total from prometheus-client"
         assert spec.kind in ("gauge", "counter")
         assert spec.exposed_name.endswith(unit_suffixes), spec.name
+        assert spec.exposed_name.endswith("_total") == (spec.kind == "counter"), spec.exposed_name
         assert spec.help.strip()
+    # The exporter's own families (identity, alerts, self-metrics) follow the same rules.
+    assert EXPORTER_METRICS, "the exporter's own metrics are declared"
+    for name, kind, labels, help_text in EXPORTER_METRICS:
+        assert name.startswith("amdgpu_"), name
+        assert kind in ("gauge", "counter", "histogram"), name
+        assert name.endswith(unit_suffixes), name
+        assert name.endswith("_total") == (kind == "counter"), f"{name}: _total exactly on counters"
+        assert not name.endswith("_info") or kind == "gauge", f"{name}: an _info metric is a gauge"
+        assert kind != "histogram" or name.endswith("_seconds"), f"{name}: a histogram of durations in seconds"
+        assert all(label.isidentifier() for label in labels.split(", ") if label), name
+        assert help_text.strip().endswith("."), name
 
 
 def test_a_device_with_an_empty_sample_renders_without_error() -> None:

@@ -1,11 +1,39 @@
-"""The README's metric reference is generated from the metric table and kept in sync."""
+"""The README's metric reference is generated from the metric table, kept in sync, and agrees with
+what /metrics really serves (the golden scrape of a simulated MI210+MI250X+MI300X node)."""
 
+import re
 from pathlib import Path
 
-from exporter.exposition import all_metric_names
-from exporter.metrics_reference import render_reference, replace_reference
+from exporter.metrics_reference import BEGIN, END, replace_reference
+from tests.golden.golden_metrics import GOLDEN_FILES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+_ROW = re.compile(r"^\| `(?P<name>[a-z_:][a-z0-9_:]*)` \| (?P<kind>\w+) \| (?P<labels>[^|]*) \|")
+_TYPE = re.compile(r"^# TYPE (?P<name>\S+) (?P<kind>\S+)$")
+
+# Families the reference lists that the golden scrape (sysfs source, no Alertmanager) cannot show.
+ONLY_WITH_ROCM_SMI = {"amdgpu_exporter_worker_restarts_total": "counter"}
+# Families the scrape shows that the reference does not list: waiting for an exporter fix (issue 9:
+# "no _created series in the text format"); remove the entry when the golden loses it.
+NOT_IN_THE_REFERENCE_YET = {"amdgpu_exporter_poll_duration_seconds_created": "gauge"}
+
+
+def _readme_reference() -> dict[str, str]:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index(BEGIN) : text.index(END)]
+    rows = {}
+    for line in section.splitlines():
+        match = _ROW.match(line)
+        if match is not None:
+            assert match["name"] not in rows, f"{match['name']} listed twice"
+            rows[match["name"]] = match["kind"]
+    return rows
+
+
+def _served_families() -> dict[str, str]:
+    """name -> type of every family the committed golden /metrics (text format) declares."""
+    lines = GOLDEN_FILES[False].read_text(encoding="utf-8").splitlines()
+    return {m["name"]: m["kind"] for m in map(_TYPE.match, lines) if m is not None}
 
 
 def test_readme_reference_is_current() -> None:
@@ -13,7 +41,32 @@ def test_readme_reference_is_current() -> None:
     assert replace_reference(text) == text, "run: python -m exporter.metrics_reference --write"
 
 
-def test_reference_lists_every_metric() -> None:
-    reference = render_reference()
-    for name in all_metric_names():
-        assert f"`{name}`" in reference
+def test_readme_reference_lists_exactly_what_metrics_serves_with_its_type() -> None:
+    reference = _readme_reference()
+    served = _served_families()
+    assert len(reference) > 40 and len(served) > 40, "the table or the golden scrape did not parse"
+    assert reference | NOT_IN_THE_REFERENCE_YET == served | ONLY_WITH_ROCM_SMI
+
+
+def test_readme_reference_labels_are_the_labels_served() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index(BEGIN) : text.index(END)]
+    labels = {
+        m["name"]: {label.strip() for label in m["labels"].split(",") if label.strip()}
+        for m in map(_ROW.match, section.splitlines())
+        if m is not None
+    }
+    series = re.compile(r"^(?P<name>[a-z_:][a-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? ")
+    seen: dict[str, set[str]] = {}
+    for line in GOLDEN_FILES[False].read_text(encoding="utf-8").splitlines():
+        match = series.match(line)
+        if match is None:
+            continue
+        names = re.findall(r'([a-z_]+)="', match["labels"] or "")
+        family = re.sub(r"_(bucket|count|sum)$", "", match["name"])
+        seen.setdefault(family, set()).update(n for n in names if n != "le")
+    assert seen, "no series parsed from the golden scrape"
+    for family, served in seen.items():
+        if family in NOT_IN_THE_REFERENCE_YET:
+            continue
+        assert served <= labels[family], f"{family} serves labels {served - labels[family]} the reference omits"

@@ -116,11 +116,33 @@ def test_mutex_held_by_a_live_thread_or_free_is_not_touched() -> None:
     assert parse_mutex(b"\0" * 8) is None
 
 
-@given(st.binary(max_size=64), st.sets(st.integers(0, 2**31)))
-def test_any_mutex_bytes_parse_or_give_none(raw: bytes, tids: set[int]) -> None:
+@given(st.binary(max_size=64), st.sets(st.integers(1, 2**30), max_size=4), st.booleans())
+def test_any_mutex_bytes_parse_to_their_fields_and_ownership_follows_them(
+    raw: bytes, tids: set[int], include_holder: bool
+) -> None:
     state = parse_mutex(raw)
-    if state is not None:
-        owned_by(state, tids)
+    if len(raw) < 16:
+        assert state is None
+        return
+    assert state is not None
+    word = int.from_bytes(raw[0:4], "little")
+    assert state.lock_tid == word & 0x3FFFFFFF
+    assert state.owner_died == bool(word & FUTEX_OWNER_DIED)
+    assert state.count == int.from_bytes(raw[4:8], "little")
+    assert state.owner == int.from_bytes(raw[8:12], "little", signed=True)
+    if include_holder:
+        tids = tids | {state.lock_tid or state.owner}
+    owned = owned_by(state, tids)
+    assert not owned_by(state, set()), "no dead thread: nothing is ours"
+    if state.lock_tid:
+        # held: ours exactly when its holder is one of the dead threads
+        assert owned == (state.lock_tid in tids)
+    elif state.owner_died:
+        # abandoned (kernel cleared the tid): ours when the last owner is one of the dead threads
+        assert owned == (state.owner in tids)
+    else:
+        assert not owned, "a free mutex is never repaired"
+    assert owned_by(state, tids | {12345678}) or not owned, "more dead threads never make it less ours"
 
 
 def _metrics_file(tmp_path: Path, header: bytes) -> str:

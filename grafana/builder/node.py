@@ -1,0 +1,663 @@
+"""AMD GPU / Node and GCD detail: one node's GCDs, one function per row of the dashboard."""
+
+from __future__ import annotations
+
+from .panels import (
+    ANY_IS_BAD,
+    ANY_IS_WORTH_A_LOOK,
+    NODE_UID,
+    ORANGE,
+    RED,
+    UP_DOWN_MAPPING,
+    UP_DOWN_STEPS,
+    VRAM_STEPS,
+    Dashboard,
+    Panel,
+    Query,
+    Row,
+    against_reference,
+    celsius,
+    temperature_steps,
+)
+from .queries import (
+    CORE_SENSORS,
+    HBM_SENSORS,
+    JOULES_PER_KWH,
+    NODE,
+    NODE_ALL_GPUS,
+    PER_GPU,
+    age_at_scrape,
+    junction,
+    node_package,
+    package_join,
+    packages_of_selected_gpus,
+    per_step,
+    poll_duration_quantile,
+    vram_used_ratio,
+)
+from .render import DATASOURCE
+from .thresholds import RETIRED_PAGES_CRITICAL, Thresholds
+from .variables import datasource_variable, query_variable
+
+
+def overview_row(t: Thresholds) -> Row:
+    return Row(
+        "Overview",
+        (
+            Panel(
+                "stat",
+                "Up",
+                "Whether the exporter's last read of each selected GCD succeeded within its deadline.",
+                Query(f"amdgpu_up{{{NODE}}}", PER_GPU),
+                unit="none",
+                width=4,
+                height=5,
+                mappings=(UP_DOWN_MAPPING,),
+                steps=UP_DOWN_STEPS,
+                options={"colorMode": "background", "graphMode": "none"},
+            ),
+            Panel(
+                "stat",
+                "Junction temperature",
+                f"Junction (hotspot) temperature now; red from {celsius(t.junction_hot_celsius)}.",
+                Query(junction(NODE), PER_GPU),
+                unit="celsius",
+                width=5,
+                height=5,
+                steps=temperature_steps(t),
+            ),
+            Panel(
+                "stat",
+                "Package power",
+                "Socket power of each package holding a selected GCD (MI250X: measured on die 0 for both).",
+                Query(node_package("amdgpu_power_watts"), "package {{package}}"),
+                unit="watt",
+                width=5,
+                height=5,
+            ),
+            Panel(
+                "gauge",
+                "GFX busy",
+                "Share of time the gfx (compute) engine was busy.",
+                Query(f'amdgpu_busy_ratio{{{NODE}, engine="gfx"}}', PER_GPU),
+                unit="percentunit",
+                width=5,
+                height=5,
+                minimum=0,
+                maximum=1,
+            ),
+            Panel(
+                "gauge",
+                "VRAM used",
+                "VRAM in use as a share of VRAM size.",
+                Query(vram_used_ratio(NODE), PER_GPU),
+                unit="percentunit",
+                width=5,
+                height=5,
+                minimum=0,
+                maximum=1,
+                steps=VRAM_STEPS,
+            ),
+            Panel(
+                "table",
+                "Device identity",
+                "What each selected GCD is: PCI address, product, package and die, serial, VBIOS, driver and "
+                "partition modes (amdgpu_device_info).",
+                f"amdgpu_device_info{{{NODE}}}",
+                unit="none",
+                width=24,
+                height=6,
+                hide_columns=("job", "instance", "Value"),
+            ),
+        ),
+    )
+
+
+def sensor_temperatures(t: Thresholds, title: str, description: str, sensors: str) -> Panel:
+    """The selected sensors (solid) against the device's own limits for them (dashed) and the alert level."""
+    return Panel(
+        "timeseries",
+        title,
+        f"{description}; the red band starts at {celsius(t.junction_hot_celsius)}.",
+        (
+            Query(f"amdgpu_temperature_celsius{{{NODE}, {sensors}}}", "gpu {{gpu}} {{sensor}}"),
+            Query(
+                f"amdgpu_temperature_threshold_celsius{{{NODE}, {sensors}}}",
+                "gpu {{gpu}} {{sensor}} {{threshold}} limit",
+            ),
+        ),
+        unit="celsius",
+        width=12,
+        height=9,
+        steps=temperature_steps(t),
+        threshold_line=True,
+        dashed=("B",),
+    )
+
+
+def thermals_row(t: Thresholds) -> Row:
+    return Row(
+        "Temperatures and throttling",
+        (
+            sensor_temperatures(
+                t,
+                "GPU temperatures",
+                "Edge, junction (hotspot) and voltage-regulator sensors (solid) with the device's own "
+                "critical/emergency limits (dashed)",
+                CORE_SENSORS,
+            ),
+            sensor_temperatures(
+                t,
+                "Memory (HBM) temperatures",
+                "HBM stack sensors (memory = hottest stack, hbm0..3 per stack) with the device's memory limits "
+                "(dashed)",
+                HBM_SENSORS,
+            ),
+            Panel(
+                "stat",
+                "GCDs throttling now",
+                "How many of the selected GCDs have at least one SMU throttler reason active.",
+                f"sum(max by (gpu) (amdgpu_throttle_active{{{NODE}}}))",
+                unit="none",
+                width=4,
+                height=8,
+                steps=ANY_IS_WORTH_A_LOOK,
+            ),
+            Panel(
+                "status-history",
+                "Throttle reasons active in the range",
+                "For each SMU throttler reason that was active at some point in the range, how many of the "
+                "selected GCDs had it active (0 = none). Reasons never active are left out: there are ~34.",
+                Query(
+                    f"sum by (reason) (amdgpu_throttle_active{{{NODE}}}) and on(reason) "
+                    f"max by (reason) (max_over_time(amdgpu_throttle_active{{{NODE}}}[$__range])) > 0",
+                    "{{reason}}",
+                ),
+                unit="none",
+                width=20,
+                height=8,
+                steps=ANY_IS_BAD,
+                options={"showValue": "auto"},
+                may_be_empty="no GCD throttled in the range",
+            ),
+        ),
+    )
+
+
+def power_row() -> Row:
+    energy_in_range = package_join(f"increase(amdgpu_energy_joules_total{{{NODE_ALL_GPUS}}}[$__range])", NODE_ALL_GPUS)
+    return Row(
+        "Power and energy",
+        (
+            against_reference(
+                "Package power and cap",
+                "Socket power of each package holding a selected GCD (solid), its current cap (dashed) and the "
+                "highest cap allowed (dotted). MI250X: die 0 measures the whole package.",
+                Query(node_package("amdgpu_power_watts"), "package {{package}} power"),
+                Query(node_package("amdgpu_power_cap_watts", "max"), "package {{package}} cap"),
+                unit="watt",
+                width=12,
+                second_reference=Query(
+                    node_package("amdgpu_power_cap_max_watts", "max"), "package {{package}} cap max"
+                ),
+            ),
+            Panel(
+                "timeseries",
+                "Energy rate",
+                "Average power derived from the hardware energy counter (rate of amdgpu_energy_joules_total) "
+                "per package: smoother than the sampled power and immune to missed samples.",
+                Query(
+                    packages_of_selected_gpus(
+                        package_join(per_step("rate", "amdgpu_energy_joules_total", NODE_ALL_GPUS), NODE_ALL_GPUS)
+                    ),
+                    "package {{package}}",
+                ),
+                unit="watt",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
+                "stat",
+                "Energy in range",
+                "Energy each package holding a selected GCD used over the dashboard's time range.",
+                Query(f"({packages_of_selected_gpus(energy_in_range)}) / {JOULES_PER_KWH}", "package {{package}}"),
+                unit="kwatth",
+                width=4,
+            ),
+        ),
+    )
+
+
+def busy_row() -> Row:
+    return Row(
+        "Utilisation",
+        (
+            Panel(
+                "timeseries",
+                "GFX and memory busy (waveform)",
+                "Raw gfx (compute) and memory (HBM controller) busy samples, not averaged, so the compute / "
+                "communication waveform of a training step is visible: gfx high while computing, dropping "
+                "during all-reduce. Zoom to a few minutes to see single steps.",
+                Query(f'amdgpu_busy_ratio{{{NODE}, engine=~"gfx|memory"}}', "gpu {{gpu}} {{engine}}"),
+                unit="percentunit",
+                width=16,
+                height=9,
+                minimum=0,
+                maximum=1,
+                interval="1s",
+                custom={"lineInterpolation": "stepAfter", "fillOpacity": 0},
+                options={"maxDataPoints": 2000},
+            ),
+            Panel(
+                "timeseries",
+                "Busy averaged per step (all engines)",
+                "gfx, memory and media busy averaged over each step: sustained load rather than the waveform.",
+                Query(f"avg_over_time(amdgpu_busy_ratio{{{NODE}}}[$__rate_interval])", "gpu {{gpu}} {{engine}}"),
+                unit="percentunit",
+                width=8,
+                height=9,
+                minimum=0,
+                maximum=1,
+            ),
+        ),
+    )
+
+
+def memory_row() -> Row:
+    return Row(
+        "Memory",
+        (
+            against_reference(
+                "VRAM and GTT",
+                "Memory in use by pool (vram, visible_vram, gtt; solid) against the pool size (dashed).",
+                Query(f"amdgpu_memory_used_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} used"),
+                Query(f"amdgpu_memory_total_bytes{{{NODE}}}", "gpu {{gpu}} {{pool}} total"),
+                unit="bytes",
+                width=24,
+            ),
+        ),
+    )
+
+
+def clocks_row() -> Row:
+    return Row(
+        "Clocks and voltage",
+        (
+            against_reference(
+                "Clocks vs max",
+                "Current clock per domain (solid) and the highest DPM level of that domain (dashed).",
+                Query(f"amdgpu_clock_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}}"),
+                Query(f"amdgpu_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} {{domain}} max"),
+                unit="hertz",
+                width=10,
+            ),
+            Panel(
+                "timeseries",
+                "GFX clock / max",
+                "The gfx clock as a share of its ceiling: below 1 under load means a power or thermal limit.",
+                Query(
+                    f'amdgpu_clock_hertz{{{NODE}, domain="gfx"}} / amdgpu_clock_max_hertz{{{NODE}, domain="gfx"}}',
+                    PER_GPU,
+                ),
+                unit="percentunit",
+                width=7,
+                minimum=0,
+                maximum=1.05,
+            ),
+            Panel(
+                "timeseries",
+                "Voltages",
+                "Voltage by rail (gfx, soc, memory) where the device reports it.",
+                Query(f"amdgpu_voltage_volts{{{NODE}}}", "gpu {{gpu}} {{rail}}"),
+                unit="volt",
+                may_be_empty="MI300X reports no voltages; MI200 reports vddgfx (hwmon in0_input) only",
+                width=7,
+            ),
+        ),
+    )
+
+
+def pcie_row() -> Row:
+    return Row(
+        "PCIe",
+        (
+            against_reference(
+                "PCIe link speed",
+                "Current link speed (solid) against the maximum the device supports (dashed). Idle links may "
+                "train down to save power; a link that stays slow under load is a problem.",
+                Query(f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} current"),
+                Query(f"amdgpu_pcie_max_link_transfers_per_second{{{NODE}}} / 1e9", "gpu {{gpu}} max"),
+                unit="suffix:GT/s",
+                width=6,
+            ),
+            against_reference(
+                "PCIe link width",
+                "Current link width in lanes (solid) against the maximum (dashed): narrower means a seating "
+                "or riser problem.",
+                Query(f"amdgpu_pcie_current_link_width{{{NODE}}}", "gpu {{gpu}} current"),
+                Query(f"amdgpu_pcie_max_link_width{{{NODE}}}", "gpu {{gpu}} max"),
+                unit="prefix:x",
+                width=6,
+            ),
+            against_reference(
+                "PCIe bandwidth",
+                "Measured PCIe traffic (solid; MI300: instantaneous from gpu_metrics, MI200: upper-bound "
+                "estimate from pcie_bw) against the current link's capacity in one direction (dashed; "
+                "GT/s x lanes x 128/130 / 8).",
+                Query(f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}", "gpu {{gpu}}"),
+                Query(
+                    f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} * "
+                    f"amdgpu_pcie_current_link_width{{{NODE}}} * 128 / 130 / 8",
+                    "gpu {{gpu}} link capacity",
+                ),
+                unit="Bps",
+                width=6,
+            ),
+            Panel(
+                "timeseries",
+                "PCIe replays",
+                "PCIe replays per second (NAKs sent + received): a rising rate means a marginal link.",
+                Query(per_step("rate", "amdgpu_pcie_replays_total", NODE), PER_GPU),
+                unit="cps",
+                width=6,
+                minimum=0,
+            ),
+            Panel(
+                "timeseries",
+                "PCIe recoveries and NAKs",
+                "Link recoveries (L0 -> recovery) and NAKs by direction per second.",
+                (
+                    Query(per_step("rate", "amdgpu_pcie_recoveries_total", NODE), "gpu {{gpu}} recovery"),
+                    Query(per_step("rate", "amdgpu_pcie_naks_total", NODE), "gpu {{gpu}} NAK {{direction}}"),
+                ),
+                unit="cps",
+                width=24,
+                height=6,
+                minimum=0,
+                may_be_empty="only MI300 (gpu_metrics v1_5 and later) reports recoveries and NAKs",
+            ),
+        ),
+    )
+
+
+def xgmi_row() -> Row:
+    return Row(
+        "XGMI",
+        (
+            Panel(
+                "timeseries",
+                "XGMI bandwidth per link",
+                "Data read (up) and written (down) per second over each XGMI link, from the cumulative "
+                "per-link counters.",
+                (
+                    Query(per_step("rate", "amdgpu_xgmi_read_bytes_total", NODE), "gpu {{gpu}} link {{link}} read"),
+                    Query(per_step("rate", "amdgpu_xgmi_write_bytes_total", NODE), "gpu {{gpu}} link {{link}} write"),
+                ),
+                unit="Bps",
+                width=12,
+                height=9,
+                may_be_empty="only MI300 has XGMI traffic counters; MI200 has none in the upstream kernel",
+                custom={"fillOpacity": 10},
+                options={"negative_y": ("B",)},
+            ),
+            Panel(
+                "stat",
+                "XGMI link width and rate",
+                "Lanes per XGMI link and the link rate (lane rate x width).",
+                (
+                    Query(f"amdgpu_xgmi_link_width{{{NODE}}}", "gpu {{gpu}} width"),
+                    Query(f"amdgpu_xgmi_link_bits_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
+                ),
+                unit="prefix:x",
+                width=6,
+                height=9,
+                column_units={"B": "bps"},
+                may_be_empty="MI200's gpu_metrics has no XGMI link fields",
+                options={"graphMode": "none"},
+            ),
+            Panel(
+                "status-history",
+                "XGMI links up",
+                "Each XGMI link's state: a link that drops makes collectives fall back to slower paths.",
+                Query(f"amdgpu_xgmi_link_up{{{NODE}}}", "gpu {{gpu}} link {{link}}"),
+                unit="none",
+                width=6,
+                height=9,
+                mappings=(UP_DOWN_MAPPING,),
+                steps=UP_DOWN_STEPS,
+                may_be_empty="only MI300 with gpu_metrics v1_7 or later reports link state",
+            ),
+            Panel(
+                "timeseries",
+                "XGMI error events",
+                "XGMI error events per step (accumulated by the exporter from the clear-on-read xgmi_error file).",
+                Query(per_step("increase", "amdgpu_xgmi_error_events_total", NODE), PER_GPU),
+                unit="none",
+                width=8,
+                custom={"drawStyle": "bars", "fillOpacity": 80},
+                minimum=0,
+            ),
+            Panel(
+                "table",
+                "Topology",
+                "KFD io_links from each selected GCD to its peers (another GCD's gpu index, or cpu): link "
+                "type (xgmi, pcie), hops and weight.",
+                f"amdgpu_topology_link_info{{{NODE}}}",
+                unit="none",
+                width=16,
+                hide_columns=("job", "instance", "Value"),
+            ),
+        ),
+    )
+
+
+def ras_row() -> Row:
+    return Row(
+        "ECC / RAS",
+        (
+            Panel(
+                "table",
+                "ECC errors by block",
+                "RAS error counts since driver load by block and type, summed over the selected GCDs, largest first.",
+                f"sort_desc(sum by (block, type) (amdgpu_ecc_errors_total{{{NODE}}}))",
+                unit="none",
+                width=10,
+                height=9,
+                options={"renameByName": {"Value": "Errors"}},
+            ),
+            Panel(
+                "timeseries",
+                "ECC errors per interval",
+                "New ECC errors per step by GCD, block and type.",
+                Query(
+                    f"sum by (gpu, block, type) ({per_step('increase', 'amdgpu_ecc_errors_total', NODE)})",
+                    "gpu {{gpu}} {{block}} {{type}}",
+                ),
+                unit="none",
+                width=10,
+                height=9,
+                custom={"drawStyle": "bars", "fillOpacity": 80},
+                minimum=0,
+            ),
+            Panel(
+                "stat",
+                "Retired VRAM pages",
+                "VRAM pages RAS has retired; a growing number means failing HBM.",
+                Query(f"amdgpu_ras_retired_pages{{{NODE}}}", PER_GPU),
+                unit="none",
+                width=4,
+                height=9,
+                steps=((1.0, ORANGE), (RETIRED_PAGES_CRITICAL, RED)),
+            ),
+        ),
+    )
+
+
+def firmware_row() -> Row:
+    return Row(
+        "Firmware and suggestions",
+        (
+            Panel(
+                "table",
+                "Firmware and VBIOS",
+                "Firmware version of every block, and the VBIOS, per selected GCD.",
+                (
+                    f"max by (gpu, block, version) (amdgpu_firmware_info{{{NODE}}}) or "
+                    f"max by (gpu, block, version) (label_replace(label_replace(amdgpu_device_info{{{NODE}}}, "
+                    f'"block", "vbios", "", ""), "version", "$1", "vbios", "(.*)"))'
+                ),
+                unit="none",
+                width=10,
+                height=10,
+                hide_columns=("Value",),
+            ),
+            Panel(
+                "stat",
+                "Suggested gfx clock reduction",
+                "How far the exporter suggests lowering the gfx clock ceiling (0 = no suggestion). It only "
+                "suggests; nothing is written to the GPU.",
+                Query(f"amdgpu_clock_down_suggested_ratio{{{NODE}}}", PER_GPU),
+                unit="percentunit",
+                width=4,
+                height=10,
+                steps=((0.01, ORANGE),),
+            ),
+            against_reference(
+                "GFX clock vs suggested ceiling",
+                "The gfx clock (solid) and, while a suggestion is active, the suggested ceiling (dashed).",
+                Query(f'amdgpu_clock_hertz{{{NODE}, domain="gfx"}}', "gpu {{gpu}} gfx"),
+                Query(f"amdgpu_suggested_gfx_clock_max_hertz{{{NODE}}}", "gpu {{gpu}} suggested max"),
+                unit="hertz",
+                width=10,
+                height=10,
+                minimum=None,
+                may_be_empty="the suggested ceiling exists only while a suggestion is active",
+            ),
+            Panel(
+                "table",
+                "Active alerts and suggestion",
+                "In-daemon alerts firing on the selected GCDs with the suggested gfx clock ceiling.",
+                (
+                    f"amdgpu_alert_firing{{{NODE}}} == 1",
+                    f"amdgpu_suggested_gfx_clock_max_hertz{{{NODE}}}",
+                ),
+                unit="none",
+                width=24,
+                height=5,
+                column_units={"Value #B": "hertz"},
+                hide_columns=("job", "instance", "Value #A"),
+                options={"renameByName": {"Value #B": "Suggested gfx max"}},
+                may_be_empty="nothing is firing",
+            ),
+        ),
+    )
+
+
+def exporter_row() -> Row:
+    return Row(
+        "Exporter",
+        (
+            Panel(
+                "timeseries",
+                "Poll cycle duration",
+                "Wall time of one poll cycle of all devices (p50, p99). Scrapes are answered from the last "
+                "finished cycle's snapshot, so a slow cycle never delays a scrape.",
+                (Query(poll_duration_quantile(0.5), "p50"), Query(poll_duration_quantile(0.99), "p99")),
+                unit="s",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
+                "timeseries",
+                "Sample age",
+                "Age at scrape time of each GCD's latest good sample, and of the poll loop's last cycle.",
+                (
+                    Query(age_at_scrape("amdgpu_sample_timestamp_seconds", NODE), PER_GPU),
+                    Query(age_at_scrape("amdgpu_exporter_last_poll_timestamp_seconds", NODE_ALL_GPUS), "poll loop"),
+                ),
+                unit="s",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
+                "timeseries",
+                "Read timeouts",
+                "Device reads that missed their deadline per step (a hung GPU shows up here first).",
+                Query(per_step("increase", "amdgpu_exporter_read_timeouts_total", NODE), PER_GPU),
+                unit="none",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
+                "timeseries",
+                "Read errors, worker restarts, Alertmanager pushes",
+                "Failed reads by reason, restarts of the rocm-smi worker process, and alert pushes to "
+                "Alertmanager by result, per step.",
+                (
+                    Query(per_step("increase", "amdgpu_exporter_read_errors_total", NODE), "gpu {{gpu}} {{reason}}"),
+                    Query(
+                        per_step("increase", "amdgpu_exporter_worker_restarts_total", NODE_ALL_GPUS), "worker restarts"
+                    ),
+                    Query(
+                        per_step("increase", "amdgpu_exporter_alertmanager_notifications_total", NODE_ALL_GPUS),
+                        "Alertmanager {{result}}",
+                    ),
+                ),
+                unit="none",
+                width=16,
+                minimum=0,
+                may_be_empty="no read has failed, the sysfs source has no worker, and no Alertmanager is configured",
+            ),
+            Panel(
+                "table",
+                "Exporter build",
+                "Exporter version and the source it reads (sysfs or rocm-smi), with why that source was chosen.",
+                f"amdgpu_exporter_build_info{{{NODE_ALL_GPUS}}}",
+                unit="none",
+                width=8,
+                hide_columns=("job", "Value"),
+            ),
+        ),
+    )
+
+
+def node_dashboard(t: Thresholds) -> Dashboard:
+    return Dashboard(
+        uid=NODE_UID,
+        title="AMD GPU / Node and GCD detail",
+        description="One node's AMD Instinct GCDs in detail: thermals, power, utilisation waveform, memory, "
+        "clocks, PCIe, XGMI, RAS, firmware and the exporter itself.",
+        variables=(
+            datasource_variable(),
+            query_variable("instance", "Node", "label_values(amdgpu_up, instance)"),
+            query_variable("gpu", "GCD", 'label_values(amdgpu_up{instance="$instance"}, gpu)', multi=True),
+        ),
+        rows=(
+            overview_row(t),
+            thermals_row(t),
+            power_row(),
+            busy_row(),
+            memory_row(),
+            clocks_row(),
+            pcie_row(),
+            xgmi_row(),
+            ras_row(),
+            firmware_row(),
+            exporter_row(),
+        ),
+        time_from="now-1h",
+        annotations=(
+            {
+                "datasource": DATASOURCE,
+                "enable": True,
+                "expr": f"amdgpu_alert_firing{{{NODE}}} == 1",
+                "hide": False,
+                "iconColor": "red",
+                "name": "In-daemon alerts",
+                "step": "10s",
+                "tagKeys": "alert,severity",
+                "titleFormat": "{{alert}} on gpu {{gpu}}",
+                "useValueForTime": False,
+            },
+        ),
+    )
