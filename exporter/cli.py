@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, resolve
-from exporter.logging import configure_logging
+from exporter.log import configure_logging
 
 SUBCOMMANDS = ("serve", "simulate", "snapshot")
 
@@ -71,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:
+        from exporter.alerting.rulefile import RulesConfigError
         from exporter.daemon import StartupError
-        from exporter.rules import RulesConfigError
 
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
@@ -90,9 +90,9 @@ def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 def _snapshot(settings: Settings) -> int:
-    from exporter.api import device_json
     from exporter.daemon import StartupError, select_source
-    from exporter.poller import Poller
+    from exporter.pipeline.poller import Poller
+    from exporter.web.routes import device_json
 
     async def run() -> int:
         source, name, _ = select_source(settings, settings.path_sysfs)

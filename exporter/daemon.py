@@ -1,28 +1,33 @@
-"""Wires the pipeline: source -> poller -> rules -> exposition -> HTTP, plus the demo simulator."""
+"""Wiring only: source -> poller -> pipeline (enrich, alerting, exposition) -> HTTP, plus the demo simulator.
+
+Nothing here computes anything a cycle publishes; see docs/architecture.md for the stages.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from exporter import rules as alert_rules
-from exporter.api import PublishedState, create_app
+from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
-from exporter.exposition import ExporterInfo, Exposition
-from exporter.logging import get_logger
-from exporter.model import AlertState, Snapshot
-from exporter.poller import Poller
+from exporter.log import get_logger
+from exporter.pipeline.poller import Poller
+from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
+from exporter.web.routes import create_app
+
+if TYPE_CHECKING:
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
 
@@ -62,19 +67,22 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             thread.join(timeout=5)
 
 
-def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str]:
+def select_source(
+    settings: Settings, sysfs_root: str, details: dict[str, str] | None = None
+) -> tuple[Source, str, str]:
     """Returns (source, name, reason code). rocm-smi only where the library can read this root.
 
     The code is what /metrics (build_info) and / show: short and stable, never a sentence with
-    host paths or library messages; the full explanation is logged here once.
+    host paths or library messages; the full explanation goes into `details` (for the log).
     """
+    details = {} if details is None else details
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
-        log.info("source_reason", code="auto_sysfs_root_not_sys", detail="librocm_smi64 only reads /sys")
+        details["detail"] = "librocm_smi64 only reads /sys"
         return sysfs, "sysfs", "auto_sysfs_root_not_sys"
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     if settings.source == "rocm-smi":
         ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
@@ -83,14 +91,14 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         return _rocm_smi_source(settings, sysfs), "rocm-smi", "flag"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
     if ok:
-        log.info("source_reason", code="auto_rocm_smi_usable", detail=reason)
+        details["detail"] = reason
         return _rocm_smi_source(settings, sysfs), "rocm-smi", "auto_rocm_smi_usable"
-    log.info("source_reason", code="auto_rocm_smi_unusable", detail=reason)
+    details["detail"] = reason
     return sysfs, "sysfs", "auto_rocm_smi_unusable"
 
 
 def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     # The worker's own call deadline fires before the poller's, so a hung library call is
     # attributed (and the worker restarted) by the supervisor rather than merely timed out.
@@ -110,46 +118,40 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Pipeline:
-    """Everything that happens after a poll cycle: rules, rendering, publishing, paging."""
+async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
+    """The first discovery, bounded (a hung GPU can block it as it can any read); the device count."""
+    deadline = max(10.0, read_timeout * 5)
+    try:
+        devices = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, poller.discover), deadline)
+    except TimeoutError as error:
+        raise StartupError(
+            f"device discovery under {sysfs_root} did not finish within {deadline:g} s: "
+            "a GPU or its driver may be hung (see dmesg)"
+        ) from error
+    if not devices:
+        raise StartupError(
+            f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
+            "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
+        )
+    return len(devices)
 
-    def __init__(self, settings: Settings, source_name: str, reason: str, rules: Any, pusher: Any) -> None:
-        self.info = ExporterInfo(source=source_name, source_reason=reason)
-        self.exposition = Exposition(self.info)
-        self.rules = rules
-        self.pusher = pusher
-        self.source: Any = None
-        self.state = PublishedState(source=source_name, source_reason=reason)
-        self._alerts: tuple[AlertState, ...] = ()
 
-    def on_snapshot(self, snapshot: Snapshot) -> None:
-        alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
-        self._alerts = alerts
-        for transition in transitions:
-            log.warning("alert_transition", **transition.log_fields())
-        snapshot = dataclasses.replace(snapshot, alerts=alerts)
-        self.exposition.poll_duration.observe(snapshot.poll_duration_seconds)
-        restarts = getattr(self.source, "worker_restarts", None)
-        self.info.worker_restarts = restarts if isinstance(restarts, int) else None
-        if self.pusher is not None:
-            self.pusher.update(snapshot)
-            self.info.alertmanager_results = {
-                "sent": self.pusher.sent_total,
-                "failed": self.pusher.failed_total,
-            }
-        commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
-        # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition.py).
-        rendered = self.exposition.render(snapshot)
-        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
+def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
+    """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
+    if not settings.alertmanager_url:
+        return None
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
-    def flush(self) -> None:
-        """Render the current snapshot as a Prometheus scrape would ask for it (benchmarks)."""
-        if self.state.metrics is not None:
-            self.state.metrics.body(openmetrics=True, gzipped=True)
+    try:
+        return AlertmanagerPusher(
+            list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+        )
+    except ValueError as error:
+        raise ConfigError(f"--alertmanager.url: {error}") from error
 
 
 async def serve(settings: Settings) -> None:
-    rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
+    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
     from exporter.web import http_server, webconfig_reload
     from exporter.web.http_listeners import ListenError, shown_address, systemd_sockets
@@ -175,8 +177,9 @@ async def serve(settings: Settings) -> None:
     # --- end web ---
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
-        source, source_name, reason = select_source(settings, sysfs_root)
-        log.info("source_selected", source=source_name, reason=reason)
+        details: dict[str, str] = {}
+        source, source_name, reason = select_source(settings, sysfs_root, details)
+        log.info("source_selected", source=source_name, reason=reason, **details)
         poller = Poller(
             source,
             interval=settings.interval,
@@ -185,47 +188,26 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        # A hung GPU can block a discovery read as it can any read: bound it, and say so.
-        discovery_deadline = max(10.0, settings.read_timeout * 5)
-        try:
-            devices = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(None, poller.discover), discovery_deadline
-            )
-        except TimeoutError as error:
-            raise StartupError(
-                f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
-                "a GPU or its driver may be hung (see dmesg)"
-            ) from error
-        if not devices:
-            raise StartupError(
-                f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
-                "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
-            )
-        pusher = None
-        if settings.alertmanager_url:
-            from exporter.alertmanager import AlertmanagerPusher
-
-            try:
-                pusher = AlertmanagerPusher(
-                    list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
-                )
-            except ValueError as error:
-                raise ConfigError(f"--alertmanager.url: {error}") from error
-        pipeline = Pipeline(settings, source_name, reason, rules, pusher)
-        pipeline.source = source
-        poller.on_snapshot = pipeline.on_snapshot
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
+        device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        pusher = alertmanager_pusher(settings, port, rules)
         # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
         from exporter.web.http_guard import WebGuard
-        from exporter.web.http_stats import HttpStats, WebCollector
+        from exporter.web.http_stats import HttpStats, web_stats
 
         http_stats = HttpStats()
-        if reloader is not None:
-            pipeline.exposition.registry.register(WebCollector(http_stats, reloader))
+        pipeline = Pipeline(
+            source_name=source_name,
+            source_reason=reason,
+            rules=rules,
+            pusher=pusher,
+            web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
+        )
+        poller.on_snapshot = pipeline.on_snapshot
+        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
         current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
         app = WebGuard(app, current_web, http_stats)
         budget = http_server.connection_budget(
-            settings.web_max_connections, nofile_soft, http_server.open_descriptors(), len(devices)
+            settings.web_max_connections, nofile_soft, http_server.open_descriptors(), device_count
         )
         limits = http_server.HttpLimits(max_connections=budget)
         server = http_server.GuardedServer(
@@ -240,7 +222,7 @@ async def serve(settings: Settings) -> None:
         log.info(
             "listening",
             urls=[f"{scheme}://{shown_address(sock)}{settings.web_telemetry_path}" for sock in listeners],
-            devices=len(devices),
+            devices=device_count,
             interval=settings.interval,
             max_connections=budget,
             open_files_limit=nofile_soft,

@@ -46,7 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_RULES = ROOT / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
 ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
-DAEMON_RULES = ROOT / "exporter" / "default_rules.yaml"
+DAEMON_RULES = ROOT / "exporter" / "alerting" / "default_rules.yaml"
 PROMETHEUS = "/usr/bin/prometheus"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 # The shipped rules assume this scrape job name (AMDGPUExporterDown selects on it).

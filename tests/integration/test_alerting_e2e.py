@@ -46,7 +46,8 @@ from typing import Any
 import httpx
 import pytest
 
-from exporter.rules import Rule, default_rules, load_rules, suggested_command
+from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rules import Rule
 from tests.realtools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -298,7 +299,7 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     # The suggestion is the one /api/v1/alerts shows, and its command sets the ceiling one step down.
     clock_down = run.daemon_rule.clock_down
     assert clock_down is not None
-    command = suggested_command(annotations["suggestion"])
+    command = annotations["suggested_command"]
     ceiling_mhz = device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio) / 1e6
     assert command.endswith(f" --setsrange {clock_down.range_min_hertz / 1e6:g} {ceiling_mhz:g}"), command
     alerts = httpx.get(f"{stack.exporter_url}/api/v1/alerts", timeout=5).json()["alerts"]

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
 PROMETHEUS_RULES = REPO / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
-SHIPPED_DAEMON_RULES = REPO / "exporter" / "default_rules.yaml"
+SHIPPED_DAEMON_RULES = REPO / "exporter" / "alerting" / "default_rules.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 NAMESPACE = "amdgpu-exporter"
 # 1.30: the first release whose API has volumeMounts[].recursiveReadOnly (the /sys mount uses it);
@@ -155,7 +155,7 @@ def test_prometheusrule_groups_pass_promtool_and_equal_the_source(
 def test_rules_configmap_carries_the_shipped_daemon_rules(rendered: list[dict[str, Any]]) -> None:
     copy = KUSTOMIZE_DIR / "default-rules.yaml"
     assert copy.read_bytes() == SHIPPED_DAEMON_RULES.read_bytes(), (
-        "run: cp exporter/default_rules.yaml deploy/kubernetes/default-rules.yaml"
+        "run: cp exporter/alerting/default_rules.yaml deploy/kubernetes/default-rules.yaml"
     )
     configmap = one(rendered, "ConfigMap")
     env = {e["name"]: e.get("value") for e in container(rendered).get("env", [])}

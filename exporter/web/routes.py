@@ -1,8 +1,8 @@
-"""HTTP: /metrics (bytes rendered once per snapshot), /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /.
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts and the landing page /.
 
-The handlers never touch hardware: they read the state published at the end of the last poll
-cycle. /metrics is answered by a raw ASGI fast path in front of FastAPI, because a scrape
-should cost little more than sending bytes; everything else goes through FastAPI.
+The handlers never touch hardware: they read the PublishedState of the last poll cycle
+(exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
+because a scrape should cost little more than sending bytes; everything else goes through FastAPI.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
-from exporter.exposition import RenderedMetrics
-from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.model import AlertState, DeviceState
+from exporter.pipeline.publish import PublishedState
+from exporter.web.negotiation import wants_gzip, wants_openmetrics
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -31,20 +32,8 @@ TEXT_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
-@dataclasses.dataclass(slots=True)
-class PublishedState:
-    """What the poll loop publishes after each cycle; replaced whole, never mutated."""
-
-    snapshot: Snapshot | None = None
-    metrics: RenderedMetrics | None = None
-    started_at: float = dataclasses.field(default_factory=time.time)
-    source: str = ""
-    source_reason: str = ""
-    alert_commands: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
-
-
 class MetricsFastPath:
-    """ASGI middleware answering GET <telemetry path> straight from the pre-rendered bytes."""
+    """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
     def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
         self.app = app
@@ -67,8 +56,8 @@ class MetricsFastPath:
                 accept = value
             elif name == b"accept-encoding":
                 accept_encoding = value
-        openmetrics = b"application/openmetrics-text" in accept
-        gzip_ok = b"gzip" in accept_encoding
+        openmetrics = wants_openmetrics(accept)
+        gzip_ok = wants_gzip(accept_encoding)
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         body = rendered.cached(openmetrics, gzip_ok)
         if body is None:
@@ -146,10 +135,10 @@ def device_json(state: DeviceState) -> dict[str, Any]:
     return data
 
 
-def alert_json(alert: AlertState, command: str) -> dict[str, Any]:
+def alert_json(alert: AlertState) -> dict[str, Any]:
     data = dataclasses.asdict(alert)
     data["state"] = "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
-    data["suggested_command"] = command or None
+    data["suggested_command"] = alert.suggested_command or None
     data["note"] = "A suggestion only: the exporter never changes GPU settings."
     return data
 
@@ -170,15 +159,16 @@ def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/
 
     @app.get("/readyz", response_class=PlainTextResponse)
     async def readyz() -> PlainTextResponse:
-        if state_ref().snapshot is None:
+        if state_ref().published is None:
             return PlainTextResponse("waiting for the first poll cycle\n", status_code=503)
         return PlainTextResponse("ready\n")
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
-        snapshot = state_ref().snapshot
-        if snapshot is None:
+        published = state_ref().published
+        if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+        snapshot = published.snapshot
         return JSONResponse(
             {
                 "taken_at": snapshot.taken_at,
@@ -191,23 +181,17 @@ def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
-        state = state_ref()
-        snapshot = state.snapshot
-        if snapshot is None:
+        published = state_ref().published
+        if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
         return JSONResponse(
-            {
-                "taken_at": snapshot.taken_at,
-                "alerts": [
-                    alert_json(a, state.alert_commands.get((a.gpu, a.alert), a.suggestion)) for a in snapshot.alerts
-                ],
-            }
+            {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
         )
 
     @app.get("/", response_class=HTMLResponse)
     async def landing() -> str:
         state = state_ref()
-        snapshot = state.snapshot
+        snapshot = state.published.snapshot if state.published is not None else None
         count = len(snapshot.devices) if snapshot else 0
         up = sum(1 for d in snapshot.devices if d.up) if snapshot else 0
         path = html.escape(telemetry_path)
