@@ -62,17 +62,20 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             thread.join(timeout=5)
 
 
-def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str]:
+def select_source(
+    settings: Settings, sysfs_root: str, details: dict[str, str] | None = None
+) -> tuple[Source, str, str]:
     """Returns (source, name, reason code). rocm-smi only where the library can read this root.
 
     The code is what /metrics (build_info) and / show: short and stable, never a sentence with
-    host paths or library messages; the full explanation is logged here once.
+    host paths or library messages; the full explanation goes into `details` (for the log).
     """
+    details = {} if details is None else details
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
-        log.info("source_reason", code="auto_sysfs_root_not_sys", detail="librocm_smi64 only reads /sys")
+        details["detail"] = "librocm_smi64 only reads /sys"
         return sysfs, "sysfs", "auto_sysfs_root_not_sys"
     from exporter.sources import rocm_smi
 
@@ -83,9 +86,9 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         return _rocm_smi_source(settings, sysfs), "rocm-smi", "flag"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
     if ok:
-        log.info("source_reason", code="auto_rocm_smi_usable", detail=reason)
+        details["detail"] = reason
         return _rocm_smi_source(settings, sysfs), "rocm-smi", "auto_rocm_smi_usable"
-    log.info("source_reason", code="auto_rocm_smi_unusable", detail=reason)
+    details["detail"] = reason
     return sysfs, "sysfs", "auto_rocm_smi_unusable"
 
 
@@ -175,8 +178,9 @@ async def serve(settings: Settings) -> None:
     # --- end web ---
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
-        source, source_name, reason = select_source(settings, sysfs_root)
-        log.info("source_selected", source=source_name, reason=reason)
+        details: dict[str, str] = {}
+        source, source_name, reason = select_source(settings, sysfs_root, details)
+        log.info("source_selected", source=source_name, reason=reason, **details)
         poller = Poller(
             source,
             interval=settings.interval,
