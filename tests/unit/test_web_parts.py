@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-import structlog
 
 from exporter.web.http_auth import BasicAuthVerifier, parse_basic_authorization
 from exporter.web.http_log import RateLimitedLog
@@ -19,6 +18,28 @@ from exporter.web.webconfig import TLSServerConfig, WebConfigError
 from exporter.web.webconfig_reload import WebConfigReloader
 from exporter.web.webconfig_tls import build_ssl_context
 from tests.webtls import Pki, bcrypt_hash, make_pki, write_web_config
+
+
+class Recorder:
+    """Stands in for a module's structlog logger (whatever structlog's global configuration is)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, object]] = []
+
+    def _log(self, event: str, **fields: object) -> None:
+        self.events.append({"event": event, **fields})
+
+    info = warning = error = _log
+
+
+@pytest.fixture
+def logs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    recorder = Recorder()
+    from exporter.web import http_log, webconfig_reload
+
+    monkeypatch.setattr(http_log, "log", recorder)
+    monkeypatch.setattr(webconfig_reload, "log", recorder)
+    return recorder.events
 
 
 class Clock:
@@ -69,13 +90,12 @@ def test_a_verified_credential_is_cached_and_a_wrong_one_never_is() -> None:
     assert not verifier.cached("prom", b"secre")
 
 
-def test_rate_limited_log_reports_what_it_suppressed() -> None:
+def test_rate_limited_log_reports_what_it_suppressed(logs: list[dict[str, object]]) -> None:
     clock = Clock()
     limited = RateLimitedLog(burst=2, per_seconds=10, clock=clock)
-    with structlog.testing.capture_logs() as logs:
-        results = [limited.warning("bad_request", n=i) for i in range(10)]
-        clock.now += 5  # one token back
-        limited.warning("bad_request", n=10)
+    results = [limited.warning("bad_request", n=i) for i in range(10)]
+    clock.now += 5  # one token back
+    limited.warning("bad_request", n=10)
     assert results == [True, True] + [False] * 8
     assert [entry["n"] for entry in logs] == [0, 1, 10]
     assert logs[-1]["suppressed_since_last"] == 8
@@ -146,7 +166,9 @@ def test_ssl_context_errors_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
         assert "PRIVATE KEY" not in str(caught.value)
 
 
-def test_reloader_applies_valid_edits_and_keeps_the_last_good_one(pki: Pki, tmp_path: Path) -> None:
+def test_reloader_applies_valid_edits_and_keeps_the_last_good_one(
+    pki: Pki, tmp_path: Path, logs: list[dict[str, object]]
+) -> None:
     path = tmp_path / "web.yml"
     first, second = bcrypt_hash("one", 4), bcrypt_hash("two", 4)
     write_web_config(path, {"basic_auth_users": {"prom": first}})
@@ -158,12 +180,12 @@ def test_reloader_applies_valid_edits_and_keeps_the_last_good_one(pki: Pki, tmp_
     clock.now += 1.1
     assert reloader.current().config.users == {"prom": second.encode()}
     assert (reloader.reload_successes, reloader.reload_failures) == (1, 0)
-    with structlog.testing.capture_logs() as logs:
-        path.write_text("basic_auth_users: {prom: plain-text}\n")
-        for _ in range(5):
-            clock.now += 1.1
-            os.utime(path)  # touched again and again: still one failure, logged once
-            assert reloader.current().config.users == {"prom": second.encode()}
+    logs.clear()
+    path.write_text("basic_auth_users: {prom: plain-text}\n")
+    for _ in range(5):
+        clock.now += 1.1
+        os.utime(path)  # touched again and again: still one failure, logged once
+        assert reloader.current().config.users == {"prom": second.encode()}
     assert reloader.reload_failures == 1 and not reloader.last_reload_ok
     assert [entry["event"] for entry in logs] == ["web_config_reload_failed"]
     write_web_config(path, {"basic_auth_users": {"prom": second}})  # the edit reverted
