@@ -458,6 +458,15 @@ class GuardedServer(uvicorn.Server):
             self.servers.append(server)
         self.started = True
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn only knows established HTTP connections: handshakes and connections that never
+        # sent a byte would hold the listener's wait_closed (and so the exit) until a timeout.
+        for slot in list(self.table.slots.values()):
+            if slot.phase != "busy":
+                self.table.release(slot)
+                slot.close("shutdown")
+        await super().shutdown(sockets)
+
     async def on_tick(self, counter: int) -> bool:
         if counter % 10 == 0:  # ticks are 0.1 s
             self.table.sweep()

@@ -729,3 +729,28 @@ def test_a_rotated_certificate_and_a_new_client_auth_apply_without_restart(tmp_p
     finally:
         stop(daemon.process)  # type: ignore[arg-type]
     assert daemon.stderr().count("web_config_reloaded") >= 2
+
+
+def test_sigterm_with_idle_and_handshaking_connections_exits_promptly(tmp_path: Path, pki: Pki) -> None:
+    web = {"tls_server_config": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}}
+    daemon = start_daemon(tmp_path, web=web)
+    context = ssl.create_default_context(cafile=pki.ca)
+    held: list[socket.socket] = []
+    try:
+        with httpx.Client(verify=context) as client:
+            wait_ready(daemon, client, f"https://127.0.0.1:{daemon.port}")
+        held += [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(50)]  # never handshake
+        for _ in range(20):  # handshake, then idle
+            held.append(
+                context.wrap_socket(socket.create_connection(("127.0.0.1", daemon.port)), server_hostname="localhost")
+            )
+        time.sleep(0.5)
+        started = time.monotonic()
+        daemon.process.terminate()
+        assert daemon.process.wait(10) == 0
+        assert time.monotonic() - started < 2.0
+    finally:
+        for sock in held:
+            sock.close()
+        stop(daemon.process)  # type: ignore[arg-type]
+    assert "Traceback" not in daemon.stderr()
