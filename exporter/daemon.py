@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
+from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.poller import Poller
@@ -49,6 +50,8 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        if settings.collector_processes:
+            simulator.simulate_processes()  # kfd/proc with processes coming and going
         stop = threading.Event()
         truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
@@ -190,6 +193,10 @@ async def serve(settings: Settings) -> None:
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
         pusher = alertmanager_pusher(settings, port, rules)
+        attribution = AttributionSources(settings, sysfs_root)
+        if attribution.enabled:
+            attribution.start()
+            stack.callback(attribution.close)
         # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
         from exporter.web.http_guard import WebGuard
         from exporter.web.http_stats import HttpStats, web_stats
@@ -201,6 +208,7 @@ async def serve(settings: Settings) -> None:
             rules=rules,
             pusher=pusher,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
+            attribution=attribution if attribution.enabled else None,
         )
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from exporter.attribution.model import Attribution
+
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -157,6 +159,8 @@ class Snapshot:
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0
     source_stats: SourceStats = SourceStats()
+    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
+    attribution: Attribution = field(default_factory=Attribution)
 
 
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -17,10 +17,16 @@ from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
 from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot, WebStats
-from exporter.pipeline.enrich import enrich
+from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
+
+
+class AttributionSource(Protocol):
+    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
+
+    def inputs(self) -> AttributionInputs: ...
 
 
 class AlertSink(Protocol):
@@ -53,17 +59,19 @@ class Pipeline:
         source_reason: str,
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
+        attribution: AttributionSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.attribution = attribution
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        snapshot = enrich(snapshot)
+        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts
         for transition in transitions:
