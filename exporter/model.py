@@ -29,6 +29,7 @@ class TopologyLink:
     link_type: str  # "xgmi" | "pcie" | other KFD type name
     hops: int
     weight: int
+    peer_partition: int = 0  # the peer's compute partition (MI300-class sockets in DPX/QPX/CPX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,8 @@ class Sample:
     clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
     voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
+    # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
+    throttle_residency_seconds: Mapping[str, float] = field(default_factory=frozen_map)
     pcie_link_transfers_per_second: float | None = None  # current, e.g. 16e9
     pcie_max_link_transfers_per_second: float | None = None
     pcie_link_width: int | None = None
@@ -98,7 +101,7 @@ class Sample:
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
-    xgmi_link_bits_per_second: float | None = None
+    xgmi_link_speed_bytes_per_second: float | None = None
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up
     xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
     xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)

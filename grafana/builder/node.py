@@ -406,7 +406,7 @@ def xgmi_row() -> Row:
                 "Lanes per XGMI link and the link rate (lane rate x width).",
                 (
                     Query(f"amdgpu_xgmi_link_width{{{NODE}}}", "gpu {{gpu}} width"),
-                    Query(f"amdgpu_xgmi_link_bits_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
+                    Query(f"amdgpu_xgmi_link_speed_bytes_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
                 ),
                 unit="prefix:x",
                 width=6,

@@ -70,7 +70,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_pcie_recoveries_total": _GPU,
     "amdgpu_pcie_naks_total": {**_GPU, "direction": frozenset({"sent", "received"})},
     "amdgpu_xgmi_link_width": _GPU,
-    "amdgpu_xgmi_link_bits_per_second": _GPU,
+    "amdgpu_xgmi_link_speed_bytes_per_second": _GPU,
     "amdgpu_xgmi_link_up": {**_GPU, "link": None},
     "amdgpu_xgmi_read_bytes_total": {**_GPU, "link": None},
     "amdgpu_xgmi_write_bytes_total": {**_GPU, "link": None},
