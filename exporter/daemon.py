@@ -12,12 +12,14 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.poller import Poller
@@ -25,6 +27,9 @@ from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
+
+if TYPE_CHECKING:
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
 
@@ -105,6 +110,44 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
+    """The first discovery, bounded (a hung GPU can block it as it can any read); the device count."""
+    deadline = max(10.0, read_timeout * 5)
+    try:
+        devices = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, poller.discover), deadline)
+    except TimeoutError as error:
+        raise StartupError(
+            f"device discovery under {sysfs_root} did not finish within {deadline:g} s: "
+            "a GPU or its driver may be hung (see dmesg)"
+        ) from error
+    if not devices:
+        raise StartupError(
+            f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
+            "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
+        )
+    return len(devices)
+
+
+def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
+    """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
+    if not settings.alertmanager_url:
+        return None
+    from exporter.alerting.alertmanager import AlertmanagerPusher
+
+    try:
+        return AlertmanagerPusher(
+            list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+        )
+    except ValueError as error:
+        raise ConfigError(f"--alertmanager.url: {error}") from error
+
+
+def _shown_url(host: str, port: int, path: str) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
+    return f"http://{shown_host}:{port}{path}"
+
+
 async def serve(settings: Settings) -> None:
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     host, port = settings.web_listen_address
@@ -121,32 +164,8 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        # A hung GPU can block a discovery read as it can any read: bound it, and say so.
-        discovery_deadline = max(10.0, settings.read_timeout * 5)
-        try:
-            devices = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(None, poller.discover), discovery_deadline
-            )
-        except TimeoutError as error:
-            raise StartupError(
-                f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
-                "a GPU or its driver may be hung (see dmesg)"
-            ) from error
-        if not devices:
-            raise StartupError(
-                f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
-                "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
-            )
-        pusher = None
-        if settings.alertmanager_url:
-            from exporter.alerting.alertmanager import AlertmanagerPusher  # httpx only when paging
-
-            try:
-                pusher = AlertmanagerPusher(
-                    list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
-                )
-            except ValueError as error:
-                raise ConfigError(f"--alertmanager.url: {error}") from error
+        device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        pusher = alertmanager_pusher(settings, port, rules)
         pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
@@ -156,14 +175,8 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        shown_host = f"[{host}]" if ":" in host else host
-        shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
-        log.info(
-            "listening",
-            url=f"http://{shown_host}:{port}{settings.web_telemetry_path}",
-            devices=len(devices),
-            interval=settings.interval,
-        )
+        url = _shown_url(host, port, settings.web_telemetry_path)
+        log.info("listening", url=url, devices=device_count, interval=settings.interval)
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),
             asyncio.create_task(server.serve(sockets=[listener]), name="http"),

@@ -139,7 +139,7 @@ class AlertState:
     suggested_gfx_clock_max_hertz: float | None = None
     suggestion: str = ""  # human sentence (with the command in it); always a suggestion, never applied
     suggested_command: str = ""  # the shell command of the suggestion, "" when it has none
-    # Clock-down bookkeeping (rules.py): steps are fractions of the gfx clock max seen when the alert
+    # Clock-down bookkeeping (alerting/state.py): steps are fractions of the gfx clock max seen when the alert
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None
     clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step

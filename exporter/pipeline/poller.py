@@ -228,7 +228,7 @@ class _Cycle:
                     continue  # a late answer from a read the cycle gave up on: dropped
                 self._outcomes[id(tracked)] = outcome
                 if len(self._outcomes) == len(self._order):
-                    self._loop.call_soon_threadsafe(_resolve, self.finished)
+                    self._loop.call_soon_threadsafe(_set_done, self.finished)
 
     def needs_helper(self, slow_after: float) -> bool:
         """True when every running read has been at it for `slow_after` and devices still wait."""
@@ -243,6 +243,6 @@ class _Cycle:
             return [(t, self._outcomes.get(id(t), _TIMED_OUT)) for t in self._order]
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
