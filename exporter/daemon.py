@@ -155,7 +155,6 @@ async def serve(settings: Settings) -> None:
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
         source, source_name, reason = select_source(settings, sysfs_root)
-        log.info("source_selected", source=source_name, reason=reason)
         poller = Poller(
             source,
             interval=settings.interval,
@@ -165,6 +164,8 @@ async def serve(settings: Settings) -> None:
         )
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        # logged once devices are found: on a host without a GPU the one-sentence error is all there is
+        log.info("source_selected", source=source_name, reason=reason, devices=device_count)
         pusher = alertmanager_pusher(settings, port, rules)
         pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
         poller.on_snapshot = pipeline.on_snapshot

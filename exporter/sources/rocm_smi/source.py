@@ -74,9 +74,12 @@ class RocmSmiSource:
         worker_prefix: Sequence[str] = (),
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
+        quiet: bool = False,
     ) -> None:
         """`worker_prefix` runs the worker under a wrapper (tests: a mount namespace over a tree);
-        `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path)."""
+        `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path);
+        `quiet` logs a worker that cannot start at debug level (the auto probe expects that on a
+        host without a usable library, and reports the reason itself)."""
         self.fallback = fallback
         self.call_timeout = call_timeout
         self.slow_interval = slow_interval if slow_interval is not None else getattr(fallback, "slow_interval", 10.0)
@@ -90,6 +93,7 @@ class RocmSmiSource:
             shm_dir=shm_dir,
             backoff_max=restart_backoff_max,
             on_crash=self._on_crash,
+            quiet=quiet,
         )
         self._lock = threading.Lock()
         self._unsafe: dict[str, dict[str, str]] = {}  # BDF -> library call -> why the fallback serves it
@@ -407,7 +411,7 @@ def probe_rocm_smi(
     path = library_path or find_library()
     if path is None:
         return False, "librocm_smi64 not found ($ROCM_PATH/lib, /opt/rocm/lib, /usr/lib ...)"
-    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout)
+    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
     try:
         try:
             devices = source.discover()

@@ -132,6 +132,7 @@ class Supervisor:
         backoff_max: float = 10.0,
         healthy_after: float = 60.0,
         on_crash: Callable[[CrashReport], None] | None = None,
+        quiet: bool = False,
     ) -> None:
         self.library_path = library_path or find_library()
         self.worker_prefix = list(worker_prefix)
@@ -141,6 +142,8 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.healthy_after = healthy_after
         self.on_crash = on_crash
+        # A probe expects workers that cannot start: their events go to debug, not warning.
+        self._warn = log.debug if quiet else log.warning
         self.restarts = 0  # workers started after the first
         self.crashes = 0  # workers that died on their own (abort, signal, exit)
         self.mutexes_repaired = 0  # card mutexes a dead worker held, repaired or removed
@@ -290,8 +293,11 @@ class Supervisor:
                 argv,
                 pass_fds=child_fds,
                 env=self._environment(),
+                # Nothing the library, pyrsmi or the interpreter prints may reach the terminal:
+                # replies, breadcrumbs and crash dumps have their own descriptors.
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C to the daemon is the daemon's to handle
             )
         except OSError as error:
@@ -332,7 +338,7 @@ class Supervisor:
             failures = self._consecutive_failures
             delay = 0.0 if failures <= 1 else min(self.backoff_initial * 2 ** (failures - 2), self.backoff_max)
             self._next_start = time.monotonic() + delay
-        log.warning("rocm_smi_worker_down", error=message, retry_in=round(delay, 2))
+        self._warn("rocm_smi_worker_down", error=message, retry_in=round(delay, 2))
 
     def _reap(self) -> None:
         self._unreaped = [p for p in self._unreaped if p.poll() is None]
@@ -453,7 +459,7 @@ class Supervisor:
             self.crashes += 1
             self._note_failure(f"worker {process.pid} ended: {reason}", reset=lived >= self.healthy_after)
         if reason != "killed" or mutex_actions:
-            log.warning(
+            (self._warn if not worker.devices else log.warning)(
                 "rocm_smi_worker_ended",
                 pid=process.pid,
                 generation=worker.generation,

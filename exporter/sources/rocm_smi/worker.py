@@ -91,6 +91,10 @@ def load_library() -> ctypes.CDLL:
     pyrsmi.util.get_device_uuids = list
     from pyrsmi import rocml
 
+    # pyrsmi checks the driver with a shell (`cat /sys/module/amdgpu/initstate | grep live`), whose
+    # "No such file" reaches the terminal on a host without amdgpu: read the file ourselves.
+    rocml._driver_initialized = _driver_initialized
+
     try:
         rocml.smi_initialize()
     except RuntimeError as error:
@@ -98,6 +102,15 @@ def load_library() -> ctypes.CDLL:
     lib = rocml.rocm_lib
     rc.declare(lib)
     return lib
+
+
+def _driver_initialized() -> bool:
+    """True when the amdgpu module has finished loading (what pyrsmi's shell check asks)."""
+    try:
+        with open(os.path.join(SYS, "module", "amdgpu", "initstate"), encoding="ascii", errors="replace") as f:
+            return "live" in f.read()
+    except OSError:
+        return False
 
 
 class _LastMessage(logging.Handler):
