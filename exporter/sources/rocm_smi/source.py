@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats
+from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.sources.base import Source, SourceError
 from exporter.sources.identity import KNOWN_DEVICES, assign_packages
 from exporter.sources.rocm_smi import convert
@@ -121,11 +121,14 @@ class RocmSmiSource:
                 raise SourceError(error.reason, f"librocm_smi64 unavailable: {error}") from error
             self._log_once("", "worker_unavailable", "rocm_smi_unavailable_at_discovery", error=str(error))
             return fallback
-        peers = {int(d["index"]): str(d["pci_bus_id"]) for d in worker.devices}
+        peers = {int(d["index"]): str(d["pci_bus_id"]) for d in _sockets(worker)}
         answers = self._identify_all(worker)
-        by_bdf = {identity.pci_bus_id: identity for identity in fallback}
+        # Compute partitions 1..N-1 of an MI300-class socket: the library reads only their nearly
+        # empty platform device (N/A for nearly everything), so the fallback lists and reads them.
+        partitions = [identity for identity in fallback if identity.partition > 0]
+        by_bdf = {identity.pci_bus_id: identity for identity in fallback if identity.partition == 0}
         merged: dict[str, DeviceIdentity] = {}
-        for device in worker.devices:
+        for device in _sockets(worker):
             bdf = str(device["pci_bus_id"])
             ident = answers.get(bdf)
             if ident is None:  # timed out or failed: keep what we had, or the fallback's view
@@ -147,7 +150,7 @@ class RocmSmiSource:
             if bdf not in merged:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
                 merged[bdf] = identity
-        devices = sorted(merged.values(), key=lambda d: d.pci_bus_id)
+        devices = sorted([*merged.values(), *partitions], key=lambda d: (d.pci_bus_id, d.partition))
         # One rule for which dies share a package: the sysfs source's (by serial, dual-die device ids).
         return devices if self.fallback is not None else assign_packages(devices)
 
@@ -155,11 +158,11 @@ class RocmSmiSource:
         """identify() on every device in parallel; those lost to a worker crash are asked again
         (skipping the call blamed for it) on the next worker."""
         answers: dict[str, Mapping[str, Any]] = {}
-        wanted = {str(d["pci_bus_id"]) for d in worker.devices}
+        wanted = {str(d["pci_bus_id"]) for d in _sockets(worker)}
         deadline = time.monotonic() + max(self.call_timeout * 2, 3.0)
         for _attempt in range(_ATTEMPTS):
             futures = {}
-            for device in worker.devices:
+            for device in _sockets(worker):
                 bdf = str(device["pci_bus_id"])
                 if bdf not in wanted or bdf in answers or self._is_hung(bdf, worker):
                     continue
@@ -189,6 +192,10 @@ class RocmSmiSource:
     # -- reading ---------------------------------------------------------------------------
     def read(self, device: DeviceIdentity) -> Sample:
         bdf = device.pci_bus_id
+        if device.partition > 0:
+            if self.fallback is None:
+                raise SourceError("not_found", f"{bdf} partition {device.partition}: not read through librocm_smi64")
+            return self.fallback.read(device)
         deadline = time.monotonic() + self.call_timeout
         lost: list[WorkerGone] = []
         restarted = False
@@ -266,6 +273,11 @@ class RocmSmiSource:
             secondary_die=device.die > 0,
             xgmi_error_events=xgmi,
         )
+        if device.compute_partition not in ("", "SPX"):
+            # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
+            # not partition 0's own (its xcp_stats block), which only the fallback reads.
+            own = {k: v for k, v in library.busy.items() if k not in ("gfx", "media")}
+            library = replace(library, busy=frozen_map(own))
         if self.fallback is None:
             return library
         try:
@@ -378,10 +390,15 @@ class RocmSmiSource:
 
 
 def _index_of(worker: Worker, bdf: str) -> int | None:
-    for device in worker.devices:
+    for device in _sockets(worker):
         if device["pci_bus_id"] == bdf:
             return int(device["index"])
     return None
+
+
+def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
+    """The library's devices that are a PCI device (partition 0 of a partitioned socket included)."""
+    return [d for d in worker.devices if not d.get("partition")]
 
 
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
@@ -426,7 +443,8 @@ def probe_rocm_smi(
             return False, f"{path}: self-check failed: {problems[0]}"
         rerouted = sum(len(source.unsafe_calls(d.pci_bus_id)) for d in devices)
         note = f"; {rerouted} library calls left to sysfs" if rerouted else ""
-        return True, f"{path}: {len(devices)} GPUs, self-check passed{note}"
+        version = source.supervisor.library_version
+        return True, f"{path} (version {version}): {len(devices)} GPUs, self-check passed{note}"
     finally:
         source.close()
 

@@ -90,6 +90,7 @@ class Worker:
     started_at: float
     devices: tuple[Mapping[str, Any], ...] = ()
     driver_version: str = ""
+    library_version: str = ""  # rsmi_version_get, e.g. "7.6.0"
     pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     killed_by_us: str = ""
@@ -149,6 +150,7 @@ class Supervisor:
         self.mutexes_repaired = 0  # card mutexes a dead worker held, repaired or removed
         self.starts = 0
         self.last_error = ""
+        self.library_version = ""  # as the last worker that started reported it
         self._lock = threading.RLock()  # worker lifecycle; never taken by a reader thread
         self._backoff_lock = threading.Lock()
         self._worker: Worker | None = None
@@ -398,8 +400,11 @@ class Supervisor:
         if message.get("event") == "ready":
             worker.devices = tuple(message.get("devices", ()))
             worker.driver_version = str(message.get("driver_version", ""))
+            worker.library_version = str(message.get("library_version", ""))
+            self.library_version = worker.library_version
             log.info(
                 "rocm_smi_worker_started",
+                library_version=worker.library_version,
                 pid=worker.pid,
                 generation=worker.generation,
                 devices=len(worker.devices),
