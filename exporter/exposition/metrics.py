@@ -160,7 +160,13 @@ def _topology(published: Published) -> Iterator[LabelledValue]:
     devices = published.snapshot.devices
     gpu_by_device = {(d.identity.pci_bus_id, d.identity.partition): str(d.gpu) for d in devices}
     for state in devices:
+        if state.identity.partition > 0:
+            continue
         for link in state.identity.topology:
+            if link.peer_partition > 0 or (link.peer_pci_bus_id == state.identity.pci_bus_id):
+                # KFD links every partition to every other one (64 x 63 on a CPX node): they share
+                # their socket's links, so the socket's are exported once, from partition 0 to partition 0.
+                continue
             peer = gpu_by_device.get(
                 (link.peer_pci_bus_id, link.peer_partition),
                 "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id,
@@ -503,7 +509,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_topology_link_info",
         "gauge",
         "",
-        "KFD io_link from a device to a peer (always 1).",
+        "KFD io_link from a device to a peer (always 1). A partitioned MI300-class socket's links are "
+        "exported once, between partition 0s: its other partitions share them (join on pci_bus_id).",
         ("gpu", "peer", "type", "hops", "weight"),
         _topology,
     ),

@@ -124,9 +124,13 @@ def test_sixteen_partitions_equal_the_truth(demo: tuple[str, Path]) -> None:
     # sum() over the node counts each socket once
     power = sum(v for (name, _), v in series.items() if name == "amdgpu_power_watts")
     assert power == sum(d.sample.power_watts or 0 for d in devices) and power > 0
-    # topology peers are partitions (gpu indices), not BDFs
-    peers = {dict(labels)["peer"] for (name, labels) in series if name == "amdgpu_topology_link_info"}
-    assert peers == {"cpu", *(str(g) for g in range(16))}
+    # topology: once per socket, partition 0 to partition 0 (the peer is a gpu index, not a BDF)
+    links = {
+        (dict(labels)["gpu"], dict(labels)["peer"], dict(labels)["type"])
+        for (name, labels) in series
+        if name == "amdgpu_topology_link_info"
+    }
+    assert links == {("0", "cpu", "pcie"), ("0", "8", "xgmi"), ("8", "cpu", "pcie"), ("8", "0", "xgmi")}
 
 
 def test_mi300_throttle_series_come_from_residency(demo: tuple[str, Path]) -> None:
