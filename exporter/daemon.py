@@ -74,6 +74,17 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "chosen by --source"
+    if settings.source == "amd-smi":
+        from exporter.sources.amd_smi import source as amd_smi
+
+        ok, reason = amd_smi.probe_amd_smi(sysfs_root)
+        if not ok:
+            raise StartupError(f"--source=amd-smi was asked for but the amdsmi module cannot be used: {reason}")
+        return (
+            amd_smi.AmdSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75),
+            "amd-smi",
+            f"chosen by --source: {reason}",
+        )
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
         return sysfs, "sysfs", "auto: librocm_smi64 only reads /sys, and --path.sysfs points elsewhere"
     from exporter.sources.rocm_smi import source as rocm_smi

@@ -37,3 +37,19 @@ def test_no_gpu_on_the_real_sys_prints_one_sentence(log_format: str) -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("amdgpu-exporter: error: no AMD GPU found")
+
+
+def test_amd_smi_source_without_the_amdsmi_module_is_one_sentence() -> None:
+    """This host (bookworm) has no `amdsmi` module: asking for it fails at start, in one line."""
+    result = subprocess.run(
+        [EXPORTER, "--source=amd-smi", "--web.listen-address=127.0.0.1:0", "--log.format=json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("amdgpu-exporter: error: --source=amd-smi was asked for but the amdsmi module")
+    assert "No module named 'amdsmi'" in lines[0]

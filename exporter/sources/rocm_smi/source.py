@@ -36,6 +36,7 @@ from exporter.sources.identity import KNOWN_DEVICES, assign_packages
 from exporter.sources.rocm_smi import convert
 from exporter.sources.rocm_smi.library import find_library
 from exporter.sources.rocm_smi.supervisor import (
+    ROCM_SMI_WORKER,
     CrashReport,
     RequestFailed,
     Supervisor,
@@ -75,6 +76,7 @@ class RocmSmiSource:
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
         quiet: bool = False,
+        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
         """`worker_prefix` runs the worker under a wrapper (tests: a mount namespace over a tree);
         `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path);
@@ -94,6 +96,7 @@ class RocmSmiSource:
             backoff_max=restart_backoff_max,
             on_crash=self._on_crash,
             quiet=quiet,
+            worker_module=worker_module,
         )
         self._lock = threading.Lock()
         self._unsafe: dict[str, dict[str, str]] = {}  # BDF -> library call -> why the fallback serves it
@@ -102,6 +105,12 @@ class RocmSmiSource:
         self._xgmi_errors: dict[str, int] = {}
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
+
+    # The worker's answers -> the data model (the amd-smi source has its own).
+    sample_from_readings = staticmethod(convert.sample_from_readings)
+    identity_from_library = staticmethod(convert.identity_from_library)
+    merge_identity = staticmethod(convert.merge_identity)
+    library_name = "librocm_smi64"  # for messages
 
     @property
     def worker_restarts(self) -> int:
@@ -118,7 +127,7 @@ class RocmSmiSource:
             worker = self.supervisor.ensure_worker()
         except WorkerUnavailable as error:
             if not fallback:
-                raise SourceError(error.reason, f"librocm_smi64 unavailable: {error}") from error
+                raise SourceError(error.reason, f"{self.library_name} unavailable: {error}") from error
             self._log_once("", "worker_unavailable", "rocm_smi_unavailable_at_discovery", error=str(error))
             return fallback
         peers = {int(d["index"]): str(d["pci_bus_id"]) for d in _sockets(worker)}
@@ -136,7 +145,7 @@ class RocmSmiSource:
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
-            library = convert.identity_from_library(
+            library = self.identity_from_library(
                 ident or {},
                 pci_bus_id=bdf,
                 card=str(device.get("card", "")),
@@ -145,7 +154,7 @@ class RocmSmiSource:
                 peer_bus_ids=peers,
             )
             base = by_bdf.get(bdf)
-            merged[bdf] = convert.merge_identity(base, library) if base is not None else _standalone(library)
+            merged[bdf] = self.merge_identity(base, library) if base is not None else _standalone(library)
         for bdf, identity in by_bdf.items():
             if bdf not in merged:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
@@ -266,7 +275,7 @@ class RocmSmiSource:
                 xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
         elif bdf in self._xgmi_errors:
             xgmi = self._xgmi_errors[bdf]
-        library = convert.sample_from_readings(
+        library = self.sample_from_readings(
             readings,
             slow,
             timestamp=time.time(),

@@ -121,6 +121,10 @@ def prepare_rocm_path(library: str, folder: str) -> str:
     return folder
 
 
+ROCM_SMI_WORKER = "exporter.sources.rocm_smi.worker"
+AMD_SMI_WORKER = "exporter.sources.amd_smi.worker"
+
+
 class Supervisor:
     def __init__(
         self,
@@ -134,8 +138,12 @@ class Supervisor:
         healthy_after: float = 60.0,
         on_crash: Callable[[CrashReport], None] | None = None,
         quiet: bool = False,
+        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
-        self.library_path = library_path or find_library()
+        # The amd-smi worker imports the `amdsmi` module, which finds libamd_smi itself: it needs
+        # neither a librocm_smi64 path nor ROCM_PATH.
+        self.worker_module = worker_module
+        self.library_path = library_path or (find_library() if worker_module == ROCM_SMI_WORKER else worker_module)
         self.worker_prefix = list(worker_prefix)
         self.shm_dir = shm_dir
         self.start_timeout = start_timeout
@@ -261,6 +269,10 @@ class Supervisor:
 
     def _environment(self) -> dict[str, str]:
         assert self.library_path is not None
+        if self.worker_module != ROCM_SMI_WORKER:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
+            return env
         lib_dir, name = os.path.split(self.library_path)
         if name == "librocm_smi64.so" and os.path.basename(lib_dir) == "lib":
             folder = os.path.dirname(lib_dir)  # already where pyrsmi looks: $ROCM_PATH/lib/librocm_smi64.so
@@ -286,7 +298,7 @@ class Supervisor:
             *self.worker_prefix,
             sys.executable,
             "-m",
-            "exporter.sources.rocm_smi.worker",
+            self.worker_module,
             *(str(fd) for fd in child_fds),
         ]
         started = time.monotonic()
