@@ -323,7 +323,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_memory_total_bytes",
         "gauge",
         "bytes",
-        "Memory size by pool.",
+        "Memory size by pool: vram, visible_vram, gtt (socket-wide: partition 0 of a partitioned socket); "
+        "partition_vram on each compute partition, the VRAM it allocates from (its NPS memory partition, the "
+        "whole VRAM in NPS1: do not sum it over partitions).",
         ("pool",),
         _mapping("memory_total_bytes"),
     ),

@@ -188,14 +188,24 @@ def partition_busy(gcd: GcdLayout, info: PartitionTruth) -> dict[str, float]:
     return busy
 
 
-def partition_sample(busy: Mapping[str, float], timestamp: float) -> Sample:
-    """What a partition 1..N-1 reports of its own: its busy (socket-wide values live on partition 0)."""
-    return Sample(timestamp=timestamp, busy=frozen_map(busy))
+def partition_memory(info: PartitionTruth) -> dict[str, float]:
+    """A partitioned socket's partition: memory_total_bytes["partition_vram"] = its KFD memory bank."""
+    return {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
 
 
-def partition_zero_sample(socket: Sample, busy: Mapping[str, float]) -> Sample:
-    """Partition 0 of a partitioned socket: the socket's values, with its own partition's busy."""
-    return replace(socket, busy=frozen_map({**socket.busy, **busy}))
+def partition_sample(busy: Mapping[str, float], timestamp: float, memory: Mapping[str, float]) -> Sample:
+    """What a partition 1..N-1 reports of its own: its busy and the VRAM it allocates from
+    (socket-wide values live on partition 0)."""
+    return Sample(timestamp=timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+
+
+def partition_zero_sample(socket: Sample, busy: Mapping[str, float], memory: Mapping[str, float]) -> Sample:
+    """Partition 0 of a partitioned socket: the socket's values, with its own partition's busy and VRAM."""
+    return replace(
+        socket,
+        busy=frozen_map({**socket.busy, **busy}),
+        memory_total_bytes=frozen_map({**socket.memory_total_bytes, **memory}),
+    )
 
 
 def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:

@@ -24,8 +24,11 @@ from exporter.sources import textfiles as tf
 from exporter.sources.gpu_metrics import GpuMetrics
 from exporter.sources.gpu_metrics.decoder import RESIDENCY_REASONS
 from exporter.sources.sysfs.discovery import read_kfd_nodes
-from exporter.sources.sysfs.files import read_parsed
+from exporter.sources.sysfs.files import listdir, read_parsed
 
+# memory pool of a partition's own VRAM (KFD local memory: its NPS memory partition; in NPS1 every
+# partition allocates from the whole VRAM, so this pool is not to be summed over partitions)
+PARTITION_VRAM_POOL = "partition_vram"
 # The firmware samples its throttlers once per accumulation tick (accumulation_counter): 1 ms.
 RESIDENCY_TICK_SECONDS = 1e-3
 _COUNTER_WRAP = 1 << 32  # the residency accumulators are u32
@@ -43,9 +46,11 @@ assert set(RESIDENCY_LABELS) == set(RESIDENCY_REASONS)
 
 @dataclass(frozen=True, slots=True)
 class PartitionLayout:
-    """How one socket is split now: the XCC count of each partition, in partition order."""
+    """How one socket is split now: the XCC count of each partition, in partition order, and the
+    VRAM each can allocate from (its KFD local memory banks: its NPS memory partition)."""
 
     xcc_counts: tuple[int, ...]
+    memory_bytes: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -63,16 +68,44 @@ def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str,
         return {}
     nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
     xccs: dict[str, dict[int, int]] = {}
+    memory: dict[str, dict[int, int]] = {}
     for node in read_kfd_nodes(root).values():
         if node.pci_bus_id not in wanted:
             continue
-        props = read_parsed(os.path.join(nodes_dir, str(node.node), "properties"), tf.parse_key_values) or {}
+        node_dir = os.path.join(nodes_dir, str(node.node))
+        props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
         xccs.setdefault(node.pci_bus_id, {})[node.partition] = props.get("num_xcc", 0)
+        memory.setdefault(node.pci_bus_id, {})[node.partition] = _local_memory(node_dir)
     layouts = {}
     for bdf, by_partition in xccs.items():
-        if sorted(by_partition) == list(range(len(by_partition))):  # partitions 0..N-1, none missing
-            layouts[bdf] = PartitionLayout(tuple(by_partition[p] for p in range(len(by_partition))))
+        count = len(by_partition)
+        if sorted(by_partition) == list(range(count)):  # partitions 0..N-1, none missing
+            layouts[bdf] = PartitionLayout(
+                tuple(by_partition[p] for p in range(count)), tuple(memory[bdf][p] for p in range(count))
+            )
     return layouts
+
+
+_KFD_VRAM_HEAPS = (1, 2)  # HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC / _PRIVATE (0 is system memory)
+
+
+def _local_memory(node_dir: str) -> int:
+    """Bytes of a KFD node's VRAM banks."""
+    banks = os.path.join(node_dir, "mem_banks")
+    total = 0
+    for bank in listdir(banks):
+        props = read_parsed(os.path.join(banks, bank, "properties"), tf.parse_key_values) or {}
+        if props.get("heap_type") in _KFD_VRAM_HEAPS:
+            total += props.get("size_in_bytes", 0)
+    return total
+
+
+def partition_memory(layout: PartitionLayout | None, partition: int) -> dict[str, float]:
+    """memory_total_bytes of a partitioned socket's partition: the VRAM it allocates from."""
+    if layout is None or layout.count < 2 or partition >= len(layout.memory_bytes):
+        return {}
+    size = layout.memory_bytes[partition]
+    return {PARTITION_VRAM_POOL: float(size)} if size else {}
 
 
 def partition_busy(metrics: GpuMetrics, layout: PartitionLayout | None, partition: int) -> dict[str, float]:

@@ -29,6 +29,7 @@ from exporter.sources.sysfs.partitions import (
     SocketTables,
     partition_busy,
     partition_layouts,
+    partition_memory,
     residency_seconds,
     throttlers_active,
 )
@@ -91,6 +92,8 @@ class SysfsSource:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
                 # partition's, where the table has per-partition blocks; the socket's otherwise.
                 values.mappings["busy"].update(partition_busy(metrics, layout, 0))
+        layout = self._partitioning.get(device.pci_bus_id)
+        values.mappings["memory_total_bytes"].update(partition_memory(layout, 0))
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
         read_rows(FAST_FILES, device, values)
         if not measures_package_power(device):
@@ -113,7 +116,8 @@ class SysfsSource:
             metrics = self._decode(device, read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
             self._sockets.store(device.pci_bus_id, metrics)
         busy = partition_busy(metrics, layout, device.partition) if metrics is not None and layout else {}
-        return Sample(timestamp=time.time(), busy=frozen_map(busy))
+        memory = partition_memory(layout, device.partition)
+        return Sample(timestamp=time.time(), busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
 
     def _read_gpu_metrics(self, device: DeviceIdentity) -> GpuMetrics | None:
         metrics = self._decode(device, read_file_bytes(os.path.join(device.device_dir, "gpu_metrics")))
