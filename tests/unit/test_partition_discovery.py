@@ -109,3 +109,37 @@ def test_mi300_throttle_active_after_a_second_read_and_residency_in_seconds(tmp_
     assert dict(second.throttle) == grew
     assert grew["ppt"], "the scenario should hold the socket at its power limit"
     source.close()
+
+
+def test_a_mode_change_triggers_rediscovery_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    """The slow schedule notices current_compute_partition changed; the poller rediscovers at once
+    (its own discovery interval here is an hour)."""
+    import asyncio
+
+    root = tmp_path / "sys"
+    _tree(root, "MI300X:SPX:gpu_metrics=1.7")
+    source = SysfsSource(root, slow_interval=0.05)
+    poller = Poller(source, interval=0.05, read_timeout=2.0, discovery_interval=3600)
+
+    async def run() -> list[int]:
+        counts = []
+        stop = asyncio.Event()
+        task = asyncio.create_task(poller.run(stop))
+        await asyncio.sleep(0.3)
+        counts.append(poller.device_count)
+        _tree(root, "MI300X:CPX:gpu_metrics=1.7")  # the driver re-enumerates: 1 device -> 8 partitions
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+            if poller.device_count == 8:
+                break
+        counts.append(poller.device_count)
+        stop.set()
+        await task
+        return counts
+
+    poller.discover()
+    try:
+        assert asyncio.run(run()) == [1, 8]
+        assert not source.needs_rediscovery()
+    finally:
+        poller.close()

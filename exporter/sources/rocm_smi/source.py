@@ -120,6 +120,11 @@ class RocmSmiSource:
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
 
+    def needs_rediscovery(self) -> bool:
+        """The fallback's (sysfs) word on a partition mode change: the libraries enumerate only at init."""
+        asks = getattr(self.fallback, "needs_rediscovery", None)
+        return bool(asks()) if callable(asks) else False
+
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:
         fallback = list(self.fallback.discover()) if self.fallback is not None else []

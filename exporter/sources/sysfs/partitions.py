@@ -161,3 +161,16 @@ class SocketTables:
         if entry is None or time.monotonic() - entry[0] > self.max_age:
             return None
         return entry[1]
+
+
+def partition_modes_changed(device: DeviceIdentity) -> bool:
+    """Whether the socket's current compute/memory partition files say otherwise than its identity
+    (a file that cannot be read now, e.g. -EPERM during the switch, says nothing)."""
+    for name, known in (
+        ("current_compute_partition", device.compute_partition),
+        ("current_memory_partition", device.memory_partition),
+    ):
+        now = read_parsed(os.path.join(device.device_dir, name), str.strip)
+        if now and now != known:
+            return True
+    return False

@@ -30,6 +30,7 @@ from exporter.sources.sysfs.partitions import (
     partition_busy,
     partition_layouts,
     partition_memory,
+    partition_modes_changed,
     residency_seconds,
     throttlers_active,
 )
@@ -69,8 +70,10 @@ class SysfsSource:
         self._residency: dict[tuple[str, str, int], Mapping[str, int]] = {}
         self._sockets = SocketTables(socket_table_max_age)
         self._partitioning: dict[str, PartitionLayout] = {}  # BDF -> how its socket is split now
+        self._rediscover = threading.Event()  # a socket's partition mode changed since discovery
 
     def discover(self) -> Sequence[DeviceIdentity]:
+        self._rediscover.clear()
         found = discover_devices(self.root)
         self._partitioning = partition_layouts(self.root, found)
         return found
@@ -161,6 +164,10 @@ class SysfsSource:
             due=now + self.slow_interval,
             values=read_slow_layer(device, current.values if current is not None else None),
         )
+        if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
+            # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
+            log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)
+            self._rediscover.set()
         with self._slow_lock:
             self._slow[device.key] = fresh
         return fresh.values
@@ -175,6 +182,11 @@ class SysfsSource:
             self._pcie_readers[device.pci_bus_id] = reader
             reader.start()
         return reader.bytes_per_second
+
+    def needs_rediscovery(self) -> bool:
+        """True when a socket's compute or memory partition mode changed since the last discovery
+        (checked on the slow schedule): the poller then rediscovers at once."""
+        return self._rediscover.is_set()
 
     def stats(self) -> SourceStats:
         return SourceStats()  # no worker, nothing to count
