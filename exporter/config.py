@@ -146,7 +146,7 @@ OPTIONS: tuple[Option, ...] = (
         "10s",
         "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
-    Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
+    Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
