@@ -122,7 +122,24 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
+    # --- web (issue 14: --web.config.file, TLS, auth, listeners) ---
+    Option(
+        "web.listen-address",
+        parse_listen_address,
+        (":9442",),
+        "address to serve HTTP on; repeatable, [::]:9442 for IPv6",
+        repeatable=True,
+    ),
+    Option("web.config.file", str, "", "exporter-toolkit web configuration (TLS, basic auth, rate limit, headers)"),
+    Option(
+        "web.systemd-socket",
+        parse_bool,
+        False,
+        "serve on the sockets systemd passes (socket activation) instead of --web.listen-address",
+        is_flag=True,
+    ),
+    Option("web.max-connections", _positive_int, "512", "cap on open HTTP connections (lowered to the file budget)"),
+    # --- end web ---
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
     Option("interval", parse_duration, "1s", "time between poll cycles"),
@@ -146,7 +163,7 @@ OPTIONS: tuple[Option, ...] = (
         "time between fast gpu_metrics reads for the sliding windows and /api/v1/waveform; 0 turns them off",
     ),
     Option("window", parse_duration, "15s", "length of the sliding windows (min, max, mean of the fast samples)"),
-    Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
+    Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
@@ -204,7 +221,10 @@ OPTIONS: tuple[Option, ...] = (
 
 @dataclass(frozen=True)
 class Settings:
-    web_listen_address: tuple[str, int]
+    web_listen_address: tuple[tuple[str, int], ...]
+    web_config_file: str
+    web_systemd_socket: bool
+    web_max_connections: int
     web_telemetry_path: str
     path_sysfs: str
     interval: float

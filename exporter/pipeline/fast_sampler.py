@@ -88,9 +88,9 @@ class FastSampler:
         self.slots = ring_slots(window, interval)
         self._read = read
         self._clock = clock
-        self._devices: dict[tuple[str, str], _Device] = {}
+        self._devices: dict[tuple[object, ...], _Device] = {}
         self._by_gpu: dict[int, _Device] = {}
-        self._without_table: set[tuple[str, str]] = set()
+        self._without_table: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()  # guards the device set and the cycle histogram
         self._readers: _Readers | None = None
         self._thread: threading.Thread | None = None
@@ -114,7 +114,7 @@ class FastSampler:
         with self._lock:
             if wanted.keys() == self._devices.keys() and all(self._devices[k].gpu == g for k, (g, _) in wanted.items()):
                 return
-            kept: dict[tuple[str, str], _Device] = {}
+            kept: dict[tuple[object, ...], _Device] = {}
             for key, (gpu, identity) in wanted.items():
                 device = self._devices.get(key)
                 if device is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from exporter.model import (
     Histogram,
     Published,
     Snapshot,
+    WebStats,
     WindowSnapshot,
 )
 from exporter.pipeline.enrich import AttributionInputs, enrich
@@ -79,11 +80,13 @@ class Pipeline:
         pusher: AlertSink | None = None,
         attribution: AttributionSource | None = None,
         fast: WindowSource | None = None,
+        web_stats: Callable[[], WebStats | None] | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
         self.attribution = attribution
         self.fast = fast
+        self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
@@ -108,6 +111,7 @@ class Pipeline:
             poll_durations=self._poll_durations,
             alertmanager=self.pusher.stats if self.pusher is not None else None,
             process=read_process_stats(),
+            web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

@@ -22,6 +22,7 @@ from exporter.sources.gpu_metrics.decoder import (
     _ESM_CODES,
     _PCIE_RATES_100MTS,
     ENERGY_JOULES_PER_TICK,
+    RESIDENCY_REASONS,
     GpuMetrics,
     decode_gpu_metrics,
     throttle_reasons,
@@ -78,8 +79,9 @@ _RAW_SCALARS = (
     ("gfx_activity_acc", "gfx_activity_acc"),
     ("mem_activity_acc", "mem_activity_acc"),
     ("num_partitions", "num_partition"),
+    ("accumulation_counter", "accumulation_counter"),
 )
-_PARTITION_FIELDS = ("gfx_busy_inst", "vcn_busy")
+_PARTITION_FIELDS = ("gfx_busy_inst", "vcn_busy", "jpeg_busy")
 
 
 def _ratios(items: Sequence[int], all_ones: int) -> tuple[float, ...]:
@@ -219,6 +221,7 @@ class _Source:
         else:
             e("gfx_busy_inst = []")
             e("vcn_busy = []")
+            e("jpeg_busy = []")
         # busy
         e("b = {}")
         for engine, name in (("gfx", "average_gfx_activity"), ("memory", "average_umc_activity")):
@@ -263,7 +266,7 @@ class _Source:
             e("pcie_rate = None")
         e(f"lane = {self.scalar('xgmi_link_speed', 1e9)}")
         e(f"width = {self.scalar('xgmi_link_width')}")
-        e("xgmi_rate = None if lane is None or width is None else lane * width")
+        e("xgmi_rate = None if lane is None or width is None else lane * width / 8")
         status = self.slots.get("xgmi_link_status")
         e("up = {}")
         if status is not None:
@@ -275,6 +278,11 @@ class _Source:
             if slot is not None:
                 for i in range(slot[1]):
                     e(f"if v[{slot[0] + i}] != {slot[2]}: {target}[{i}] = v[{slot[0] + i}] * 1024.0")
+        e("res = {}")
+        for reason in RESIDENCY_REASONS:
+            found = self.item(f"{reason}_residency_acc")
+            if found:
+                e(f"if {found[0]} != {found[1]}: res[{reason!r}] = {found[0]}")
         scalars = ", ".join(f"{attr}={self.scalar(name)}" for attr, name in _RAW_SCALARS)
         e("return _GpuMetrics(")
         e(f"    format_revision={layout.format_revision},")
@@ -292,13 +300,16 @@ class _Source:
         e("    fan_rpm=fan,")
         e("    pcie_link_transfers_per_second=pcie_rate,")
         e(f"    pcie_bandwidth_bytes_per_second={self.scalar('pcie_bandwidth_inst', 1e9)},")
-        e("    xgmi_link_bits_per_second=xgmi_rate,")
+        e("    xgmi_link_speed_bytes_per_second=xgmi_rate,")
         e("    xgmi_link_up=_fm(up) if up else _EMPTY,")
         e("    xgmi_read_bytes=_fm(rd) if rd else _EMPTY,")
         e("    xgmi_write_bytes=_fm(wr) if wr else _EMPTY,")
         e(f"    system_clock_counter_seconds={self.scalar('system_clock_counter', 1e-9)},")
         e(f"    firmware_timestamp_seconds={self.scalar('firmware_timestamp', 1e-8)},")
         e("    partition_gfx_busy=tuple(gfx_busy_inst),")
+        e("    partition_vcn_busy=tuple(vcn_busy),")
+        e("    partition_jpeg_busy=tuple(jpeg_busy),")
+        e("    residency_acc=_fm(res) if res else _EMPTY,")
         e(f"    {scalars},")
         e(")")
         return "def decode(data):\n" + "\n".join(self.lines) + "\n"
