@@ -179,6 +179,8 @@ class _Source:
         slot = self.slots.get(name)
         if slot is None:
             return "None"
+        if slot[1] == 1:  # all-ones is above 100 in every unsigned type: one comparison drops both
+            return f"(v[{slot[0]}] / 100 if v[{slot[0]}] <= 100 else None)"
         return f"next(iter(_ratios({self.span(slot)}, {slot[2]})), None)"
 
     def emit(self, line: str) -> None:
