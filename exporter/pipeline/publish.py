@@ -28,6 +28,8 @@ class AlertSink(Protocol):
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
 
+    def set_rules(self, rules: Sequence[Rule]) -> None: ...
+
     @property
     def stats(self) -> AlertmanagerStats: ...
 
@@ -47,9 +49,16 @@ class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
     def __init__(
-        self, *, source_name: str, source_reason: str, rules: Sequence[Rule], pusher: AlertSink | None = None
+        self,
+        *,
+        source_name: str,
+        source_reason: str,
+        rules: Sequence[Rule],
+        pusher: AlertSink | None = None,
+        clock_tool: str = "rocm-smi",
     ) -> None:
         self.rules = tuple(rules)
+        self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
@@ -57,7 +66,7 @@ class Pipeline:
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         snapshot = enrich(snapshot)
-        alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
@@ -80,6 +89,12 @@ class Pipeline:
             published=published,
             metrics=render(published),
         )
+
+    def replace_rules(self, rules: Sequence[Rule]) -> None:
+        """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
+        self.rules = tuple(rules)
+        if self.pusher is not None:
+            self.pusher.set_rules(self.rules)
 
     def flush(self) -> None:
         """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""

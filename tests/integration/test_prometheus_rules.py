@@ -58,6 +58,11 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_up": _GPU,
     "amdgpu_device_info": {**_GPU, **dict.fromkeys(_IDENTITY)},
     "amdgpu_sample_timestamp_seconds": _GPU,
+    # 1 while amdgpu_up is 0, with the poller's down reason (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
+    },
     "amdgpu_temperature_celsius": {**_GPU, "sensor": _SENSORS},
     "amdgpu_temperature_threshold_celsius": {
         **_GPU,
@@ -130,11 +135,6 @@ PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
     "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
     "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
-    # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
-    "amdgpu_device_down_info": {
-        **_GPU,
-        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
-    },
 }
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
