@@ -3,16 +3,21 @@
     evaluate(rules, previous alert states, snapshot) -> (new alert states, transitions)
 
 Nothing here does I/O and nothing ever writes to a GPU: the clock-down action only produces a
-suggestion (a ratio, a ceiling in Hz and the rocm-smi command an operator could run), which
-exposition, the JSON API, the log and the Alertmanager pusher publish.
+suggestion (a ceiling in Hz, its ratio to the gfx clock max, the command an operator could run and
+the one command that undoes it), which exposition, the JSON API, the log and the pusher publish.
 
 Semantics of one rule on one device:
 - inactive -> pending when a sample breaches the threshold (straight to firing when `for` is 0).
 - pending lasts until the value clears (hysteresis), so a sensor hovering around the threshold
   still fires; it fires at the first breaching sample once `for` has passed since it went pending.
 - firing lasts until the value clears: 84..86 °C around an 85/80 rule never flaps the alert.
-- clock_down: firing suggests one step (step_ratio of the gfx clock max seen when it fired); each
-  further step_interval with the value still breaching suggests another, never past floor_ratio.
+- clock_down: firing suggests a ceiling one step (step_ratio) below what the device does now (its
+  current gfx clock); each further step_interval with the value still breaching suggests one step
+  below the lower of that clock and the last ceiling, never below floor_ratio of the gfx clock max
+  (alerting/clockdown.py has the rules of the ceiling).
+- when a clock-down alert resolves, the suggestion becomes the restore advice (the undo command);
+  it stays until the value has been on the cool side of clear_threshold for restore_after.
+- a rule's asic_overrides give a device of that ASIC other thresholds and durations.
 - a device that is down, absent, or does not supply the metric keeps its state unchanged: missing
   data neither resolves nor fires an alert.
 """
@@ -46,6 +51,7 @@ class Transition:
     at: float
     suggestion: str = ""
     suggested_command: str = ""  # the command of `suggestion`, "" when it has none
+    undo_command: str = ""  # the one command that undoes a suggested ceiling
     clock_down_ratio: float = 0.0
     suggested_gfx_clock_max_hertz: float | None = None
 
@@ -66,6 +72,8 @@ class Transition:
             fields["suggestion"] = self.suggestion
             if self.suggested_command:
                 fields["suggested_command"] = self.suggested_command
+            if self.undo_command:
+                fields["undo_command"] = self.undo_command
         return fields
 
 
@@ -334,6 +342,7 @@ def _transition(
         at=ctx.now,
         suggestion=state.suggestion if suggestion is None else suggestion,
         suggested_command=state.suggested_command if command is None else command,
+        undo_command=state.undo_command,
         clock_down_ratio=state.clock_down_ratio,
         suggested_gfx_clock_max_hertz=state.suggested_gfx_clock_max_hertz,
     )
