@@ -31,6 +31,7 @@ delays are printed (pytest -s) and written to stderr.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -253,7 +254,11 @@ def report(path: str, run: Run, page: Any, for_seconds: float, route: str) -> fl
 def test_the_stack_runs_the_shipped_rules_with_only_the_for_durations_shortened(run: Run) -> None:
     shipped = default_rules()[0]
     assert run.daemon_rule.alert == shipped.alert and run.daemon_rule.threshold == shipped.threshold
-    assert run.daemon_rule.clock_down == shipped.clock_down  # the same 5 % step every 60 s
+    assert shipped.clock_down is not None
+    # The same 5 % step every 60 s; the restore advice's hold defaults to `for`, so it is shortened too.
+    assert run.daemon_rule.clock_down == dataclasses.replace(
+        shipped.clock_down, restore_after_seconds=shipped.clock_down.restore_after_seconds * FOR_SCALE
+    )
     assert run.daemon_rule.for_seconds == pytest.approx(shipped.for_seconds * FOR_SCALE)
     assert run.prometheus_for == pytest.approx(60 * FOR_SCALE)
     # Prometheus loaded every group of the shipped file, and nothing failed to evaluate.
@@ -339,7 +344,7 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     ceiling_mhz = int(command.removeprefix(prefix))
     clocks_seen = {tick.gfx_mhz for tick in run.truth.ticks}
     assert any(ceiling_mhz == int(mhz * (1 - clock_down.step_ratio)) for mhz in clocks_seen), (ceiling_mhz, clocks_seen)
-    assert ceiling_mhz < device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio) / 1e6
+    assert ceiling_mhz <= device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio) / 1e6
     assert annotations["undo_command"] == f"rocm-smi -d {smi_index} --resetclocks"
     api_alert = run.api_alert()
     assert api_alert["firing"] and api_alert["suggested_command"] == command
