@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules, parse_rules
-from exporter.alerting.rules import ClockDown, Rule
+from exporter.alerting.rulefile import (
+    MAX_FILE_BYTES,
+    MAX_RULES,
+    RulesConfigError,
+    default_rules,
+    load_rules,
+    parse_rules,
+)
+from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
 from exporter.alerting.texts import alert_annotations, format_duration
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
@@ -449,7 +456,7 @@ def test_any_temperature_sequence_keeps_the_ratio_within_the_floor(
             assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
         for transition in transitions:
             assert junction is not None
-            if transition.kind == "resolved":
+            if transition.kind in ("resolved", "restore_advice_expired"):
                 assert junction < rule.clear_threshold
             else:
                 assert junction > rule.threshold
@@ -606,3 +613,107 @@ def test_a_floor_of_70_percent_stops_the_steps_at_1190_mhz() -> None:
     assert run.kinds().count("clock_down_step") == 6
     assert run.state().clock_down_ratio == pytest.approx(0.30)
     assert run.state().suggested_command == "rocm-smi -d 0 --autorespond yes --setsrange 500 1190"
+
+
+# --- bounds ----------------------------------------------------------------------------------------
+
+
+def many_rules(count: int) -> str:
+    rule = "  - {{alert: R{n}, metric: power_watts, comparison: '>', threshold: {n}}}\n"
+    return "rules:\n" + "".join(rule.format(n=n) for n in range(count))
+
+
+def test_the_rule_count_is_capped_with_the_line_of_the_first_rule_too_many() -> None:
+    assert len(parse_rules(many_rules(MAX_RULES))) == MAX_RULES
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(many_rules(MAX_RULES + 1), "big.yaml")
+    assert str(error.value).startswith(
+        f"big.yaml line {MAX_RULES + 2}: more than {MAX_RULES} rules: at most {MAX_RULES}"
+    )
+    # Counted as rules: the items of the top-level list, whatever they hold (block style, nested actions).
+    block = GOOD + "    action: {type: clock_down}\n    asic_overrides: {aldebaran: {threshold: 90}}\n"
+    items = [block.removeprefix("rules:\n").replace("alert: Hot", f"alert: Hot{n}") for n in range(MAX_RULES)]
+    assert len(parse_rules("rules:\n" + "".join(items))) == MAX_RULES
+
+
+def test_a_file_over_the_size_cap_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("rules: []\n" + "#" * MAX_FILE_BYTES)
+    with pytest.raises(RulesConfigError, match="larger than 1024 KiB"):
+        load_rules(path)
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("{value:>200000000}", "width or precision 200000000 in {value:>200000000} is more than 100"),
+        ("{value:.5000f}", "width or precision 5000"),
+        ("{value:>{threshold}}", "may not hold another {field}"),
+        ("{alert:>90}" * 30, "fills to 2700 characters: at most 2000"),
+    ],
+)
+def test_templates_that_could_fill_megabytes_are_refused(template: str, fragment: str) -> None:
+    text = f"{GOOD}    summary: '{template}'\n"
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(text, "t.yaml")
+    assert str(error.value).startswith("t.yaml line 10: 'summary'") and fragment in str(error.value)
+
+
+def test_evaluation_skips_quiet_states_and_reads_each_watched_value_once() -> None:
+    # Junction above n °C for n = 0..999: at 60 °C the first 60 rules fire at once, the rest stay quiet.
+    rules = parse_rules(many_rules(MAX_RULES).replace("power_watts", "temperature_celsius, sensor: junction"))
+    devices = [device(gpu, junction=60.0) for gpu in range(8)]
+    states, _ = evaluate(rules, (), snap(0, *devices))
+    quiet = [s for s in states if not s.firing]
+    assert len(quiet) == 8 * (MAX_RULES - 60)
+    # The next cycle keeps every quiet state object as it was (nothing is rebuilt for them).
+    again, _ = evaluate(rules, states, snap(1, *devices))
+    kept = {id(s) for s in again}
+    assert all(id(s) in kept for s in quiet)
+
+
+GOOD = "\n".join(GOOD_RULE) + "\n"
+
+
+# --- per-ASIC overrides ----------------------------------------------------------------------------
+
+
+def test_asic_overrides_change_the_values_for_that_asic_only() -> None:
+    (rule,) = parse_rules(
+        GOOD + "    action: {type: clock_down}\n    asic_overrides:\n      aqua_vanjaram: {threshold: 90}\n"
+    )
+    mi300 = rule.for_asic("aqua_vanjaram")
+    assert (mi300.threshold, mi300.clear_threshold, mi300.for_seconds) == (90.0, 85.0, 60.0)  # width kept
+    assert rule.for_asic("aldebaran") is rule and rule.for_asic("") is rule
+    run = Run((rule,))
+    hot = dataclasses.replace(
+        device(0, junction=88.0), identity=dataclasses.replace(device(0).identity, asic="aqua_vanjaram")
+    )
+    run.feed(snap(0, hot, device(1, junction=88.0)))
+    run.feed(snap(60, hot, device(1, junction=88.0)))
+    assert not run.state(0).firing and run.state(1).firing  # 88 °C pages an MI250X, not this MI300X
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line", "fragment"),
+    [
+        (
+            "      mi300: {threshold: 90}\n",
+            11,
+            "unknown ASIC 'mi300' in 'asic_overrides'; known: aldebaran, aqua_vanjaram",
+        ),
+        ("      aldebaran: {threshold: 90, clear_threshold: 95}\n", 11, "'clear_threshold' of aldebaran must not be"),
+        ("      aldebaran: {window: 5}\n", 11, "unknown key 'window'"),
+        ("      aldebaran: {threshold: 90}\n      aldebaran: {threshold: 91}\n", 12, "appears twice"),
+    ],
+)
+def test_bad_asic_overrides_name_their_line(overrides: str, line: int, fragment: str) -> None:
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(GOOD + "    asic_overrides:\n" + overrides, "o.yaml")
+    assert str(error.value).startswith(f"o.yaml line {line}: ") and fragment in str(error.value)
+
+
+def test_the_asics_a_rule_file_may_name_are_the_known_devices_asics() -> None:
+    from exporter.sources.identity import KNOWN_DEVICES
+
+    assert set(ASICS) == {asic for asic, _ in KNOWN_DEVICES.values()}
