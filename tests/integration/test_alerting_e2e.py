@@ -614,6 +614,7 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         fast_alerts=NODE_FAULT_ALERTS,
         group_wait="3s",
         group_interval="5m",
+        push=True,  # the daemon pages its own junction rule too: inhibited across the paths
     )
     with demo.Stack(config) as stack:
         receiver = stack.receiver
@@ -631,11 +632,12 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         assert len({a.labels["pci_bus_id"] for a in page.alerts}) == len(ALL_GPUS)
         assert all(a.annotations["summary"].endswith("is at its junction critical limit") for a in page.alerts)
 
-        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) are
-        # inhibited now: nothing more reaches anyone for this node while the critical holds.
+        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) and
+        # pushed by the daemon itself (its junction rule) are inhibited now: nothing more reaches anyone
+        # for this node while the critical holds.
         alerts = httpx.get(f"{stack.alertmanager_url}/api/v2/alerts", timeout=5).json()
         warnings = [a for a in alerts if a["labels"].get("node") == stack.node and a["labels"]["severity"] == "warning"]
-        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert"}
+        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert", "GpuJunctionTemperatureHigh"}
         loose = [(a["labels"]["alertname"], a["labels"]["gpu"]) for a in warnings if not a["status"]["inhibitedBy"]]
         assert not loose
         assert len(pages()) == 1
