@@ -84,8 +84,8 @@ class Sample:
     memory_total_bytes: Mapping[str, float] = field(default_factory=frozen_map)
     clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)  # domain -> Hz
     clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
-    # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. Fine-grained
-    # tables (Aldebaran, MI300) list min, the current clock when between, and max.
+    # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. A fine-grained
+    # table (Aldebaran, MI300: min, the current clock when between, max) is held as its range (min, max).
     gfx_dpm_levels_hertz: tuple[float, ...] | None = None
     voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active

@@ -208,6 +208,7 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
                 "decode": r.dclk * MHZ,
             }
         ),
+        gfx_dpm_levels_hertz=(m.sclk_range[0] * MHZ, m.sclk_range[1] * MHZ),
         clocks_max_hertz=frozen_map(
             {
                 "gfx": m.sclk_range[1] * MHZ,

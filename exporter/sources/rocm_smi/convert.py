@@ -116,7 +116,11 @@ def _current_level(levels: list[int], current: int) -> int | None:
 def gfx_levels(slow: Mapping[str, Any]) -> tuple[float, ...] | None:
     """The gfx DPM table's levels in Hz, lowest first; None when the library gave none."""
     levels = [float(hz) for hz in slow.get("clocks", {}).get("gfx", {}).get("hertz", ())]
-    return tuple(sorted(levels)) if levels else None
+    if not levels:
+        return None
+    levels.sort()
+    # As the sysfs source: a fine-grained table (min, the clock of the moment, max) is its range.
+    return (levels[0], levels[-1]) if len(levels) <= 3 else tuple(levels)
 
 
 def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
