@@ -156,3 +156,13 @@ def test_the_tool_is_the_one_on_path(tmp_path: pytest.TempPathFactory, monkeypat
     tool.chmod(0o755)
     assert find_tool("auto") == "amd-smi"
     assert find_tool("rocm-smi") == "rocm-smi"
+
+
+def test_the_runbook_gives_the_same_undo_as_the_daemon() -> None:
+    from pathlib import Path
+
+    runbook = (Path(__file__).resolve().parents[2] / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    section = runbook[runbook.index("## AMDGPUDaemonAlert") :]
+    assert undo_command("rocm-smi", 7, "BDF").replace("7", "N") in section
+    assert undo_command("amd-smi", 7, "BDF") in section
+    assert set_ceiling_command("rocm-smi", 7, "BDF", 500, 1548).replace("-d 7", "-d N") in section
