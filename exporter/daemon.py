@@ -192,6 +192,10 @@ def _shown_url(host: str, port: int, path: str) -> str:
 
 
 async def serve(settings: Settings) -> None:
+    # A SIGHUP while starting (before the reloader exists) must not end the process, as its default does.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
+    )
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     host, port = settings.web_listen_address
     listener = open_listener(host, port)

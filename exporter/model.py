@@ -131,6 +131,8 @@ class AlertState:
     severity: str
     firing: bool
     since: float  # unix seconds of the last transition
+    # The last value evaluated; an inactive state is not rebuilt every cycle, so there it is the value
+    # of its last change (alerting/state.py keeps the work per cycle in proportion to what fires).
     value: float | None = None
     pending_since: float | None = None
     clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1

@@ -109,7 +109,7 @@ def evaluate(
                 if old is not None:
                     states[key] = old
                 continue
-            if old is not None and old is _quiet(old, rule, value):
+            if old is not None and _quiet(old, rule, value):
                 states[key] = old  # inactive and staying so: nothing to do (cost in proportion to what fires)
                 continue
             context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, tool)
@@ -142,12 +142,12 @@ def rocm_smi_indices(devices: Iterable[DeviceState]) -> dict[int, int]:
     return {device.gpu: index for index, device in enumerate(ordered)}
 
 
-def _quiet(old: AlertState, rule: Rule, value: float) -> AlertState | None:
-    """`old` itself when it is inactive, carries no advice, and `value` does not breach: the common
-    case, kept without building a new state (its `value` is the one of its last change)."""
+def _quiet(old: AlertState, rule: Rule, value: float) -> bool:
+    """Whether `old` is inactive, carries no advice, and `value` does not breach: the common case, kept
+    as it is without building a new state (its `value` stays the one of its last change)."""
     if old.firing or old.pending_since is not None or old.cool_since is not None or rule.breaches(value):
-        return None
-    return old if old.severity == rule.severity else None
+        return False
+    return old.severity == rule.severity
 
 
 @dataclass(frozen=True, slots=True)
