@@ -297,6 +297,8 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
             value = frozen_map({int(k): v for k, v in value.items()})
         elif f.name == "topology":
             value = tuple(TopologyLink(**link) for link in value)
+        elif isinstance(value, list):
+            value = tuple(value)
         elif isinstance(value, dict):
             value = frozen_map(value)
         kwargs[f.name] = value
