@@ -83,9 +83,11 @@ RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
 WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]
 
 
-def no_workload_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
-    """Attribution off: no workload labels."""
-    return {}
+def attribution_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
+    """The workload labels of a device from the enriched snapshot's attribution (pod, namespace,
+    container / job_id, job_user, job_partition), the values its series carry; none when it is off."""
+    attribution = snapshot.attribution
+    return dict(zip(attribution.label_names, attribution.values_for(gpu), strict=True))
 
 
 def alert_labels(
@@ -144,7 +146,7 @@ class AlertmanagerPusher:
         resolved_retention: float = 900.0,
         retry_initial: float = 1.0,
         runbook_base: str = "",
-        workload_labels: WorkloadLabels = no_workload_labels,
+        workload_labels: WorkloadLabels = attribution_labels,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerPusher needs at least one Alertmanager URL")

@@ -8,7 +8,7 @@ the web layer reads; nothing downstream writes back into anything upstream.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,11 +16,17 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
-from exporter.pipeline.enrich import enrich
+from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot, WebStats
+from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
+
+
+class AttributionSource(Protocol):
+    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
+
+    def inputs(self) -> AttributionInputs: ...
 
 
 class AlertSink(Protocol):
@@ -55,17 +61,21 @@ class Pipeline:
         source_reason: str,
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
+        attribution: AttributionSource | None = None,
+        web_stats: Callable[[], WebStats | None] | None = None,
         clock_tool: str = "rocm-smi",
     ) -> None:
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
+        self.attribution = attribution
+        self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        snapshot = enrich(snapshot)
+        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts
         for transition in transitions:
@@ -79,6 +89,7 @@ class Pipeline:
             poll_durations=self._poll_durations,
             alertmanager=self.pusher.stats if self.pusher is not None else None,
             process=read_process_stats(),
+            web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

@@ -50,6 +50,16 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
+    **dict.fromkeys(
+        (
+            "amdgpu_exporter_web_config_reloads_total",
+            "amdgpu_exporter_web_config_last_reload_successful",
+            "amdgpu_exporter_http_rejections_total",
+            "amdgpu_exporter_http_connections",
+            "amdgpu_exporter_http_max_connections",
+        ),
+        "the HTTP layer, only with --web.config.file: no GPU dashboard panel",
+    ),
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

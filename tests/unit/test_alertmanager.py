@@ -17,7 +17,7 @@ from exporter.alerting.alertmanager import (
     rfc3339,
 )
 from exporter.alerting.rulefile import default_rules
-from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot
+from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot, frozen_map
 
 
 def parse_time(text: str) -> float:
@@ -204,3 +204,17 @@ def test_resolved_clock_down_alert_carries_the_restore_advice_until_it_expires()
     (after,) = pusher.pending_payload(now=101)
     assert parse_time(after["endsAt"]) == 30
     assert not {"suggestion", "suggested_command", "undo_command"} & set(after["annotations"])
+
+
+def test_pushed_alerts_carry_the_workload_labels_of_the_enriched_snapshot() -> None:
+    from exporter.attribution.model import Attribution
+
+    attribution = Attribution(
+        label_names=("pod", "namespace", "container"), labels=frozen_map({1: ("train-0", "ml", "worker")})
+    )
+    pusher = AlertmanagerPusher(["http://am:9093"], node="gpu-node-1")
+    cycle, alerts = snapshot(10, alert(1, True, since=10), alert(0, True, since=10))
+    pusher.update(dataclasses.replace(cycle, attribution=attribution), alerts)
+    labels = {p["labels"]["gpu"]: p["labels"] for p in pusher.pending_payload(now=11)}
+    assert (labels["1"]["pod"], labels["1"]["namespace"], labels["1"]["container"]) == ("train-0", "ml", "worker")
+    assert not {"pod", "namespace", "container"} & set(labels["0"])  # not allocated: no empty labels
