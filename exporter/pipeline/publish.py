@@ -45,6 +45,8 @@ class AlertSink(Protocol):
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
 
+    def set_rules(self, rules: Sequence[Rule]) -> None: ...
+
     @property
     def stats(self) -> AlertmanagerStats: ...
 
@@ -81,8 +83,10 @@ class Pipeline:
         attribution: AttributionSource | None = None,
         fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
+        clock_tool: str = "rocm-smi",
     ) -> None:
         self.rules = tuple(rules)
+        self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.attribution = attribution
         self.fast = fast
@@ -98,7 +102,7 @@ class Pipeline:
             self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
             snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
-        alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
@@ -122,6 +126,12 @@ class Pipeline:
             published=published,
             metrics=render(published),
         )
+
+    def replace_rules(self, rules: Sequence[Rule]) -> None:
+        """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
+        self.rules = tuple(rules)
+        if self.pusher is not None:
+            self.pusher.set_rules(self.rules)
 
     def flush(self) -> None:
         """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""
