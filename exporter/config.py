@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -34,6 +35,41 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise ValueError(f"{text!r} must be longer than zero")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def bounded_duration(low: float, high: float) -> Callable[[str], float]:
+    """A duration parser that refuses values outside [low, high] seconds.
+
+    Why bounds: a poll interval of 1 µs burns a core re-reading sysfs, and one of 10^14 hours
+    overflows the event loop's timer; neither is ever meant.
+    """
+
+    def parse(text: str) -> float:
+        seconds = parse_duration(text)
+        if not low <= seconds <= high:
+            raise ValueError(f"{str(text).strip()!r} is outside {format_duration(low)}..{format_duration(high)}")
+        return seconds
+
+    return parse
+
+
+def parse_http_url(text: str) -> str:
+    """An http:// or https:// URL with a host (Alertmanager)."""
+    parts = urlsplit(str(text).strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http:// or https:// URL with a host (example: http://alertmanager:9093)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as error:
+        raise ValueError(f"{text!r} has a bad port: {error}") from error
+    return str(text).strip()
 
 
 def parse_bool(text: str | bool) -> bool:
@@ -63,6 +99,7 @@ def _choice(*allowed: str) -> Callable[[str], str]:
             raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
         return text
 
+    parse.choices = allowed  # type: ignore[attr-defined]  # shown once, as the flag's metavar
     return parse
 
 
@@ -80,6 +117,11 @@ class Option:
     help: str
     repeatable: bool = False
     is_flag: bool = False  # a switch with no value on the command line
+    default_text: str = ""  # how --help shows the default when the value itself says nothing ("")
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(getattr(self.parse, "choices", ()))
 
     @property
     def flag(self) -> str:
@@ -98,29 +140,47 @@ OPTIONS: tuple[Option, ...] = (
     Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
-    Option("interval", parse_duration, "1s", "time between poll cycles"),
+    Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles (10ms..1h)"),
     Option(
         "read-timeout",
-        parse_duration,
+        bounded_duration(0.01, 300),
         "2s",
-        "deadline for one device read; a device missing it is marked down",
+        "deadline for one device read; a device missing it is marked down (10ms..5m)",
     ),
-    Option("discovery-interval", parse_duration, "5m", "how often devices, identity and topology are re-read"),
+    Option(
+        "discovery-interval",
+        bounded_duration(1, 86400),
+        "5m",
+        "how often devices, identity and topology are re-read (1s..24h)",
+    ),
     Option(
         "slow-interval",
-        parse_duration,
+        bounded_duration(0.1, 86400),
         "10s",
-        "how often caps, thresholds, DPM tables and RAS counts are re-read",
+        "how often caps, thresholds, DPM tables and RAS counts are re-read (100ms..24h)",
     ),
     Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
-    Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
-    Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
+    Option("rules.file", str, "", "YAML file of in-daemon alert rules", default_text="the shipped rules"),
+    Option(
+        "alertmanager.url",
+        parse_http_url,
+        (),
+        "Alertmanager to push alerts to (repeatable)",
+        repeatable=True,
+        default_text="none",
+    ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
     Option("log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
     Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
     Option("demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
-    Option("demo.truth-file", str, "", "with --demo: rewrite the simulator's true values as JSON here on every tick"),
+    Option(
+        "demo.truth-file",
+        str,
+        "",
+        "with --demo: rewrite the simulator's true values as JSON here on every tick",
+        default_text="none",
+    ),
 )
 
 
@@ -146,6 +206,13 @@ class Settings:
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 
 
+def _help(option: Option) -> str:
+    default = option.default_text or (", ".join(option.default) if option.repeatable else str(option.default))
+    default_part = "" if option.is_flag else f" (default: {default})"
+    suffix = ", comma-separated" if option.repeatable else ""
+    return f"{option.help}{default_part} [env {option.env}{suffix}]"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option in OPTIONS:
         if option.is_flag:
@@ -155,25 +222,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_const",
                 const=True,
                 default=None,
-                help=f"{option.help} [env {option.env}]",
+                help=_help(option),
             )
         elif option.repeatable:
             parser.add_argument(
-                option.flag,
-                dest=option.dest,
-                action="append",
-                default=None,
-                metavar="VALUE",
-                help=f"{option.help} [env {option.env}, comma-separated]",
+                option.flag, dest=option.dest, action="append", default=None, metavar="URL", help=_help(option)
             )
         else:
-            parser.add_argument(
-                option.flag,
-                dest=option.dest,
-                default=None,
-                metavar="VALUE",
-                help=f"{option.help} (default {option.default}) [env {option.env}]",
-            )
+            metavar = "{" + ",".join(option.choices) + "}" if option.choices else "VALUE"
+            parser.add_argument(option.flag, dest=option.dest, default=None, metavar=metavar, help=_help(option))
     parser.add_argument(
         "--config.file",
         dest="config_file",
@@ -183,13 +240,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice (PyYAML keeps the last one, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(
+                    f"option {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})"
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _load_file(path: str) -> dict[str, Any]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except ConfigError as error:
+        raise ConfigError(f"config file {path}: {error}") from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -238,4 +312,17 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             raise ConfigError(f"{where[origin] or option.name}: {error}") from error
         values[option.dest] = value
         origins[option.name] = origin
-    return Settings(**values, config_file=config_file, origins=origins)
+    settings = Settings(**values, config_file=config_file, origins=origins)
+    _check_paths(settings, config_file)
+    return settings
+
+
+def _check_paths(settings: Settings, config_file: str) -> None:
+    """Folders and files must exist before anything is started (--demo makes its own /sys)."""
+    origin = settings.origins.get("path.sysfs", "default")
+    where = {"flag": "--path.sysfs", "env": "AMDGPU_EXPORTER_PATH_SYSFS", "file": f"path.sysfs in {config_file}"}
+    if not settings.demo and not os.path.isdir(settings.path_sysfs):
+        what = "is not a folder" if os.path.exists(settings.path_sysfs) else "is missing (no such folder)"
+        raise ConfigError(f"{where.get(origin, '--path.sysfs')}: {settings.path_sysfs} {what}")
+    if settings.rules_file and not os.path.isfile(settings.rules_file):
+        raise ConfigError(f"--rules.file: {settings.rules_file} is missing (no such file)")
