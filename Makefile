@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Real tools the integration tests run against the simulator (Debian bookworm package names).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
-	prometheus-alertmanager systemd util-linux procps python3-venv
+	prometheus-alertmanager systemd util-linux procps python3-venv chromium
 DEBIAN_BENCH_PACKAGES := wrk strace
 LISTEN ?= 127.0.0.1:9442
 

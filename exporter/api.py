@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import html
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -153,7 +152,9 @@ def alert_json(alert: AlertState, command: str) -> dict[str, Any]:
     return data
 
 
-def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics") -> Any:
+def create_app(
+    state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", refresh_seconds: float = 1.0
+) -> Any:
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url="/api/docs", redoc_url=None)
 
     @app.get("/healthz", response_class=PlainTextResponse)
@@ -197,23 +198,18 @@ def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/
         )
 
     @app.get("/", response_class=HTMLResponse)
-    async def landing() -> str:
+    async def status_page() -> str:
+        from exporter.web.status_page import render_status_page
+
         state = state_ref()
         snapshot = state.snapshot
-        count = len(snapshot.devices) if snapshot else 0
-        up = sum(1 for d in snapshot.devices if d.up) if snapshot else 0
-        path = html.escape(telemetry_path)
-        return (
-            "<!doctype html><html><head><title>amdgpu-exporter</title></head><body>"
-            f"<h1>amdgpu-exporter {html.escape(__version__)}</h1>"
-            f"<p>Source: {html.escape(state.source)} ({html.escape(state.source_reason)}). "
-            f"Devices: {count}, up: {up}.</p><ul>"
-            f'<li><a href="{path}">{path}</a> — Prometheus metrics</li>'
-            '<li><a href="/api/v1/devices">/api/v1/devices</a> — latest samples as JSON</li>'
-            '<li><a href="/api/v1/alerts">/api/v1/alerts</a> — in-daemon alerts and clock-down suggestions</li>'
-            '<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>'
-            '<li><a href="/api/docs">/api/docs</a> — API reference</li>'
-            "</ul></body></html>"
+        return render_status_page(
+            snapshot,
+            snapshot.alerts if snapshot is not None else (),
+            version=__version__,
+            source=state.source,
+            telemetry_path=telemetry_path,
+            refresh_seconds=refresh_seconds,
         )
 
     return MetricsFastPath(app, state_ref, telemetry_path)

@@ -188,7 +188,9 @@ async def serve(settings: Settings) -> None:
         pipeline = Pipeline(settings, source_name, reason, rules, pusher)
         pipeline.source = source
         poller.on_snapshot = pipeline.on_snapshot
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
+        app = create_app(
+            lambda: pipeline.state, settings.web_telemetry_path, refresh_seconds=max(settings.interval, 0.5)
+        )
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
         server = uvicorn.Server(config)
         stop = asyncio.Event()

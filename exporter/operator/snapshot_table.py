@@ -165,7 +165,9 @@ def _group_header(group: DeviceGroup) -> str:
     parts = [product]
     if group.partitioned:
         partition = "/".join(p for p in (first.compute_partition, first.memory_partition) if p)
-        parts.append(f"socket {first.serial or group.package}, {partition}, {len(group.devices)} partitions")
+        parts.append(
+            f"socket {first.serial or group.package}, {partition}, {len(group.devices)} partition{'s' if len(group.devices) != 1 else ''}"
+        )
     elif len(group.devices) > 1:
         parts.append(f"package {first.serial or group.package}, {len(group.devices)} dies")
     else:

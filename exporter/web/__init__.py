@@ -1,0 +1,1 @@
+"""HTTP: the routes that serve what the pipeline last published."""
