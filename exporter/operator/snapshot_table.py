@@ -165,9 +165,8 @@ def _group_header(group: DeviceGroup) -> str:
     parts = [product]
     if group.partitioned:
         partition = "/".join(p for p in (first.compute_partition, first.memory_partition) if p)
-        parts.append(
-            f"socket {first.serial or group.package}, {partition}, {len(group.devices)} partition{'s' if len(group.devices) != 1 else ''}"
-        )
+        count = len(group.devices)
+        parts.append(f"socket {first.serial or group.package}, {partition}, {count} partition{'s' * (count != 1)}")
     elif len(group.devices) > 1:
         parts.append(f"package {first.serial or group.package}, {len(group.devices)} dies")
     else:
