@@ -63,15 +63,17 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser(command: str) -> _Parser:
     prog = "amdgpu-exporter" if command == "serve" else f"amdgpu-exporter {command}"
-    epilog = None
+    description = _DESCRIPTIONS[command]
+    usage = f"{prog} [FLAG ...]"
     if command == "serve":
         width = max(len(name) for name in SUBCOMMANDS)
-        epilog = "commands:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items())
-        epilog += "\n\nRun 'amdgpu-exporter COMMAND --help' for a command's flags."
+        usage = f"{prog} [{'|'.join(SUBCOMMANDS)}] [FLAG ...]"
+        description += "\n\ncommands:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items())
+        description += "\n\nRun 'amdgpu-exporter COMMAND --help' for a command's own flags."
     parser = _Parser(
         prog=prog,
-        description=_DESCRIPTIONS[command],
-        epilog=epilog,
+        usage=usage,
+        description=description,
         allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -57,6 +57,7 @@ def bounded_duration(low: float, high: float) -> Callable[[str], float]:
             raise ValueError(f"{str(text).strip()!r} is outside {format_duration(low)}..{format_duration(high)}")
         return seconds
 
+    parse.bounds = (low, high)  # type: ignore[attr-defined]  # shown by --help
     return parse
 
 
@@ -109,6 +110,20 @@ def _telemetry_path(text: str) -> str:
     return text
 
 
+def _fleet(text: str) -> str:
+    from exporter.simulator.fleet import parse_fleet
+
+    parse_fleet(text)  # ValueError names what is wrong
+    return text
+
+
+def _scenario(text: str) -> str:
+    from exporter.simulator.workload import parse_scenario
+
+    parse_scenario(text)
+    return text
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # "web.listen-address": flag --web.listen-address, env AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS
@@ -122,6 +137,20 @@ class Option:
     @property
     def choices(self) -> tuple[str, ...]:
         return tuple(getattr(self.parse, "choices", ()))
+
+    @property
+    def metavar(self) -> str:
+        if self.choices:
+            return "{" + ",".join(self.choices) + "}"
+        if hasattr(self.parse, "bounds"):
+            return "DURATION"
+        if self.parse is parse_listen_address:
+            return "HOST:PORT"
+        if self.parse is parse_http_url:
+            return "URL"
+        if self.name.startswith("path.") or self.name.endswith("file"):
+            return "PATH"
+        return "VALUE"
 
     @property
     def flag(self) -> str:
@@ -139,25 +168,25 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
-    Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
-    Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles (10ms..1h)"),
+    Option("path.sysfs", str, "/sys", "the folder that stands for /sys, e.g. a simulator's tree"),
+    Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles"),
     Option(
         "read-timeout",
         bounded_duration(0.01, 300),
         "2s",
-        "deadline for one device read; a device missing it is marked down (10ms..5m)",
+        "deadline for one device read; a device missing it is marked down",
     ),
     Option(
         "discovery-interval",
         bounded_duration(1, 86400),
         "5m",
-        "how often devices, identity and topology are re-read (1s..24h)",
+        "how often devices, identity and topology are re-read",
     ),
     Option(
         "slow-interval",
         bounded_duration(0.1, 86400),
         "10s",
-        "how often caps, thresholds, DPM tables and RAS counts are re-read (100ms..24h)",
+        "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
     Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules", default_text="the shipped rules"),
@@ -165,15 +194,20 @@ OPTIONS: tuple[Option, ...] = (
         "alertmanager.url",
         parse_http_url,
         (),
-        "Alertmanager to push alerts to (repeatable)",
+        "Alertmanager to push alerts to; repeatable",
         repeatable=True,
         default_text="none",
     ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
-    Option("log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"),
+    Option(
+        "log.format",
+        _choice("auto", "json", "console"),
+        "auto",
+        "log format; auto is console on a terminal, JSON otherwise",
+    ),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
-    Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
-    Option("demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
+    Option("demo.fleet", _fleet, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
+    Option("demo.scenario", _scenario, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
     Option(
         "demo.truth-file",
         str,
@@ -209,6 +243,9 @@ class Settings:
 def _help(option: Option) -> str:
     default = option.default_text or (", ".join(option.default) if option.repeatable else str(option.default))
     default_part = "" if option.is_flag else f" (default: {default})"
+    bounds = getattr(option.parse, "bounds", None)
+    if bounds is not None:
+        default_part = f" (default: {default}; {format_duration(bounds[0])}..{format_duration(bounds[1])})"
     suffix = ", comma-separated" if option.repeatable else ""
     return f"{option.help}{default_part} [env {option.env}{suffix}]"
 
@@ -226,11 +263,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
         elif option.repeatable:
             parser.add_argument(
-                option.flag, dest=option.dest, action="append", default=None, metavar="URL", help=_help(option)
+                option.flag, dest=option.dest, action="append", default=None, metavar=option.metavar, help=_help(option)
             )
         else:
-            metavar = "{" + ",".join(option.choices) + "}" if option.choices else "VALUE"
-            parser.add_argument(option.flag, dest=option.dest, default=None, metavar=metavar, help=_help(option))
+            parser.add_argument(option.flag, dest=option.dest, default=None, metavar=option.metavar, help=_help(option))
     parser.add_argument(
         "--config.file",
         dest="config_file",

@@ -120,6 +120,16 @@ class Pipeline:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts
+        log.debug(
+            "cycle",
+            cycle=snapshot.cycle,
+            poll_seconds=round(snapshot.poll_duration_seconds, 6),
+            up=sum(1 for d in snapshot.devices if d.up),
+            down={d.gpu: d.down_reason for d in snapshot.devices if not d.up},
+            alerts_firing=sum(1 for a in alerts if a.firing),
+            alerts_pending=sum(1 for a in alerts if not a.firing and a.pending_since is not None),
+            transitions=len(transitions),
+        )
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
         snapshot = dataclasses.replace(snapshot, alerts=alerts)
@@ -147,10 +157,12 @@ async def serve(settings: Settings) -> None:
     rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
     host, port = settings.web_listen_address
     listener = open_listener(host, port)
+    port = listener.getsockname()[1]  # the real port when asked for port 0
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
         source, source_name, reason = select_source(settings, sysfs_root)
         log.info("source_selected", source=source_name, reason=reason)
+        log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         poller = Poller(
             source,
             interval=settings.interval,
@@ -170,6 +182,7 @@ async def serve(settings: Settings) -> None:
                 f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
                 "a GPU or its driver may be hung (see dmesg)"
             ) from error
+        log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
         if not devices:
             raise StartupError(
                 f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "

@@ -392,6 +392,13 @@ class SysfsSource:
             return current
         fresh = self._read_slow_fields(device, current)
         fresh.due = now + self.slow_interval
+        log.debug(
+            "slow_fields_read",
+            pci_bus_id=device.pci_bus_id,
+            seconds=round(time.monotonic() - now, 6),
+            ecc_blocks=len({block for block, _ in fresh.ecc}),
+            next_in=self.slow_interval,
+        )
         with self._slow_lock:
             self._slow[device.pci_bus_id] = fresh
         return fresh
