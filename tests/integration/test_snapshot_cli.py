@@ -206,3 +206,12 @@ def test_bad_snapshot_flags(args: list[str], needle: str) -> None:
         f"amdgpu-exporter: error: {result.stderr.split('error: ', 1)[1].strip()}"
     ]
     assert needle in result.stderr
+
+
+def test_logs_are_plain_json_when_piped(tmp_path: Path) -> None:
+    write_tree(tmp_path / "sys", fleet="MI210")
+    result = snapshot(f"--path.sysfs={tmp_path / 'sys'}", "--log.level=debug")
+    assert result.returncode == 0
+    assert "\x1b" not in result.stderr
+    events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
+    assert {"device_found", "discovered", "polled"} <= set(events)
