@@ -18,7 +18,7 @@ from bench import http_bench, poll_bench, report, rocmsmi, servers, trees
 from bench.procstat import rss_bytes
 from bench.results import Results
 from exporter import __version__
-from exporter.api import OPENMETRICS_CONTENT_TYPE
+from exporter.web.routes import OPENMETRICS_CONTENT_TYPE
 
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
 REQUIRED_TOOLS = {

@@ -17,8 +17,8 @@ from typing import Any
 
 import uvicorn
 
-from exporter.api import TEXT_CONTENT_TYPE
 from exporter.daemon import open_listener
+from exporter.web.routes import TEXT_CONTENT_TYPE
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]

@@ -29,9 +29,9 @@ from typing import Any
 
 from bench.procstat import rss_bytes
 from bench.syscalls import MARKER_PREFIX
-from exporter.logging import configure_logging
-from exporter.model import DeviceIdentity, Sample
-from exporter.poller import Poller
+from exporter.log import configure_logging
+from exporter.model import DeviceIdentity, Sample, SourceStats
+from exporter.pipeline.poller import Poller
 from exporter.sources.sysfs import SysfsSource
 
 HOT_SLOW_INTERVAL = 1e9  # slow fields read once at the first cycle, never again
@@ -52,6 +52,9 @@ class FirstDevices:
 
     def read(self, device: DeviceIdentity) -> Sample:
         return self.source.read(device)
+
+    def stats(self) -> SourceStats:
+        return self.source.stats()
 
     def close(self) -> None:
         self.source.close()
@@ -141,17 +144,16 @@ async def trace(args: argparse.Namespace) -> dict[str, Any]:
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Poll, evaluate the rules and render (OpenMetrics, gzip), back to back: a daemon scraped every cycle."""
-    from exporter import rules
+    from exporter.alerting.rulefile import default_rules
     from exporter.config import add_arguments, resolve
-    from exporter.daemon import Pipeline
+    from exporter.pipeline.publish import Pipeline
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     settings = resolve(parser.parse_args([f"--path.sysfs={args.sysfs}", "--source=sysfs"]), environ={})
     source = SysfsSource(args.sysfs, slow_interval=settings.slow_interval)
     poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
-    pipeline = Pipeline(settings, "sysfs", "bench", rules.default_rules(), None)
-    pipeline.source = source
+    pipeline = Pipeline(source_name="sysfs", source_reason="bench", rules=default_rules())
     poller.discover()
     pid = os.getpid()
     checkpoints: list[tuple[int, int]] = []

@@ -12,12 +12,13 @@ import asyncio
 import difflib
 import os
 import sys
+import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve
-from exporter.logging import configure_logging
+from exporter.log import configure_logging
 
 SUBCOMMANDS: dict[str, str] = {
     "serve": "serve /metrics, the JSON API and the status page (the default when no command is given)",
@@ -132,6 +133,16 @@ def _leave(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _finish(code: int) -> int:
+    """Return normally unless a thread is stuck (in a hung device's read): then leave without it."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(timeout=0.2)
+            if thread.is_alive():
+                _leave(code)
+    return code
+
+
 def _log_level(settings: Settings, quiet_default: str) -> str:
     """Commands that print for a person log only warnings unless --log.level says otherwise."""
     return settings.log_level if settings.origins.get("log.level") != "default" else quiet_default
@@ -157,12 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging(_log_level(settings, "warn"), settings.log_format)
             from exporter.operator import snapshot
 
-            _leave(snapshot.run(settings, watch=watch, as_json=args.json))
+            return _finish(snapshot.run(settings, watch=watch, as_json=args.json))
         if command == "doctor":
             configure_logging(_log_level(settings, "error"), settings.log_format)
             from exporter.operator import doctor
 
-            _leave(doctor.run(settings, args))
+            return _finish(doctor.run(settings, args))
         configure_logging(settings.log_level, settings.log_format)
         from exporter.daemon import serve
 
@@ -173,8 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _leave(130)
     except Exception as error:
+        from exporter.alerting.rulefile import RulesConfigError
         from exporter.daemon import StartupError
-        from exporter.rules import RulesConfigError
 
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))

@@ -1,30 +1,35 @@
-"""Wires the pipeline: source -> poller -> rules -> exposition -> HTTP, plus the demo simulator."""
+"""Wiring only: source -> poller -> pipeline (enrich, alerting, exposition) -> HTTP, plus the demo simulator.
+
+Nothing here computes anything a cycle publishes; see docs/architecture.md for the stages.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from exporter import rules as alert_rules
-from exporter.api import PublishedState, create_app
+from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
-from exporter.exposition import ExporterInfo, Exposition
-from exporter.logging import get_logger
-from exporter.model import AlertState, Snapshot
-from exporter.poller import Poller
+from exporter.log import get_logger
+from exporter.pipeline.poller import Poller
+from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
+from exporter.web.routes import create_app
+
+if TYPE_CHECKING:
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
 
@@ -71,7 +76,7 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
         return sysfs, "sysfs", "chosen by --source"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
         return sysfs, "sysfs", "auto: librocm_smi64 only reads /sys, and --path.sysfs points elsewhere"
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     if settings.source == "rocm-smi":
         ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
@@ -85,7 +90,7 @@ def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str
 
 
 def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
-    from exporter.sources import rocm_smi
+    from exporter.sources.rocm_smi import source as rocm_smi
 
     # The worker's own call deadline fires before the poller's, so a hung library call is
     # attributed (and the worker restarted) by the supervisor rather than merely timed out.
@@ -105,56 +110,47 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Pipeline:
-    """Everything that happens after a poll cycle: rules, rendering, publishing, paging."""
-
-    def __init__(self, settings: Settings, source_name: str, reason: str, rules: Any, pusher: Any) -> None:
-        self.info = ExporterInfo(source=source_name, source_reason=reason)
-        self.exposition = Exposition(self.info)
-        self.rules = rules
-        self.pusher = pusher
-        self.source: Any = None
-        self.state = PublishedState(source=source_name, source_reason=reason)
-        self._alerts: tuple[AlertState, ...] = ()
-
-    def on_snapshot(self, snapshot: Snapshot) -> None:
-        alerts, transitions = alert_rules.evaluate(self.rules, self._alerts, snapshot)
-        self._alerts = alerts
-        log.debug(
-            "cycle",
-            cycle=snapshot.cycle,
-            poll_seconds=round(snapshot.poll_duration_seconds, 6),
-            up=sum(1 for d in snapshot.devices if d.up),
-            down={d.gpu: d.down_reason for d in snapshot.devices if not d.up},
-            alerts_firing=sum(1 for a in alerts if a.firing),
-            alerts_pending=sum(1 for a in alerts if not a.firing and a.pending_since is not None),
-            transitions=len(transitions),
+async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
+    """The first discovery, bounded (a hung GPU can block it as it can any read); the device count."""
+    deadline = max(10.0, read_timeout * 5)
+    try:
+        devices = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, poller.discover), deadline)
+    except TimeoutError as error:
+        raise StartupError(
+            f"device discovery under {sysfs_root} did not finish within {deadline:g} s: "
+            "a GPU or its driver may be hung (see dmesg)"
+        ) from error
+    if not devices:
+        raise StartupError(
+            f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
+            "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
         )
-        for transition in transitions:
-            log.warning("alert_transition", **transition.log_fields())
-        snapshot = dataclasses.replace(snapshot, alerts=alerts)
-        self.exposition.poll_duration.observe(snapshot.poll_duration_seconds)
-        restarts = getattr(self.source, "worker_restarts", None)
-        self.info.worker_restarts = restarts if isinstance(restarts, int) else None
-        if self.pusher is not None:
-            self.pusher.update(snapshot)
-            self.info.alertmanager_results = {
-                "sent": self.pusher.sent_total,
-                "failed": self.pusher.failed_total,
-            }
-        commands = {(a.gpu, a.alert): alert_rules.suggested_command(a.suggestion) for a in alerts if a.suggestion}
-        # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition.py).
-        rendered = self.exposition.render(snapshot)
-        self.state = dataclasses.replace(self.state, snapshot=snapshot, metrics=rendered, alert_commands=commands)
+    log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
+    return len(devices)
 
-    def flush(self) -> None:
-        """Render the current snapshot as a Prometheus scrape would ask for it (benchmarks)."""
-        if self.state.metrics is not None:
-            self.state.metrics.body(openmetrics=True, gzipped=True)
+
+def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
+    """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
+    if not settings.alertmanager_url:
+        return None
+    from exporter.alerting.alertmanager import AlertmanagerPusher
+
+    try:
+        return AlertmanagerPusher(
+            list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+        )
+    except ValueError as error:
+        raise ConfigError(f"--alertmanager.url: {error}") from error
+
+
+def _shown_url(host: str, port: int, path: str) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
+    return f"http://{shown_host}:{port}{path}"
 
 
 async def serve(settings: Settings) -> None:
-    rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
+    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     host, port = settings.web_listen_address
     listener = open_listener(host, port)
     port = listener.getsockname()[1]  # the real port when asked for port 0
@@ -171,35 +167,9 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        # A hung GPU can block a discovery read as it can any read: bound it, and say so.
-        discovery_deadline = max(10.0, settings.read_timeout * 5)
-        try:
-            devices = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(None, poller.discover), discovery_deadline
-            )
-        except TimeoutError as error:
-            raise StartupError(
-                f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
-                "a GPU or its driver may be hung (see dmesg)"
-            ) from error
-        log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
-        if not devices:
-            raise StartupError(
-                f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
-                "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
-            )
-        pusher = None
-        if settings.alertmanager_url:
-            from exporter.alertmanager import AlertmanagerPusher
-
-            try:
-                pusher = AlertmanagerPusher(
-                    list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
-                )
-            except ValueError as error:
-                raise ConfigError(f"--alertmanager.url: {error}") from error
-        pipeline = Pipeline(settings, source_name, reason, rules, pusher)
-        pipeline.source = source
+        device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        pusher = alertmanager_pusher(settings, port, rules)
+        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(
             lambda: pipeline.state, settings.web_telemetry_path, refresh_seconds=max(settings.interval, 0.5)
@@ -210,14 +180,8 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        shown_host = f"[{host}]" if ":" in host else host
-        shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
-        log.info(
-            "listening",
-            url=f"http://{shown_host}:{port}{settings.web_telemetry_path}",
-            devices=len(devices),
-            interval=settings.interval,
-        )
+        url = _shown_url(host, port, settings.web_telemetry_path)
+        log.info("listening", url=url, devices=device_count, interval=settings.interval)
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),
             asyncio.create_task(server.serve(sockets=[listener]), name="http"),

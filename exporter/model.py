@@ -121,7 +121,7 @@ class DeviceState:
 
 @dataclass(frozen=True, slots=True)
 class AlertState:
-    """One in-daemon alert on one device (see rules.py)."""
+    """One in-daemon alert on one device (see alerting/state.py)."""
 
     gpu: int
     alert: str
@@ -132,20 +132,87 @@ class AlertState:
     pending_since: float | None = None
     clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1
     suggested_gfx_clock_max_hertz: float | None = None
-    suggestion: str = ""  # human sentence + command; always a suggestion, never applied
-    # Clock-down bookkeeping (rules.py): steps are fractions of the gfx clock max seen when the alert
+    suggestion: str = ""  # human sentence (with the command in it); always a suggestion, never applied
+    suggested_command: str = ""  # the shell command of the suggestion, "" when it has none
+    # Clock-down bookkeeping (alerting/state.py): steps are fractions of the gfx clock max seen when the alert
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None
     clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step
 
 
 @dataclass(frozen=True, slots=True)
+class SourceStats:
+    """Counters a source keeps about itself, reported as data with every snapshot."""
+
+    worker_restarts: int | None = None  # rocm-smi worker processes started after the first; None: no worker
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Immutable result of one poll cycle: what /metrics, the rules and the API all read."""
+    """Immutable result of one poll cycle: what alerting, exposition and the API all read."""
 
     taken_at: float
     devices: tuple[DeviceState, ...] = ()
-    alerts: tuple[AlertState, ...] = ()
     poll_duration_seconds: float = 0.0
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0
+    source_stats: SourceStats = SourceStats()
+
+
+POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Observations counted into buckets; observe() returns a new value, so a published one never changes."""
+
+    bounds: tuple[float, ...] = POLL_DURATION_BUCKETS  # upper bounds; +Inf is implied
+    counts: tuple[int, ...] = (0,) * (len(POLL_DURATION_BUCKETS) + 1)  # per bucket (not cumulative), +Inf last
+    total: float = 0.0  # sum of the observations
+
+    def observe(self, value: float) -> Histogram:
+        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))
+        counts = tuple(c + 1 if i == index else c for i, c in enumerate(self.counts))
+        return Histogram(self.bounds, counts, self.total + value)
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertmanagerStats:
+    """The Alertmanager pusher's counters (one per alert per post)."""
+
+    sent: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStats:
+    """The exporter process itself, read once per cycle (prometheus-client's ProcessCollector, Linux /proc)."""
+
+    values: Mapping[str, float] = field(default_factory=frozen_map)  # process_* sample name -> value
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterStats:
+    """What the exporter reports about itself besides the snapshot."""
+
+    source: str = ""
+    source_reason: str = ""
+    poll_durations: Histogram = Histogram()
+    alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
+    process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What one cycle publishes: the (enriched) snapshot, the alerts evaluated on it, the exporter's stats.
+
+    Made once per cycle by exporter.pipeline.publish and only read after: by exposition and the web.
+    """
+
+    snapshot: Snapshot
+    alerts: tuple[AlertState, ...] = ()
+    stats: ExporterStats = ExporterStats()

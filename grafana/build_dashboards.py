@@ -3,7 +3,7 @@
     python grafana/build_dashboards.py           # rewrite the JSON files
     python grafana/build_dashboards.py --check   # exit 1 if the committed JSON is out of date
 
-Temperature, stale-age and power-cap levels are read from exporter/default_rules.yaml and
+Temperature, stale-age and power-cap levels are read from exporter/alerting/default_rules.yaml and
 deploy/prometheus/amdgpu-exporter.rules.yml: change a rule there, run this, commit both.
 """
 

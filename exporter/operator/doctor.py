@@ -111,7 +111,7 @@ def _link(device_dir: str) -> dict[str, Any]:
 
 def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, ...], str]:
     """Discovery and one read of every device, each against the deadline; (devices, error)."""
-    from exporter.poller import Poller
+    from exporter.pipeline.poller import Poller
     from exporter.sources.sysfs import SysfsSource
 
     source = SysfsSource(sysfs, slow_interval=settings.slow_interval)
@@ -548,7 +548,7 @@ def render_json(findings: Sequence[Finding], facts: Facts) -> str:
     return json.dumps(document, indent=2, default=str) + "\n"
 
 
-def run(settings: Settings, args: argparse.Namespace, *, out: TextIO = sys.stdout) -> int:
+def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     """Gather, judge, print; 1 when any finding failed. The caller leaves with os._exit."""
     for flag, path in (("--path.procfs", args.path_procfs), ("--path.dev", args.path_dev)):
         if not os.path.isdir(path):
@@ -559,8 +559,8 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO = sys.stdou
         from exporter.daemon import demo_tree
 
         with demo_tree(settings) as root:
-            return _run(settings, args, root, out)
-    return _run(settings, args, settings.path_sysfs, out)
+            return _run(settings, args, root, out or sys.stdout)
+    return _run(settings, args, settings.path_sysfs, out or sys.stdout)
 
 
 def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:

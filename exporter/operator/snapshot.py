@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import sys
 import time
@@ -14,8 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from exporter.config import Settings
-from exporter.logging import get_logger
-from exporter.model import AlertState, Snapshot
+from exporter.log import get_logger
+from exporter.model import Published
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.operator.snapshot_table import render_table
 
@@ -23,19 +22,6 @@ log = get_logger("exporter.snapshot")
 
 # ANSI: cursor home, clear screen; what `watch` does between frames.
 CLEAR = "\x1b[H\x1b[2J"
-
-
-def devices_document(snapshot: Snapshot) -> dict[str, Any]:
-    """The /api/v1/devices document (docs/api-devices.md), the same for the API and `snapshot --json`."""
-    from exporter.api import device_json
-
-    return {
-        "taken_at": snapshot.taken_at,
-        "source": snapshot.source,
-        "cycle": snapshot.cycle,
-        "poll_duration_seconds": snapshot.poll_duration_seconds,
-        "devices": [device_json(d) for d in snapshot.devices],
-    }
 
 
 @contextlib.contextmanager
@@ -49,13 +35,14 @@ def _sysfs_root(settings: Settings) -> Iterator[str]:
         yield settings.path_sysfs
 
 
-def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
-    from exporter import rules as alert_rules
+    from exporter.alerting.rulefile import default_rules, load_rules
     from exporter.daemon import StartupError, select_source
-    from exporter.poller import Poller
+    from exporter.pipeline.poller import Poller
+    from exporter.pipeline.publish import Pipeline
 
-    rules = alert_rules.load_rules(Path(settings.rules_file)) if settings.rules_file else alert_rules.default_rules()
+    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     with _sysfs_root(settings) as root:
         source, name, why = select_source(settings, root)
         log.debug("source_selected", source=name, reason=why)
@@ -75,21 +62,23 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO =
             log.debug("discovered", devices=len(devices), seconds=round(time.monotonic() - started, 4))
             if not devices:
                 raise StartupError(f"no AMD GPU found under {root}/class/drm (to try without a GPU: --demo)")
-            return asyncio.run(_loop(poller, rules, watch=watch, as_json=as_json, out=out))
+            # The daemon's own stages after the poller (enrich, alert rules), without an Alertmanager.
+            pipeline = Pipeline(source_name=name, source_reason=why, rules=rules)
+            return asyncio.run(_loop(poller, pipeline, watch=watch, as_json=as_json, out=out or sys.stdout))
         finally:
             poller.close()
 
 
-async def _loop(poller: Any, rules: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
-    from exporter import rules as alert_rules
+async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
+    from exporter.web.routes import devices_document
 
-    alerts: tuple[AlertState, ...] = ()
     redraw = watch is not None and out.isatty() and not as_json
     next_tick = time.monotonic()
     while True:
-        snapshot = await poller.poll_once()
-        alerts, _ = alert_rules.evaluate(rules, alerts, snapshot)
-        snapshot = dataclasses.replace(snapshot, alerts=alerts)
+        pipeline.on_snapshot(await poller.poll_once())
+        published: Published | None = pipeline.state.published
+        assert published is not None  # on_snapshot publishes every cycle
+        snapshot, alerts = published.snapshot, published.alerts
         log.debug(
             "polled",
             cycle=snapshot.cycle,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from exporter.model import DeviceIdentity, Sample
+from exporter.model import DeviceIdentity, Sample, SourceStats
 
 
 class SourceError(Exception):
@@ -25,6 +25,10 @@ class Source(Protocol):
 
     def read(self, device: DeviceIdentity) -> Sample:
         """Read one device once. Blocking (run in a thread or worker). Raises SourceError."""
+        ...
+
+    def stats(self) -> SourceStats:
+        """The source's own counters now (cheap, non-blocking); the poller copies them into each Snapshot."""
         ...
 
     def close(self) -> None: ...

@@ -1,6 +1,6 @@
 """The numbers the dashboards colour by, read from the rules the project ships.
 
-Temperature colours come from the in-daemon rule set (exporter/default_rules.yaml): red from the
+Temperature colours come from the in-daemon rule set (exporter/alerting/default_rules.yaml): red from the
 junction alert's threshold, orange from its clear threshold. The stale-sample age and the
 power-at-cap share come from the Prometheus rules (deploy/prometheus/amdgpu-exporter.rules.yml).
 
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _shipped_daemon_rules() -> Path:
-    """exporter/default_rules.yaml, or wherever below exporter/ a restructuring has moved it."""
-    usual = ROOT / "exporter" / "default_rules.yaml"
+    """exporter/alerting/default_rules.yaml, or wherever below exporter/ a restructuring has moved it."""
+    usual = ROOT / "exporter" / "alerting" / "default_rules.yaml"
     found = [usual] if usual.exists() else sorted((ROOT / "exporter").glob("**/default_rules.yaml"))
     return found[0] if len(found) == 1 else usual  # none or several: the error names the usual place
 

@@ -8,7 +8,8 @@ Everything is a function of (FLEET, SCENARIO, SEED, ELAPSED, the rules) except a
 clock by nature. Exactly those are replaced, by `normalise`, with WALL_CLOCK:
 - amdgpu_sample_timestamp_seconds (time.time() of each read),
 - amdgpu_exporter_last_poll_timestamp_seconds (time.time() when the cycle ended),
-- amdgpu_exporter_poll_duration_seconds: _sum, _created, and the _bucket counts below +Inf (which
+- process_* (the exporter process's own CPU, memory, file descriptors and start time),
+- amdgpu_exporter_poll_duration_seconds: _sum and the _bucket counts below +Inf (which
   bucket a cycle lands in depends on how fast this machine is). _count and le="+Inf" stay: they
   count cycles, which is deterministic.
 Each replaced value must still parse as a float, so a broken value is not hidden by the substitution.
@@ -25,9 +26,11 @@ from importlib import resources
 from pathlib import Path
 
 from exporter import config
-from exporter import rules as alert_rules
-from exporter.daemon import Pipeline, select_source
-from exporter.poller import Poller
+from exporter.alerting.rulefile import parse_rules
+from exporter.alerting.rules import Rule
+from exporter.daemon import select_source
+from exporter.pipeline.poller import Poller
+from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
 
 FLEET = "1xMI210,2xMI250X,1xMI300X"
@@ -46,7 +49,8 @@ _WALL_CLOCK_SAMPLE = re.compile(
     r"^(?P<series>"
     r"amdgpu_sample_timestamp_seconds\{[^}]*\}"
     r"|amdgpu_exporter_last_poll_timestamp_seconds"
-    r"|amdgpu_exporter_poll_duration_seconds_(?:sum|created)"
+    r"|amdgpu_exporter_poll_duration_seconds_sum"
+    r"|process_[a-z_]+"
     r'|amdgpu_exporter_poll_duration_seconds_bucket\{le="(?!\+Inf")[^"]*"\}'
     r") (?P<value>\S+)$"
 )
@@ -89,10 +93,10 @@ def _wait_for_pcie_bandwidth(source: object, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def golden_rules() -> tuple[alert_rules.Rule, ...]:
-    shipped = resources.files("exporter").joinpath("default_rules.yaml").read_text(encoding="utf-8")
+def golden_rules() -> tuple[Rule, ...]:
+    shipped = resources.files("exporter.alerting").joinpath("default_rules.yaml").read_text(encoding="utf-8")
     assert shipped.count("    for: 60s\n") == 1, "the shipped rules changed: adapt golden_rules()"
-    return alert_rules.parse_rules(shipped.replace("    for: 60s\n", f"    for: {FOR_SECONDS:g}s\n"), "golden")
+    return parse_rules(shipped.replace("    for: 60s\n", f"    for: {FOR_SECONDS:g}s\n"), "golden")
 
 
 async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> None:
@@ -116,8 +120,7 @@ def render_golden() -> dict[bool, str]:
         settings = _settings(root)
         source, name, reason = select_source(settings, str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
-        pipeline = Pipeline(settings, name, reason, golden_rules(), None)
-        pipeline.source = source
+        pipeline = Pipeline(source_name=name, source_reason=reason, rules=golden_rules())
         try:
             asyncio.run(_poll(poller, simulator, pipeline))
         finally:

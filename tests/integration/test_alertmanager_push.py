@@ -2,7 +2,7 @@
 
 Alertmanager runs on a free 127.0.0.1 port with clustering off and a temporary storage dir; its one
 receiver is a webhook to a small HTTP server in this test, so we see exactly what it would page.
-Alerts come from the real rules (exporter.rules.evaluate), not hand-made states.
+Alerts come from the real rules (exporter.alerting.state.evaluate), not hand-made states.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from exporter.alertmanager import AlertmanagerPusher, alerts_endpoint
+from exporter.alerting.alertmanager import AlertmanagerPusher, alerts_endpoint
+from exporter.alerting.rulefile import default_rules
+from exporter.alerting.state import evaluate
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
-from exporter.rules import default_rules, evaluate, suggested_command
 from tests.realtools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -169,10 +170,11 @@ class Node:
         self.rules = default_rules()
         self.states: tuple[AlertState, ...] = ()
 
-    def cycle(self, at: float, junctions: tuple[float, float]) -> Snapshot:
-        devices = (mi250x(0, junctions[0]), mi250x(1, junctions[1]))
-        self.states, _ = evaluate(self.rules, self.states, Snapshot(taken_at=at, devices=devices))
-        return Snapshot(taken_at=at, devices=devices, alerts=self.states)
+    def cycle(self, at: float, junctions: tuple[float, float]) -> tuple[Snapshot, tuple[AlertState, ...]]:
+        """One cycle as the pipeline hands it to the pusher: the snapshot and the alerts evaluated on it."""
+        snapshot = Snapshot(taken_at=at, devices=(mi250x(0, junctions[0]), mi250x(1, junctions[1])))
+        self.states, _ = evaluate(self.rules, self.states, snapshot)
+        return snapshot, self.states
 
 
 async def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -198,12 +200,12 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
         now = time.time()
         node.cycle(now - 61, (70.0, 90.0))  # GCD 1 goes hot: pending
         firing = node.cycle(now - 1, (70.0, 91.0))  # 60 s later: firing, first clock-down step
-        (state,) = [s for s in firing.alerts if s.firing]
+        (state,) = [s for s in firing[1] if s.firing]
         pusher = AlertmanagerPusher([alertmanager], instance=instance, resend_interval=0.5, rules=node.rules)
         stop = asyncio.Event()
         sender = asyncio.create_task(pusher.run(stop))
         try:
-            pusher.update(firing)
+            pusher.update(*firing)
             (alert,) = await wait_for(lambda: webhook.received(instance, "firing"), 10, "the firing notification")
             assert alert["labels"] == {
                 "alertname": "GpuJunctionTemperatureHigh",
@@ -220,7 +222,7 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
             assert annotations["summary"] == "GPU 1 junction temperature 91.0 °C is above 85 °C"
             assert "0000:2a:00.0" in annotations["description"]
             assert annotations["suggestion"] == state.suggestion
-            assert suggested_command(annotations["suggestion"]) == "rocm-smi -d 1 --setsrange 500 1615"
+            assert annotations["suggested_command"] == "rocm-smi -d 1 --setsrange 500 1615"
             assert parse_time(alert["startsAt"]) == pytest.approx(state.since, abs=0.001)
 
             # Re-posted on the resend cadence with endsAt a few intervals ahead, so it stays firing.
@@ -237,12 +239,12 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
 
             # Cooling below 80 °C resolves it; Alertmanager tells the receiver.
             resolved_snapshot = node.cycle(time.time(), (70.0, 79.0))
-            pusher.update(resolved_snapshot)
+            pusher.update(*resolved_snapshot)
             (resolved,) = await wait_for(lambda: webhook.received(instance, "resolved"), 10, "the resolution")
             assert resolved["status"] == "resolved"
             assert resolved["labels"] == alert["labels"]
-            assert parse_time(resolved["endsAt"]) == pytest.approx(resolved_snapshot.taken_at, abs=0.001)
-            assert pusher.failed_total == 0 and pusher.sent_total >= 3
+            assert parse_time(resolved["endsAt"]) == pytest.approx(resolved_snapshot[0].taken_at, abs=0.001)
+            assert pusher.stats.failed == 0 and pusher.stats.sent >= 3
         finally:
             stop.set()
             await asyncio.wait_for(sender, 5)
@@ -266,18 +268,18 @@ def test_a_dead_alertmanager_costs_log_lines_and_a_counter_only(alertmanager: st
         sender = asyncio.create_task(pusher.run(stop))
         try:
             started = time.perf_counter()
-            pusher.update(firing)
+            pusher.update(*firing)
             assert time.perf_counter() - started < 0.05, "update() must not wait for the network"
             # The live Alertmanager gets the alert although the first one refuses every post.
             (alert,) = await wait_for(lambda: webhook.received(instance, "firing"), 10, "the firing notification")
             assert alert["labels"]["gpu"] == "0" and alert["labels"]["die"] == "0"
-            await wait_for(lambda: pusher.failed_total >= 3, 5, "retries against the dead Alertmanager")
+            await wait_for(lambda: pusher.stats.failed >= 3, 5, "retries against the dead Alertmanager")
             # Backoff 0.05, 0.1, 0.2, then every 0.4 s: a handful of attempts, not a busy loop.
             await asyncio.sleep(0.5)
-            assert pusher.failed_total <= 8
+            assert pusher.stats.failed <= 8
             assert pusher.last_error[alerts_endpoint(dead)].startswith("ConnectError")
             assert pusher.last_error[alerts_endpoint(alertmanager)] == ""
-            assert pusher.sent_total >= 1
+            assert pusher.stats.sent >= 1
         finally:
             stop.set()
             started = time.perf_counter()
@@ -296,8 +298,8 @@ def test_alertmanager_rejects_nothing_we_send(alertmanager: str) -> None:
     pusher = AlertmanagerPusher(
         [alertmanager], instance="gpu-node-19:9442", generator_url="http://node:9442/api/v1/alerts"
     )
-    pusher.update(node.cycle(now - 69, (90.0, 90.0)))
-    pusher.update(node.cycle(now - 10, (70.0, 90.0)))  # GCD 0 resolved, GCD 1 still firing
+    pusher.update(*node.cycle(now - 69, (90.0, 90.0)))
+    pusher.update(*node.cycle(now - 10, (70.0, 90.0)))  # GCD 0 resolved, GCD 1 still firing
     body = pusher.pending_payload()
     assert [a["labels"]["gpu"] for a in body] == ["1", "0"]  # firing first
     assert parse_time(body[1]["endsAt"]) == pytest.approx(now - 10, abs=0.001)

@@ -52,7 +52,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bytes]:
     # The shipped rules with a 1 s `for`, so the scrape also carries a firing alert and the
     # suggested clock ceiling, series a quiet node never shows.
     rules = tmp_path_factory.mktemp("rules") / "rules.yaml"
-    shipped = (REPO / "exporter" / "default_rules.yaml").read_text(encoding="utf-8")
+    shipped = (REPO / "exporter" / "alerting" / "default_rules.yaml").read_text(encoding="utf-8")
     assert "    for: 60s\n" in shipped
     rules.write_text(shipped.replace("    for: 60s\n", "    for: 1s\n"), encoding="utf-8")
     proc, port = start_exporter(

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # Series that describe the exporter process or a wall-clock instant, not the GPUs.
-NOT_GPU_VALUES = ("amdgpu_exporter_", "amdgpu_sample_timestamp_seconds")
+NOT_GPU_VALUES = ("amdgpu_exporter_", "amdgpu_sample_timestamp_seconds", "process_")  # the daemon, not a GPU
 
 
 def scrape(port: int) -> Series:

@@ -20,7 +20,7 @@ import pytest
 from exporter.model import DeviceIdentity, Sample
 from exporter.simulator import Simulator
 from exporter.sources.base import SourceError
-from exporter.sources.rocm_smi import RocmSmiSource, probe_rocm_smi
+from exporter.sources.rocm_smi.source import RocmSmiSource, probe_rocm_smi
 from exporter.sources.sysfs import SysfsSource
 from tests.realtools import ROCM_SMI_LIBRARY, require_file, require_root, require_tool
 

@@ -94,7 +94,7 @@ def test_wheel_holds_every_module_the_package_data_and_the_licence(installed: In
         for path in (REPO / PACKAGE).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".yaml", ".typed")
     }
-    assert f"{PACKAGE}/default_rules.yaml" in shipped and f"{PACKAGE}/py.typed" in shipped
+    assert f"{PACKAGE}/alerting/default_rules.yaml" in shipped and f"{PACKAGE}/py.typed" in shipped
     assert shipped <= names, f"missing from the wheel: {sorted(shipped - names)}"
     assert not {n for n in names if n.startswith("tests/") or "__pycache__" in n}
     assert licence == (REPO / "LICENSE").read_bytes()

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from exporter.alertmanager import (
+from exporter.alerting.alertmanager import (
     AlertmanagerPusher,
     OutgoingAlert,
     _needs_prompt_send,
@@ -16,7 +16,7 @@ from exporter.alertmanager import (
     alerts_endpoint,
     rfc3339,
 )
-from exporter.model import AlertState, DeviceIdentity, DeviceState, Snapshot
+from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot
 
 
 def parse_time(text: str) -> float:
@@ -48,8 +48,9 @@ def alert(gpu: int, firing: bool, since: float, suggestion: str = "lower it", va
     )
 
 
-def snapshot(at: float, *alerts: AlertState) -> Snapshot:
-    return Snapshot(taken_at=at, devices=(gcd(0), gcd(1)), alerts=alerts)
+def snapshot(at: float, *alerts: AlertState) -> tuple[Snapshot, tuple[AlertState, ...]]:
+    """One cycle as the pipeline hands it to the pusher: the snapshot and the alerts evaluated on it."""
+    return Snapshot(taken_at=at, devices=(gcd(0), gcd(1))), alerts
 
 
 def test_urls_are_checked_and_normalised() -> None:
@@ -87,7 +88,7 @@ def test_rfc3339_is_utc() -> None:
 
 def test_firing_then_resolved_then_expired() -> None:
     pusher = AlertmanagerPusher(["http://am:9093"], instance="n", resend_interval=10, resolved_retention=100)
-    pusher.update(snapshot(1000, alert(0, True, since=990), alert(1, False, since=500)))
+    pusher.update(*snapshot(1000, alert(0, True, since=990), alert(1, False, since=500)))
     (firing,) = pusher.pending_payload(now=1001)
     assert firing["labels"]["gpu"] == "0"
     assert parse_time(firing["startsAt"]) == 990
@@ -96,32 +97,32 @@ def test_firing_then_resolved_then_expired() -> None:
     assert firing["annotations"]["summary"] == "GpuJunctionTemperatureHigh on GPU 0"
 
     # Still firing: the start time is kept. Then it resolves at 1050 (the state's since).
-    pusher.update(snapshot(1010, alert(0, True, since=990, value=91.0)))
+    pusher.update(*snapshot(1010, alert(0, True, since=990, value=91.0)))
     assert parse_time(pusher.pending_payload(now=1011)[0]["startsAt"]) == 990
-    pusher.update(snapshot(1050, alert(0, False, since=1050)))
+    pusher.update(*snapshot(1050, alert(0, False, since=1050)))
     (resolved,) = pusher.pending_payload(now=1060)
     assert parse_time(resolved["endsAt"]) == 1050 and parse_time(resolved["startsAt"]) == 990
 
     # An alert that vanishes without a resolved state (its rule was removed) resolves "now".
-    pusher.update(snapshot(1100, alert(1, True, since=1100)))
-    pusher.update(snapshot(1120))
+    pusher.update(*snapshot(1100, alert(1, True, since=1100)))
+    pusher.update(*snapshot(1120))
     ends = {p["labels"]["gpu"]: parse_time(p["endsAt"]) for p in pusher.pending_payload(now=1121)}
     assert ends == {"0": 1050, "1": 1120}
 
     # Resolved alerts are re-sent for the retention period, then dropped.
-    pusher.update(snapshot(1149))
+    pusher.update(*snapshot(1149))
     assert len(pusher.pending_payload(now=1150)) == 2
-    pusher.update(snapshot(1151))
+    pusher.update(*snapshot(1151))
     assert [p["labels"]["gpu"] for p in pusher.pending_payload(now=1152)] == ["1"]
-    pusher.update(snapshot(1300))
+    pusher.update(*snapshot(1300))
     assert pusher.pending_payload(now=1300) == []
 
 
 def test_refiring_after_resolution_is_a_new_alert() -> None:
     pusher = AlertmanagerPusher(["http://am:9093"], instance="n")
-    pusher.update(snapshot(10, alert(0, True, since=10)))
-    pusher.update(snapshot(20, alert(0, False, since=20)))
-    pusher.update(snapshot(30, alert(0, True, since=30)))
+    pusher.update(*snapshot(10, alert(0, True, since=10)))
+    pusher.update(*snapshot(20, alert(0, False, since=20)))
+    pusher.update(*snapshot(30, alert(0, True, since=30)))
     (again,) = pusher.pending_payload(now=31)
     assert parse_time(again["startsAt"]) == 30 and parse_time(again["endsAt"]) > 31
 
@@ -150,10 +151,10 @@ def test_nothing_to_send_means_no_post_and_a_prompt_stop() -> None:
     async def scenario() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(pusher.run(stop))
-        pusher.update(snapshot(1.0, alert(0, False, since=1.0)))
+        pusher.update(*snapshot(1.0, alert(0, False, since=1.0)))
         await asyncio.sleep(0.2)
         stop.set()
         await asyncio.wait_for(task, 1)
 
     asyncio.run(scenario())
-    assert (pusher.sent_total, pusher.failed_total) == (0, 0)
+    assert pusher.stats == AlertmanagerStats(sent=0, failed=0)

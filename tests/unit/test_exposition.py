@@ -7,9 +7,18 @@ import gzip
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import EXPORTER_METRICS, Exposition, all_metric_names
-from exporter.metrics_table import DEVICE_METRICS
-from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, TopologyLink, frozen_map
+from exporter.exposition.metrics import DEVICE_METRICS, METRICS, all_metric_names
+from exporter.exposition.render import render
+from exporter.model import (
+    AlertState,
+    DeviceIdentity,
+    DeviceState,
+    Published,
+    Sample,
+    Snapshot,
+    TopologyLink,
+    frozen_map,
+)
 
 
 def _identity(bdf: str, card: str, die: int = 0) -> DeviceIdentity:
@@ -28,7 +37,7 @@ def _identity(bdf: str, card: str, die: int = 0) -> DeviceIdentity:
     )
 
 
-def _snapshot() -> Snapshot:
+def _snapshot() -> Published:
     die0 = Sample(
         timestamp=1000.0,
         temperatures=frozen_map({"junction": 71.0, "hbm0": 60.0}),
@@ -41,13 +50,16 @@ def _snapshot() -> Snapshot:
         pcie_naks_sent=4,
     )
     die1 = Sample(timestamp=1000.0, temperatures=frozen_map({"junction": 65.0}), busy=frozen_map({"gfx": 0.5}))
-    return Snapshot(
+    snapshot = Snapshot(
         taken_at=1001.0,
         devices=(
             DeviceState(_identity("0000:c1:00.0", "card0"), 0, die0, True),
             DeviceState(_identity("0000:c2:00.0", "card1", die=1), 1, die1, True),
             DeviceState(_identity("0000:d1:00.0", "card2"), 2, die1, False, "timeout", read_timeouts=2),
         ),
+    )
+    return Published(
+        snapshot,
         alerts=(AlertState(0, "GpuJunctionHot", "warning", True, 999.0, 86.0, None, 0.1, 1.53e9, "lower"),),
     )
 
@@ -61,7 +73,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_values_labels_and_absence() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     samples = _samples(rendered.text.decode())
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] == 71.0
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "hbm0")))] == 60.0
@@ -91,7 +103,7 @@ def test_values_labels_and_absence() -> None:
 
 
 def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     assert gzip.decompress(rendered.text_gzip) == rendered.text
     assert gzip.decompress(rendered.openmetrics_gzip) == rendered.openmetrics
     assert rendered.openmetrics.endswith(b"# EOF\n")
@@ -103,13 +115,10 @@ def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
 
     om_samples, text_samples = samples(om_families), samples(text_families)
     assert ("amdgpu_energy_joules_total", (("gpu", "0"),), 12345.5) in om_samples
-    # Every series, with its labels and value, in both forms; _created may be left out of the text
-    # form (prometheus-client puts it there as a separate gauge family), never added to it.
-    assert text_samples <= om_samples
-    assert {s for s in om_samples if not s[0].endswith("_created")} <= text_samples
-    om_types = {f.name: f.type for f in om_families}
-    text_types = {f.name: f.type for f in text_families if not f.name.endswith("_created")}
-    assert text_types == om_types
+    # Every series, with its labels and value, in both forms, and no _created series in either.
+    assert text_samples == om_samples
+    assert not any(s[0].endswith("_created") for s in om_samples)
+    assert {f.name: f.type for f in text_families} == {f.name: f.type for f in om_families}
 
 
 def test_every_table_entry_follows_the_naming_conventions() -> None:
@@ -132,36 +141,34 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_info",
         "_pages",
         "_firing",  # a 0/1 state, unitless like _up and _active
+        "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
     )
-    for spec in DEVICE_METRICS:
-        assert spec.name.startswith("amdgpu_")
+    # Every family of the one table: the per-device ones and the exporter's own (identity, alerts, self-metrics).
+    assert len(METRICS) > len(DEVICE_METRICS) > 20
+    for spec in METRICS:
+        name = spec.exposed_name
+        # amdgpu_, or process_ for the process collector's conventional names
+        assert spec.name.startswith(("amdgpu_", "process_")), name
         assert not spec.name.endswith("_total"), "counters get _total from prometheus-client"
-        assert spec.kind in ("gauge", "counter")
-        assert spec.exposed_name.endswith(unit_suffixes), spec.name
-        assert spec.exposed_name.endswith("_total") == (spec.kind == "counter"), spec.exposed_name
-        assert spec.help.strip()
-    # The exporter's own families (identity, alerts, self-metrics) follow the same rules.
-    assert EXPORTER_METRICS, "the exporter's own metrics are declared"
-    for name, kind, labels, help_text in EXPORTER_METRICS:
-        assert name.startswith("amdgpu_"), name
-        assert kind in ("gauge", "counter", "histogram"), name
+        assert spec.kind in ("gauge", "counter", "histogram"), name
         assert name.endswith(unit_suffixes), name
-        assert name.endswith("_total") == (kind == "counter"), f"{name}: _total exactly on counters"
-        assert not name.endswith("_info") or kind == "gauge", f"{name}: an _info metric is a gauge"
-        assert kind != "histogram" or name.endswith("_seconds"), f"{name}: a histogram of durations in seconds"
-        assert all(label.isidentifier() for label in labels.split(", ") if label), name
-        assert help_text.strip().endswith("."), name
+        assert name.endswith("_total") == (spec.kind == "counter"), f"{name}: _total exactly on counters"
+        assert not name.endswith("_info") or spec.kind == "gauge", f"{name}: an _info metric is a gauge"
+        assert spec.kind != "histogram" or name.endswith("_seconds"), f"{name}: a histogram of durations in seconds"
+        assert not spec.unit or f"_{spec.unit}" in spec.name, f"{name}: the name carries its unit {spec.unit}"
+        assert all(label.isidentifier() for label in spec.labels), name
+        assert spec.help.strip().endswith("."), name
 
 
 def test_a_device_with_an_empty_sample_renders_without_error() -> None:
     state = DeviceState(_identity("0000:01:00.0", "card0"), 0, Sample(timestamp=5.0), True)
-    text = Exposition().render(Snapshot(taken_at=6.0, devices=(state,))).text.decode()
+    text = render(Published(Snapshot(taken_at=6.0, devices=(state,)))).text.decode()
     assert 'amdgpu_up{gpu="0"} 1.0' in text
     assert "amdgpu_temperature_celsius{" not in text
 
 
 def test_bytes_are_rendered_once_per_format_and_only_when_asked() -> None:
-    rendered = Exposition().render(_snapshot())
+    rendered = render(_snapshot())
     assert rendered.cached(True, True) is None, "nothing is rendered before a scrape asks"
     first = rendered.body(openmetrics=True, gzipped=True)
     assert rendered.cached(True, True) is first
@@ -170,11 +177,9 @@ def test_bytes_are_rendered_once_per_format_and_only_when_asked() -> None:
 
 
 def test_a_published_snapshot_renders_its_own_values_later() -> None:
-    exposition = Exposition()
-    old = exposition.render(_snapshot())
-    newer = _snapshot()
-    newer = Snapshot(taken_at=2000.0, devices=newer.devices[:1])
-    new = exposition.render(newer)
+    old = render(_snapshot())
+    newer = Published(Snapshot(taken_at=2000.0, devices=_snapshot().snapshot.devices[:1]))
+    new = render(newer)
     # rendering order must not matter: each keeps the snapshot it was made from
     assert b'amdgpu_up{gpu="2"}' not in new.text
     assert b'amdgpu_up{gpu="2"} 0.0' in old.text

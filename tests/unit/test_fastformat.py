@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import exposition as text_exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
-from exporter.exposition import Exposition
-from exporter.fastformat import format_families
-from exporter.model import DeviceState, Snapshot
+from exporter.exposition.fastformat import format_families
+from exporter.exposition.render import render
+from exporter.model import DeviceState, Histogram, Published, Snapshot
 from tests.unit.test_exposition import _identity, _snapshot
 
 
@@ -28,14 +30,14 @@ def _library(families: list, openmetrics: bool) -> bytes:
 
 
 def test_a_whole_snapshot_renders_exactly_as_the_library_would() -> None:
-    exposition = Exposition()
-    exposition.poll_duration.observe(0.004)
-    snapshot = _snapshot()
+    published = _snapshot()
+    snapshot = published.snapshot
     weird = DeviceState(
         _identity("0000:e1:00.0", 'card"9\\\nx'), 3, snapshot.devices[0].sample, True, read_errors={'é"': 2}
     )
-    snapshot = Snapshot(taken_at=5.0, devices=(*snapshot.devices, weird), alerts=snapshot.alerts)
-    view = exposition.render(snapshot)._source
+    stats = dataclasses.replace(published.stats, poll_durations=Histogram().observe(0.004))
+    snapshot = Snapshot(taken_at=5.0, devices=(*snapshot.devices, weird))
+    view = render(Published(snapshot, alerts=published.alerts, stats=stats))._source
     for openmetrics in (False, True):
         families = list(view.collect())
         assert format_families(families, openmetrics) == _library(families, openmetrics)

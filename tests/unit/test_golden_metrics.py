@@ -65,9 +65,14 @@ def test_the_golden_covers_every_asic_a_firing_alert_and_normalises_only_wall_cl
     assert normalised == [
         "amdgpu_exporter_last_poll_timestamp_seconds",
         "amdgpu_exporter_poll_duration_seconds_bucket",
-        "amdgpu_exporter_poll_duration_seconds_created",
         "amdgpu_exporter_poll_duration_seconds_sum",
         "amdgpu_sample_timestamp_seconds",
+        "process_cpu_seconds_total",
+        "process_max_fds",
+        "process_open_fds",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_virtual_memory_bytes",
     ]
     assert 'amdgpu_exporter_poll_duration_seconds_bucket{le="+Inf"} 2.0' in text
     assert 'amdgpu_alert_firing{alert="GpuJunctionTemperatureHigh",gpu="1",severity="warning"} 1.0' in text

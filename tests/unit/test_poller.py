@@ -7,8 +7,8 @@ import threading
 import time
 from collections import Counter
 
-from exporter.model import DeviceIdentity, Sample, frozen_map
-from exporter.poller import Poller
+from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
+from exporter.pipeline.poller import Poller
 from exporter.sources.base import SourceError
 
 
@@ -38,6 +38,9 @@ class ScriptedSource:
             raise SourceError("io_error", "EIO")
         time.sleep(self.read_delay)
         return Sample(timestamp=time.time(), temperatures=frozen_map({"junction": 50.0}))
+
+    def stats(self) -> SourceStats:
+        return SourceStats()
 
     def close(self) -> None:
         self.release.set()

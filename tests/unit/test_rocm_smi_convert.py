@@ -1,4 +1,4 @@
-"""rocm_smi_convert: the library's readings (its units) -> Sample / DeviceIdentity (SI units)."""
+"""rocm_smi/convert.py: the library's readings (its units) -> Sample / DeviceIdentity (SI units)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
-from exporter.sources import rocm_smi_convert as convert
+from exporter.sources.rocm_smi import convert
 
 # One fast read and one slow read of an MI250X primary die as the worker returns them.
 FAST = {

@@ -11,10 +11,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sources import rocm_smi_ctypes as rc
-from exporter.sources import rocm_smi_protocol as proto
-from exporter.sources.rocm_smi_mutex import FUTEX_OWNER_DIED, owned_by, parse_mutex
-from exporter.sources.rocm_smi_worker import gpu_metrics_header, gpu_metrics_unsafe_reason, init_failure_hint
+from exporter.sources.rocm_smi import library as rc
+from exporter.sources.rocm_smi import protocol as proto
+from exporter.sources.rocm_smi.mutex import FUTEX_OWNER_DIED, owned_by, parse_mutex
+from exporter.sources.rocm_smi.worker import gpu_metrics_header, gpu_metrics_unsafe_reason, init_failure_hint
 from tests.realtools import ROCM_SMI_LIBRARY, require_file
 
 
@@ -55,7 +55,7 @@ def test_find_library_returns_the_first_existing_candidate(tmp_path: Path) -> No
 
 
 def test_pyrsmi_gets_a_rocm_path_whose_lib_holds_the_library(tmp_path: Path) -> None:
-    from exporter.sources.rocm_smi_supervisor import prepare_rocm_path
+    from exporter.sources.rocm_smi.supervisor import prepare_rocm_path
 
     folder = prepare_rocm_path("/usr/lib/librocm_smi64.so.1", str(tmp_path / "rocm"))
     assert os.readlink(os.path.join(folder, "lib", "librocm_smi64.so")) == "/usr/lib/librocm_smi64.so.1"

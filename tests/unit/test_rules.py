@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,22 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules, parse_rules
+from exporter.alerting.rules import ClockDown, Rule
+from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
+from exporter.alerting.texts import alert_annotations, format_duration
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
-from exporter.rules import (
-    ClockDown,
-    Rule,
-    RulesConfigError,
-    Transition,
-    alert_annotations,
-    default_rules,
-    evaluate,
-    format_duration,
-    load_rules,
-    parse_duration,
-    parse_rules,
-    rocm_smi_indices,
-    suggested_command,
-)
 
 MHZ = 1e6
 GFX_MAX = 1700 * MHZ  # MI250X
@@ -126,7 +114,7 @@ def test_fires_only_after_the_for_duration() -> None:
     assert state.firing and state.since == 70 and state.pending_since is None
     assert state.clock_down_ratio == pytest.approx(0.05)
     assert state.suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
-    assert suggested_command(state.suggestion) == "rocm-smi -d 0 --setsrange 500 1615"
+    assert state.suggested_command == "rocm-smi -d 0 --setsrange 500 1615"
     assert state.suggestion.startswith("Suggestion only")
     assert firing.suggestion == state.suggestion
 
@@ -197,7 +185,7 @@ def test_steps_five_percent_each_period_while_hot_up_to_the_floor() -> None:
             ceilings.append(run.state().suggested_gfx_clock_max_hertz)
     assert ratios == pytest.approx([0.05, 0.10, 0.15, 0.20, 0.25])
     assert ceilings == pytest.approx([GFX_MAX * (1 - r) for r in ratios])
-    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1275"
+    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1275"
     assert "floor" in run.state().suggestion
 
 
@@ -231,10 +219,10 @@ def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> 
     state = run.state()
     assert state.firing and state.clock_down_ratio == pytest.approx(0.05)
     assert state.suggested_gfx_clock_max_hertz is None
-    assert suggested_command(state.suggestion) == ""
+    assert state.suggested_command == ""
     run.junction(61, 90.0)
     assert run.state().suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
-    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1615"
+    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1615"
 
 
 def test_clears_only_below_80_and_suggests_restoring() -> None:
@@ -245,7 +233,7 @@ def test_clears_only_below_80_and_suggests_restoring() -> None:
     assert run.state().firing
     (resolved,) = run.junction(122, 79.9)
     assert resolved.kind == "resolved" and resolved.value == 79.9 and resolved.at == 122
-    assert suggested_command(resolved.suggestion) == "rocm-smi -d 0 --setsrange 500 1700"
+    assert resolved.suggested_command == "rocm-smi -d 0 --setsrange 500 1700"
     state = run.state()
     assert not state.firing and state.since == 122
     assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
@@ -309,7 +297,7 @@ def test_command_uses_rocm_smi_card_order_not_pci_order() -> None:
     run = Run()
     run.feed(snap(0, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
     run.feed(snap(60, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
-    commands = {s.gpu: suggested_command(s.suggestion) for s in run.states}
+    commands = {s.gpu: s.suggested_command for s in run.states}
     assert commands[0] == "rocm-smi -d 2 --setsrange 500 1615"
     assert commands[1] == "rocm-smi -d 0 --setsrange 500 1615"
 
@@ -432,7 +420,7 @@ def test_load_rules_from_a_file(tmp_path: Path) -> None:
         "    sensor: edge\n"
         "    comparison: gt\n"
         "    threshold: 70\n"
-        "    for: 1m30s\n"
+        "    for: 90s\n"
         "    action: {type: clock_down, step_ratio: 0.1, floor_ratio: 0.5, range_min_mhz: 800}\n"
     )
     (rule,) = load_rules(path)
@@ -528,17 +516,25 @@ def test_an_empty_rule_list_is_allowed() -> None:
     assert parse_rules("rules: []\n") == ()
 
 
+def _for(value: str) -> float:
+    text = f"rules:\n  - alert: A\n    metric: power_watts\n    comparison: '>'\n    threshold: 1\n    for: {value}\n"
+    (rule,) = parse_rules(text)
+    return rule.for_seconds
+
+
+# One duration syntax for flags, config file and rules (config.parse_duration): a number and one unit.
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [(90, 90.0), (0.5, 0.5), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("1d", 86400.0)],
+    [("90", 90.0), ("0.5", 0.5), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0), ("250ms", 0.25)],
 )
-def test_durations(text: object, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+def test_durations(text: str, seconds: float) -> None:
+    assert _for(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "m", "5 m", "5x", "1m 30s", "-1s", True, None, math.inf, -3])
-def test_not_durations(text: object) -> None:
-    assert parse_duration(text) is None
+@pytest.mark.parametrize("text", ["''", "m", "5x", "1m30s", "1h30m", "1d", "-1s", "0", "0s", "true", ".inf"])
+def test_not_durations(text: str) -> None:
+    with pytest.raises(RulesConfigError, match="line 6: 'for' must be a duration longer than zero"):
+        _for(text)
 
 
 def test_format_duration() -> None:
@@ -555,4 +551,4 @@ def test_a_floor_of_70_percent_allows_exactly_six_steps() -> None:
         run.junction(t, 95.0)
     assert run.kinds().count("clock_down_step") == 5
     assert run.state().clock_down_ratio == pytest.approx(0.30)
-    assert suggested_command(run.state().suggestion) == "rocm-smi -d 0 --setsrange 500 1190"
+    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1190"

@@ -1,20 +1,20 @@
 """The rocm_smi worker: a child process that owns librocm_smi64 so the daemon never has to.
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
-(see shared/reference/real-tools-on-fake-sysfs.md). Here that costs this process, which the daemon
-(rocm_smi_supervisor) restarts, instead of the daemon itself.
+(tests/integration/test_rocm_smi_*.py show both on a simulated tree). Here that costs this
+process, which the daemon (supervisor.py) restarts, instead of the daemon itself.
 
 Shape:
 - startup: load the library through pyrsmi, rsmi_init, enumerate devices, send a "ready" event;
 - one thread per device serves that device's requests in order, so a call that blocks on a hung
   GPU holds up that device alone (the library serialises each card behind its own mutex anyway);
 - replies go up the reply pipe as they finish; the daemon matches them by request id;
-- before each library call the thread writes a breadcrumb (see rocm_smi_protocol), and
+- before each library call the thread writes a breadcrumb (see protocol.py), and
   faulthandler writes the fatal thread's id to the crash log, so an abort can be blamed on one call.
 
-Values are returned raw, in the library's units; rocm_smi_convert turns them into a Sample.
+Values are returned raw, in the library's units; convert.py turns them into a Sample.
 
-Run as: python -m exporter.sources.rocm_smi_worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
+Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from ctypes import byref, c_float, c_int, c_int64, c_uint16, c_uint32, c_uint64
 from typing import Any
 
-from exporter.sources import rocm_smi_ctypes as rc
-from exporter.sources import rocm_smi_protocol as proto
+from exporter.sources.rocm_smi import library as rc
+from exporter.sources.rocm_smi import protocol as proto
 
 SYS = "/sys"  # librocm_smi64 hard-codes it: the daemon binds a tree over /sys in a namespace
 

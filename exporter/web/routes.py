@@ -1,8 +1,8 @@
-"""HTTP: /metrics (bytes rendered once per snapshot), /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /.
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts and the live status page /.
 
-The handlers never touch hardware: they read the state published at the end of the last poll
-cycle. /metrics is answered by a raw ASGI fast path in front of FastAPI, because a scrape
-should cost little more than sending bytes; everything else goes through FastAPI.
+The handlers never touch hardware: they read the PublishedState of the last poll cycle
+(exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
+because a scrape should cost little more than sending bytes; everything else goes through FastAPI.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from exporter import __version__
-from exporter.exposition import RenderedMetrics
 from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.pipeline.publish import PublishedState
+from exporter.web.negotiation import wants_gzip, wants_openmetrics
+from exporter.web.status_page import render_status_page
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -29,20 +31,8 @@ TEXT_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
-@dataclasses.dataclass(slots=True)
-class PublishedState:
-    """What the poll loop publishes after each cycle; replaced whole, never mutated."""
-
-    snapshot: Snapshot | None = None
-    metrics: RenderedMetrics | None = None
-    started_at: float = dataclasses.field(default_factory=time.time)
-    source: str = ""
-    source_reason: str = ""
-    alert_commands: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
-
-
 class MetricsFastPath:
-    """ASGI middleware answering GET <telemetry path> straight from the pre-rendered bytes."""
+    """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
     def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
         self.app = app
@@ -65,8 +55,8 @@ class MetricsFastPath:
                 accept = value
             elif name == b"accept-encoding":
                 accept_encoding = value
-        openmetrics = b"application/openmetrics-text" in accept
-        gzip_ok = b"gzip" in accept_encoding
+        openmetrics = wants_openmetrics(accept)
+        gzip_ok = wants_gzip(accept_encoding)
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         body = rendered.cached(openmetrics, gzip_ok)
         if body is None:
@@ -144,10 +134,21 @@ def device_json(state: DeviceState) -> dict[str, Any]:
     return data
 
 
-def alert_json(alert: AlertState, command: str) -> dict[str, Any]:
+def devices_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The /api/v1/devices document (docs/api.md); `snapshot --json` prints the same."""
+    return {
+        "taken_at": snapshot.taken_at,
+        "source": snapshot.source,
+        "cycle": snapshot.cycle,
+        "poll_duration_seconds": snapshot.poll_duration_seconds,
+        "devices": [device_json(d) for d in snapshot.devices],
+    }
+
+
+def alert_json(alert: AlertState) -> dict[str, Any]:
     data = dataclasses.asdict(alert)
     data["state"] = "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
-    data["suggested_command"] = command or None
+    data["suggested_command"] = alert.suggested_command or None
     data["note"] = "A suggestion only: the exporter never changes GPU settings."
     return data
 
@@ -163,49 +164,33 @@ def create_app(
 
     @app.get("/readyz", response_class=PlainTextResponse)
     async def readyz() -> PlainTextResponse:
-        if state_ref().snapshot is None:
+        if state_ref().published is None:
             return PlainTextResponse("waiting for the first poll cycle\n", status_code=503)
         return PlainTextResponse("ready\n")
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
-        snapshot = state_ref().snapshot
-        if snapshot is None:
+        published = state_ref().published
+        if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        return JSONResponse(
-            {
-                "taken_at": snapshot.taken_at,
-                "source": snapshot.source,
-                "cycle": snapshot.cycle,
-                "poll_duration_seconds": snapshot.poll_duration_seconds,
-                "devices": [device_json(d) for d in snapshot.devices],
-            }
-        )
+        return JSONResponse(devices_document(published.snapshot))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
-        state = state_ref()
-        snapshot = state.snapshot
-        if snapshot is None:
+        published = state_ref().published
+        if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
         return JSONResponse(
-            {
-                "taken_at": snapshot.taken_at,
-                "alerts": [
-                    alert_json(a, state.alert_commands.get((a.gpu, a.alert), a.suggestion)) for a in snapshot.alerts
-                ],
-            }
+            {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
         )
 
     @app.get("/", response_class=HTMLResponse)
     async def status_page() -> str:
-        from exporter.web.status_page import render_status_page
-
         state = state_ref()
-        snapshot = state.snapshot
+        published = state.published
         return render_status_page(
-            snapshot,
-            snapshot.alerts if snapshot is not None else (),
+            published.snapshot if published is not None else None,
+            published.alerts if published is not None else (),
             version=__version__,
             source=state.source,
             telemetry_path=telemetry_path,

@@ -7,7 +7,7 @@ Breadcrumbs: before each library call a worker thread writes (thread ident, nati
 call name) into its slot of a small shared memory file the daemon also maps. When the worker dies
 in abort(), the slots say which calls were in flight; faulthandler's "Current thread 0x..." line
 (written to a second shared file) says which of them aborted. The native tids also tell the daemon
-which /dev/shm/rocm_smi_card* mutexes a killed worker still held (see rocm_smi_mutex).
+which /dev/shm/rocm_smi_card* mutexes a killed worker still held (see mutex.py).
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.logging import get_logger
-from exporter.sources import rocm_smi_protocol as proto
-from exporter.sources.rocm_smi_ctypes import find_library
-from exporter.sources.rocm_smi_mutex import repair_abandoned_mutexes
+from exporter.log import get_logger
+from exporter.sources.rocm_smi import protocol as proto
+from exporter.sources.rocm_smi.library import find_library
+from exporter.sources.rocm_smi.mutex import repair_abandoned_mutexes
 
 log = get_logger("exporter.sources.rocm_smi")
 
@@ -281,7 +281,7 @@ class Supervisor:
             *self.worker_prefix,
             sys.executable,
             "-m",
-            "exporter.sources.rocm_smi_worker",
+            "exporter.sources.rocm_smi.worker",
             *(str(fd) for fd in child_fds),
         ]
         started = time.monotonic()
@@ -488,4 +488,4 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 def _package_root() -> str:
     """The folder that holds the `exporter` package, so `python -m` finds it in any cwd."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

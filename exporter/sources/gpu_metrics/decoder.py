@@ -1,7 +1,7 @@
 """Pure decoder of the amdgpu binary `gpu_metrics` table (sysfs cardN/device/gpu_metrics).
 
 Any bytes in, a `GpuMetrics` (SI units) or a `GpuMetricsError` out, nothing else. Covers v1_0 .. v1_8
-(fixed C layouts, see gpu_metrics_layouts) and v1.9 (self-describing records).
+(fixed C layouts, see layouts.py) and v1.9 (self-describing records).
 
 Decoding is two steps so every version shares one set of unit rules:
   1. unpack the blob into a raw table: kernel field name -> values, all-ones already turned into
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.model import frozen_map
-from exporter.sources.gpu_metrics_layouts import (
+from exporter.sources.gpu_metrics.layouts import (
     ATTR_ID_MASK,
     ATTR_ID_SHIFT,
     ATTR_INSTANCES_MASK,
@@ -283,28 +283,30 @@ class _Unpacker:
     all_ones: tuple[int, ...]  # the "not supplied" value of each field's C type
 
 
-_UNPACKERS: dict[tuple[int, int], tuple[tuple[Field, ...], _Unpacker]] = {}
-
-
-def _unpacker(fields: tuple[Field, ...], size: int) -> _Unpacker:
-    # Keyed by identity: layouts are module constants, and hashing ~40 Field records on every
-    # decode cost more than the unpacking itself.
-    # The entry keeps `fields` alive and is checked by identity, so an id can never be reused.
-    key = (id(fields), size)
-    found = _UNPACKERS.get(key)
-    if found is None or found[0] is not fields:
-        found = _UNPACKERS[key] = (fields, _compile_unpacker(fields, size))
-    return found[1]
-
-
 def _compile_unpacker(fields: tuple[Field, ...], size: int) -> _Unpacker:
     ordered = tuple(sorted(fields, key=lambda f: f.offset))
     all_ones = tuple((1 << (8 * C_TYPES[f.ctype][1])) - 1 for f in ordered)
     return _Unpacker(struct.Struct(struct_format(ordered, size)), ordered, all_ones)
 
 
-def _unpack_fields(data: bytes, offset: int, fields: tuple[Field, ...], size: int) -> dict[str, RawValues]:
-    unpacker = _unpacker(fields, size)
+def _compile_all() -> dict[str, _Unpacker]:
+    """Every fixed layout and partition block, compiled once at import, keyed by struct name."""
+    compiled: dict[str, _Unpacker] = {}
+    for layout in FIXED_LAYOUTS:
+        compiled[layout.name] = _compile_unpacker(layout.fields, layout.size)
+        block = layout.partition_block
+        if block is not None and block.name not in compiled:
+            compiled[block.name] = _compile_unpacker(block.fields, block.size)
+    return compiled
+
+
+# Decoding looks a layout up by its (unique) struct name: cheaper than hashing its ~40 Field
+# records on every decode, and stable, unlike an id().
+_UNPACKERS: Mapping[str, _Unpacker] = _compile_all()
+
+
+def _unpack_fields(data: bytes, offset: int, struct_name: str) -> dict[str, RawValues]:
+    unpacker = _UNPACKERS[struct_name]
     flat = unpacker.codec.unpack_from(data, offset)
     values: dict[str, RawValues] = {}
     position = 0
@@ -316,13 +318,13 @@ def _unpack_fields(data: bytes, offset: int, fields: tuple[Field, ...], size: in
 
 
 def _unpack_fixed(data: bytes, layout: Layout) -> _RawTable:
-    values = _unpack_fields(data, 0, layout.fields, layout.size)
+    values = _unpack_fields(data, 0, layout.name)
     partitions: list[Mapping[str, RawValues]] = []
     block: BlockLayout | None = layout.partition_block
     if block is not None:
         for index in range(layout.partition_count):
             offset = layout.partitions_offset + index * block.size
-            partitions.append(_unpack_fields(data, offset, block.fields, block.size))
+            partitions.append(_unpack_fields(data, offset, block.name))
     return _RawTable(values, FIXED_FIELD_UNITS, tuple(partitions))
 
 

@@ -1,13 +1,13 @@
 """The rocm_smi source: librocm_smi64 (through pyrsmi) in a supervised worker process.
 
 The library can abort() the calling process and block forever on a hung file, so it never runs in
-the daemon: rocm_smi_worker owns it and rocm_smi_supervisor restarts that process when it dies or
+the daemon: worker.py owns it and supervisor.py restarts that process when it dies or
 hangs. This module is the Source the poller sees:
 
 - discover(): the worker's device list (the library enumerates once, in rsmi_init) joined by PCI
   BDF to the fallback's (the sysfs source), identity fields read through the library on top;
 - read(device): one request to the worker with a deadline, converted to a Sample
-  (rocm_smi_convert), with the fallback's values for whatever the library cannot read: voltages
+  (convert.py), with the fallback's values for whatever the library cannot read: voltages
   and throttle bits it drops from gpu_metrics, MI300 tables (content >= 4 aborts 5.2.x, so the
   worker does not ask), calls that once crashed a worker (blamed from its breadcrumbs), and
   devices the library does not enumerate at all. Each such decision is logged once;
@@ -29,12 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.logging import get_logger
-from exporter.model import DeviceIdentity, Sample
-from exporter.sources import rocm_smi_convert as convert
+from exporter.log import get_logger
+from exporter.model import DeviceIdentity, Sample, SourceStats
 from exporter.sources.base import Source, SourceError
-from exporter.sources.rocm_smi_ctypes import find_library
-from exporter.sources.rocm_smi_supervisor import (
+from exporter.sources.identity import KNOWN_DEVICES, assign_packages
+from exporter.sources.rocm_smi import convert
+from exporter.sources.rocm_smi.library import find_library
+from exporter.sources.rocm_smi.supervisor import (
     CrashReport,
     RequestFailed,
     Supervisor,
@@ -42,7 +43,6 @@ from exporter.sources.rocm_smi_supervisor import (
     WorkerGone,
     WorkerUnavailable,
 )
-from exporter.sources.sysfs import KNOWN_DEVICES, assign_packages
 
 log = get_logger("exporter.sources.rocm_smi")
 
@@ -103,6 +103,9 @@ class RocmSmiSource:
     def worker_restarts(self) -> int:
         """Workers started after the first (crashes, hang recoveries): amdgpu_exporter_worker_restarts_total."""
         return self.supervisor.restarts
+
+    def stats(self) -> SourceStats:
+        return SourceStats(worker_restarts=self.supervisor.restarts)
 
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:

@@ -141,7 +141,7 @@ RSMI_SW_COMP_DRIVER = 0
 
 # gpu_metrics: the library accepts format 1 with content 0..3; content 4 and later (MI300) hits
 # assert(metric_data != nullptr) and aborts the process. Energy and HBM temperatures go through
-# the same code, so all of these are skipped for such a table (see rocm_smi_worker).
+# the same code, so all of these are skipped for such a table (see worker.py).
 GPU_METRICS_SAFE_CONTENT = (0, 1, 2, 3)
 # The library's hard-coded energy tick (kEnergyCounterResolution = 15.3f). The hardware tick is
 # 2^-16 J = 15.2587890625 uJ; multiplying by 15.3 reads 0.27 % high, so we correct it.

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
-from exporter.sources.rocm_smi_ctypes import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
+from exporter.sources.rocm_smi.library import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
 
 _U16_NONE = 0xFFFF
 _U32_NONE = 0xFFFFFFFF

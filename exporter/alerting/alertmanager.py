@@ -2,7 +2,8 @@
 
     pusher = AlertmanagerPusher(["http://127.0.0.1:9093"], instance="node1:9400", rules=rules)
     task = asyncio.create_task(pusher.run(stop))      # the background sender
-    pusher.update(snapshot)                           # after each poll cycle: never blocks
+    pusher.update(snapshot, alerts)                   # after each poll cycle: never blocks
+    pusher.stats                                      # AlertmanagerStats, copied into what a cycle publishes
 
 Alertmanager expects what Prometheus does: every firing alert re-posted on a fixed cadence with an
 endsAt a few intervals ahead (so a daemon that dies lets its alerts expire instead of firing
@@ -28,11 +29,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from exporter.logging import get_logger
-from exporter.model import AlertState, DeviceState, Snapshot
-from exporter.rules import Rule, alert_annotations
+from exporter.alerting.rules import Rule
+from exporter.alerting.texts import alert_annotations
+from exporter.log import get_logger
+from exporter.model import AlertmanagerStats, AlertState, DeviceState, Snapshot
 
-log = get_logger("exporter.alertmanager")
+log = get_logger("exporter.alerting.alertmanager")
 
 API_PATH = "/api/v2/alerts"
 # Prometheus sets endsAt to 4 resend intervals ahead: three lost posts in a row do not resolve it.
@@ -127,19 +129,23 @@ class AlertmanagerPusher:
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.sent_total = 0  # alerts accepted by an Alertmanager (one per alert per post)
-        self.failed_total = 0  # alerts in posts that failed
+        self._stats = AlertmanagerStats()  # replaced whole: a reader never sees half an update
         self.last_error: dict[str, str] = {}  # endpoint -> last failure, "" once it works again
 
     # -- called by the poll loop --
 
-    def update(self, snapshot: Snapshot) -> None:
+    @property
+    def stats(self) -> AlertmanagerStats:
+        """Alerts accepted by an Alertmanager and alerts in failed posts (one per alert per post), so far."""
+        return self._stats
+
+    def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None:
         """Record what should be sent after this cycle. Never blocks, never does I/O."""
         now = snapshot.taken_at
         devices = {device.gpu: device for device in snapshot.devices}
         previous = self._outbox
         outbox: dict[tuple[int, str], OutgoingAlert] = {}
-        for state in snapshot.alerts:
+        for state in alerts:
             if not state.firing:
                 continue
             key = (state.gpu, state.alert)
@@ -151,7 +157,7 @@ class AlertmanagerPusher:
                 annotations=alert_annotations(self._rules.get(state.alert), state, device),
                 starts_at=starts_at,
             )
-        resolved_since = {(s.gpu, s.alert): s.since for s in snapshot.alerts if not s.firing}
+        resolved_since = {(s.gpu, s.alert): s.since for s in alerts if not s.firing}
         for key, old in previous.items():
             if key in outbox:
                 continue
@@ -214,13 +220,13 @@ class AlertmanagerPusher:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         else:
             if response.is_success:
-                self.sent_total += len(body)
+                self._stats = AlertmanagerStats(self._stats.sent + len(body), self._stats.failed)
                 if self.last_error.get(url):
                     log.info("alertmanager_reachable_again", url=url, alerts=len(body))
                 self.last_error[url] = ""
                 return True
             error = f"HTTP {response.status_code}: {response.text.strip()[:200]}"
-        self.failed_total += len(body)
+        self._stats = AlertmanagerStats(self._stats.sent, self._stats.failed + len(body))
         self.last_error[url] = error
         log.warning("alertmanager_post_failed", url=url, alerts=len(body), error=error)
         return False

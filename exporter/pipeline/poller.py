@@ -21,27 +21,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from exporter.logging import get_logger
-from exporter.model import DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
+from exporter.log import get_logger
+from exporter.model import DeviceIdentity, Sample, Snapshot
+from exporter.pipeline.discovery import KnownDevices, TrackedDevice
+from exporter.pipeline.snapshot import freeze
 from exporter.sources.base import Source, SourceError
 
-log = get_logger("exporter.poller")
-
-
-@dataclass(slots=True)
-class _Tracked:
-    """Mutable per-device bookkeeping, private to the poller (snapshots copy out of it)."""
-
-    identity: DeviceIdentity
-    sample: Sample | None = None
-    up: bool = False
-    down_reason: str = "not_read_yet"
-    present: bool = True
-    busy: bool = False  # a read of this device is running (possibly stuck) on a reader thread
-    read_errors: dict[str, int] = field(default_factory=dict)
-    read_timeouts: int = 0
+log = get_logger("exporter.pipeline.poller")
 
 
 class Poller:
@@ -62,8 +49,8 @@ class Poller:
         self.read_timeout = read_timeout
         self.discovery_interval = discovery_interval
         self.on_snapshot = on_snapshot
-        self.source_name = source_name or getattr(source, "name", "")
-        self._devices: dict[tuple[str, str], _Tracked] = {}
+        self.source_name = source_name or source.name
+        self._devices = KnownDevices()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_size = 0
         self._last_discovery = 0.0
@@ -71,29 +58,9 @@ class Poller:
 
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:
-        """Blocking discovery, merged into the known set. Devices that vanish stay, marked gone."""
+        """Blocking discovery, merged into the known devices (discovery.py)."""
         found = list(self.source.discover())
-        seen = set()
-        for identity in found:
-            seen.add(identity.key)
-            tracked = self._devices.get(identity.key)
-            if tracked is None:
-                self._devices[identity.key] = _Tracked(identity=identity)
-                log.info(
-                    "device_found",
-                    pci_bus_id=identity.pci_bus_id,
-                    card=identity.card,
-                    product=identity.product,
-                )
-            else:
-                tracked.identity = identity
-                tracked.present = True
-        for key, tracked in self._devices.items():
-            if key not in seen and tracked.present:
-                tracked.present = False
-                tracked.up = False
-                tracked.down_reason = "gone"
-                log.warning("device_gone", pci_bus_id=tracked.identity.pci_bus_id, card=tracked.identity.card)
+        self._devices.merge(found)
         self._last_discovery = time.monotonic()
         self._ensure_executor()
         return found
@@ -126,11 +93,11 @@ class Poller:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         assert self._executor is not None, "discover() first"
-        queued: list[_Tracked] = []
-        for tracked in self._devices.values():
+        queued: list[TrackedDevice] = []
+        for tracked in self._devices:
             if not tracked.present:
                 continue
-            if tracked.busy:
+            if tracked.read_in_flight:
                 # Still stuck in the read we gave up on: do not pile another read on top of it.
                 tracked.up = False
                 tracked.down_reason = "stuck"
@@ -161,7 +128,7 @@ class Poller:
         self._cycle += 1
         return self._snapshot(time.monotonic() - started)
 
-    def _record_result(self, tracked: _Tracked, outcome: Sample | BaseException) -> None:
+    def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
         if isinstance(outcome, Sample):
             was_down = not tracked.up and tracked.sample is not None
             tracked.sample = outcome
@@ -179,25 +146,12 @@ class Poller:
         tracked.down_reason = reason
 
     def _snapshot(self, duration: float) -> Snapshot:
-        ordered = sorted(self._devices.values(), key=lambda t: t.identity.pci_bus_id)
-        states = tuple(
-            DeviceState(
-                identity=t.identity,
-                gpu=index,
-                sample=t.sample,
-                up=t.up,
-                down_reason=t.down_reason,
-                read_errors=frozen_map(t.read_errors),
-                read_timeouts=t.read_timeouts,
-            )
-            for index, t in enumerate(ordered)
-        )
-        return Snapshot(
-            taken_at=time.time(),
-            devices=states,
-            poll_duration_seconds=duration,
-            source=self.source_name,
+        return freeze(
+            self._devices,
+            duration=duration,
+            source_name=self.source_name,
             cycle=self._cycle,
+            source_stats=self.source.stats(),
         )
 
     # -- the loop --------------------------------------------------------------------------
@@ -245,7 +199,7 @@ _TIMED_OUT = _TimedOut()
 class _Cycle:
     """The queue of one poll cycle, drained by one or more reader threads."""
 
-    def __init__(self, devices: list[_Tracked], source: Source, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, devices: list[TrackedDevice], source: Source, loop: asyncio.AbstractEventLoop) -> None:
         self._queue = deque(devices)
         self._source = source
         self._loop = loop
@@ -262,20 +216,20 @@ class _Cycle:
                 if self._closed or not self._queue:
                     return
                 tracked = self._queue.popleft()
-                tracked.busy = True
+                tracked.read_in_flight = True
                 self._reading[id(tracked)] = time.monotonic()
             try:
                 outcome: Sample | BaseException = self._source.read(tracked.identity)
             except Exception as error:  # recorded per device; never kills the reader
                 outcome = error
             with self._lock:
-                tracked.busy = False
+                tracked.read_in_flight = False
                 del self._reading[id(tracked)]
                 if self._closed:
                     continue  # a late answer from a read the cycle gave up on: dropped
                 self._outcomes[id(tracked)] = outcome
                 if len(self._outcomes) == len(self._order):
-                    self._loop.call_soon_threadsafe(_resolve, self.finished)
+                    self._loop.call_soon_threadsafe(_set_done, self.finished)
 
     def needs_helper(self, slow_after: float) -> bool:
         """True when every running read has been at it for `slow_after` and devices still wait."""
@@ -283,13 +237,13 @@ class _Cycle:
         with self._lock:
             return bool(self._queue) and all(now - t >= slow_after for t in self._reading.values())
 
-    def close(self) -> list[tuple[_Tracked, Sample | BaseException | _TimedOut]]:
+    def close(self) -> list[tuple[TrackedDevice, Sample | BaseException | _TimedOut]]:
         """Stop handing out devices; every device's outcome, or _TIMED_OUT."""
         with self._lock:
             self._closed = True
             return [(t, self._outcomes.get(id(t), _TIMED_OUT)) for t in self._order]
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

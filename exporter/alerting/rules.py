@@ -1,0 +1,70 @@
+"""The rule model: what one in-daemon alert rule says (rulefile.py reads them, state.py evaluates them)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from exporter.alerting.watch import WATCHABLE
+from exporter.model import Sample
+
+SEVERITIES = ("info", "warning", "critical")
+
+COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
+COMPARISON_ALIASES = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+@dataclass(frozen=True, slots=True)
+class ClockDown:
+    """Suggest lowering the gfx clock ceiling in steps while the alert fires and the value breaches."""
+
+    step_ratio: float = 0.05
+    step_interval_seconds: float = 60.0
+    floor_ratio: float = 0.75  # never suggest a ceiling below this fraction of the reference max
+    range_min_hertz: float = 500e6  # SCLKMIN in the suggested `rocm-smi --setsrange MIN MAX`
+
+    @property
+    def max_ratio(self) -> float:
+        return 1.0 - self.floor_ratio
+
+    def at_floor(self, ratio: float) -> bool:
+        # With a tolerance: 1 - 0.7 is 0.30000000000000004, and 0.3 must count as there.
+        return ratio >= self.max_ratio - 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    alert: str
+    metric: str
+    key: str | None  # the sensor / engine / pool / domain the metric is read for
+    comparison: str  # ">" | ">=" | "<" | "<="
+    threshold: float
+    for_seconds: float
+    clear_threshold: float
+    severity: str
+    summary: str = ""  # str.format templates, see TEMPLATE_FIELDS
+    description: str = ""
+    suggestion: str = ""
+    clock_down: ClockDown | None = None
+
+    def read(self, sample: Sample) -> float | None:
+        value = WATCHABLE[self.metric].read(sample, self.key or "")
+        if value is None or not math.isfinite(value):
+            return None
+        return float(value)
+
+    def breaches(self, value: float) -> bool:
+        return COMPARISONS[self.comparison](value, self.threshold)
+
+    def clears(self, value: float) -> bool:
+        # The clear side is strict: with ">" 85 / clear 80, 80.0 itself does not clear.
+        if self.comparison in (">", ">="):
+            return value < self.clear_threshold
+        return value > self.clear_threshold

@@ -1,0 +1,138 @@
+"""Text for people: rule templates, alert annotations, and the clock-down suggestions and their commands.
+
+A suggestion is always only a suggestion: the exporter never changes a GPU setting. The command of
+a suggestion is built here once and travels as its own field (AlertState.suggested_command), never
+parsed back out of the sentence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from exporter.alerting.rules import Rule
+from exporter.alerting.watch import WATCHABLE
+from exporter.model import AlertState, DeviceState
+
+SUGGESTION_PREFIX = "Suggestion only (the exporter never changes the GPU): "
+COMMAND_MARKER = "Command: "
+
+# Every placeholder a summary / description / suggestion template may use, with a sample value of
+# the right type so templates are checked at load time rather than when an alert first fires.
+TEMPLATE_FIELDS: Mapping[str, Any] = {
+    "gpu": 0,
+    "smi_index": 0,
+    "pci_bus_id": "0000:c1:00.0",
+    "alert": "Alert",
+    "severity": "warning",
+    "metric": "temperature_celsius",
+    "value": 86.0,
+    "threshold": 85.0,
+    "clear_threshold": 80.0,
+    "comparison": ">",
+    "for": "1m",
+    "unit": " °C",
+    "sensor": "junction",
+    "engine": "gfx",
+    "pool": "vram",
+    "domain": "gfx",
+}
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds -> "1h2m3s" style text for messages."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    rest = seconds - int(seconds) + whole
+    if rest or not parts:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)
+
+
+def setsrange_command(smi_index: int, min_mhz: int, max_mhz: int) -> str:
+    """The rocm-smi command that sets the gfx clock range of one device (whole MHz)."""
+    return f"rocm-smi -d {smi_index} --setsrange {min_mhz} {max_mhz}"
+
+
+def clock_down_text(
+    subject: str, percent: str, reference_mhz: float | None, max_mhz: int, floor_note: str, command: str
+) -> str:
+    """The sentence of a clock-down suggestion; `command` is "" while the ceiling is not known."""
+    if reference_mhz is None or not command:
+        return (
+            f"{SUGGESTION_PREFIX}lower {subject} by {percent}; "
+            "its current maximum is not known, so no command can be given yet."
+        )
+    return (
+        f"{SUGGESTION_PREFIX}lower {subject} by {percent} "
+        f"of {reference_mhz:.0f} MHz to {max_mhz} MHz.{floor_note} "
+        f"{COMMAND_MARKER}{command}"
+    )
+
+
+def restore_text(alert: str, gpu: int, pci_bus_id: str, max_mhz: int, command: str) -> str:
+    """The sentence suggesting to restore the gfx clock ceiling when a clock-down alert clears."""
+    return (
+        f"{SUGGESTION_PREFIX}{alert} cleared on GPU {gpu} "
+        f"({pci_bus_id}); if you lowered its gfx clock ceiling, you may restore "
+        f"{max_mhz} MHz. {COMMAND_MARKER}{command}"
+    )
+
+
+def render_template(
+    template: str, rule: Rule, device: DeviceState | None, value: float | None, smi_index: int | None = None
+) -> str:
+    """Fill a summary / description / suggestion template (validated at load time)."""
+    spec = WATCHABLE[rule.metric]
+    gpu = device.gpu if device is not None else -1
+    fields: dict[str, Any] = dict(TEMPLATE_FIELDS)
+    fields.update(
+        gpu=gpu,
+        smi_index=smi_index if smi_index is not None else gpu,
+        pci_bus_id=device.identity.pci_bus_id if device is not None else "",
+        alert=rule.alert,
+        severity=rule.severity,
+        metric=rule.metric,
+        value=value if value is not None else math.nan,
+        threshold=rule.threshold,
+        clear_threshold=rule.clear_threshold,
+        comparison=rule.comparison,
+        unit=spec.unit,
+    )
+    fields["for"] = format_duration(rule.for_seconds)
+    if spec.key_label is not None:
+        fields[spec.key_label] = rule.key or ""
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        # Validated at load; a value of an unexpected type must still never break a cycle.
+        return template
+
+
+def alert_annotations(rule: Rule | None, state: AlertState, device: DeviceState | None) -> dict[str, str]:
+    """summary / description / suggestion for an alert (Alertmanager annotations, the API)."""
+    if rule is None:
+        summary = f"{state.alert} on GPU {state.gpu}"
+        description = f"{state.alert} ({state.severity}) on GPU {state.gpu}; last value {state.value}."
+    else:
+        key = f"{{{WATCHABLE[rule.metric].key_label}={rule.key}}}" if rule.key else ""
+        default_summary = "GPU {gpu}: {alert} ({metric}" + key + " {value:.4g}{unit} {comparison} {threshold:g}{unit})"
+        default_description = (
+            "{metric}" + key + " of GPU {gpu} ({pci_bus_id}) is {value:.4g}{unit}: {comparison} {threshold:g}{unit} "
+            "for {for} or more; it clears past {clear_threshold:g}{unit}."
+        )
+        summary = render_template(rule.summary or default_summary, rule, device, state.value)
+        description = render_template(rule.description or default_description, rule, device, state.value)
+    annotations = {"summary": summary, "description": description}
+    if state.suggestion:
+        annotations["suggestion"] = state.suggestion
+    if state.suggested_command:
+        annotations["suggested_command"] = state.suggested_command
+    return annotations

@@ -1,0 +1,629 @@
+"""The metric table: every metric the exporter serves, declared once — the exporter's own included.
+
+Adding a metric is adding one entry to METRICS. Rendering (render.py), the README's metric
+reference (metrics_reference.py), the rules' vocabulary of watchable values (alerting/watch.py),
+the naming test and the dashboards' coverage test all read this table; nothing else lists names.
+
+An entry's getter reads one Published (snapshot + alerts + exporter stats) and yields
+(label values, value) pairs; it yields nothing for what is not supplied (absent, never a fake zero).
+The table is in /metrics order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter import __version__
+from exporter.model import DeviceState, Histogram, Published, Sample
+
+Kind = Literal["gauge", "counter", "histogram"]
+LabelledValue = tuple[tuple[str, ...], float]
+SampleGetter = Callable[[Sample], Iterable[LabelledValue]]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric family.
+
+    `name` is the family name without `_total` (prometheus-client appends it to counters);
+    `unit` is the base unit the name ends in ("" for counts, widths, states and info series) —
+    documentation only, never a `# UNIT` line; `labels` are all of the family's labels, in order.
+    A per-device family read from each device's latest sample also keeps that `sample_getter`
+    (labels after `gpu`), which alert rules read values through.
+    """
+
+    name: str
+    kind: Kind
+    unit: str
+    help: str
+    labels: tuple[str, ...]
+    values: Callable[[Published], Iterable[LabelledValue]]
+    sample_getter: SampleGetter | None = None
+    histogram: Callable[[Published], Histogram] | None = None  # for kind "histogram" (values yields nothing)
+    omit_when_empty: bool = False  # no family at all without series (it does not apply to this exporter)
+
+    @property
+    def exposed_name(self) -> str:
+        return self.name + "_total" if self.kind == "counter" else self.name
+
+
+def device(
+    name: str, kind: Kind, unit: str, help_text: str, labels: tuple[str, ...], getter: SampleGetter
+) -> MetricSpec:
+    """A family with one group of series per device that is up, read from its latest sample."""
+
+    def values(published: Published) -> Iterator[LabelledValue]:
+        for state in published.snapshot.devices:
+            if state.up and state.sample is not None:
+                gpu = str(state.gpu)
+                for labels, value in getter(state.sample):
+                    yield (gpu, *labels), value
+
+    return MetricSpec(name, kind, unit, help_text, ("gpu", *labels), values, sample_getter=getter)
+
+
+def _scalar(attr: str) -> SampleGetter:
+    def values(sample: Sample) -> Iterable[LabelledValue]:
+        value = getattr(sample, attr)
+        if value is not None:
+            yield (), float(value)
+
+    return values
+
+
+def _mapping(attr: str) -> SampleGetter:
+    def values(sample: Sample) -> Iterable[LabelledValue]:
+        for key, value in getattr(sample, attr).items():
+            labels = tuple(str(k) for k in key) if isinstance(key, tuple) else (str(key),)
+            yield labels, float(value)
+
+    return values
+
+
+def _pcie_naks(sample: Sample) -> Iterable[LabelledValue]:
+    if sample.pcie_naks_sent is not None:
+        yield ("sent",), float(sample.pcie_naks_sent)
+    if sample.pcie_naks_received is not None:
+        yield ("received",), float(sample.pcie_naks_received)
+
+
+# --- the exporter's own families: getters over the whole Published ---------------------------------
+
+IDENTITY_LABELS = (
+    "gpu",
+    "card",
+    "pci_bus_id",
+    "unique_id",
+    "serial",
+    "product",
+    "asic",
+    "package",
+    "die",
+    "vbios",
+    "driver",
+    "compute_partition",
+    "memory_partition",
+)
+
+
+def _device_info(published: Published) -> Iterator[LabelledValue]:
+    for state in published.snapshot.devices:
+        ident = state.identity
+        labels = (
+            str(state.gpu),
+            ident.card,
+            ident.pci_bus_id,
+            ident.unique_id,
+            ident.serial,
+            ident.product,
+            ident.asic,
+            ident.package,
+            str(ident.die),
+            ident.vbios,
+            ident.driver_version,
+            ident.compute_partition,
+            ident.memory_partition,
+        )
+        yield labels, 1.0
+
+
+def _per_state(get: Callable[[DeviceState], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
+    """Every device (up or not), `gpu` first."""
+
+    def values(published: Published) -> Iterator[LabelledValue]:
+        for state in published.snapshot.devices:
+            for labels, value in get(state):
+                yield (str(state.gpu), *labels), value
+
+    return values
+
+
+def _up(state: DeviceState) -> Iterable[LabelledValue]:
+    yield (), 1.0 if state.up else 0.0
+
+
+def _sample_timestamp(state: DeviceState) -> Iterable[LabelledValue]:
+    if state.sample is not None:
+        yield (), state.sample.timestamp
+
+
+def _firmware(state: DeviceState) -> Iterable[LabelledValue]:
+    for block, version in sorted(state.identity.firmware.items()):
+        yield (block, version), 1.0
+
+
+def _topology(published: Published) -> Iterator[LabelledValue]:
+    devices = published.snapshot.devices
+    gpu_by_bdf = {d.identity.pci_bus_id: str(d.gpu) for d in devices}
+    for state in devices:
+        for link in state.identity.topology:
+            peer = gpu_by_bdf.get(link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id)
+            yield (str(state.gpu), peer, link.link_type, str(link.hops), str(link.weight)), 1.0
+
+
+def _read_errors(state: DeviceState) -> Iterable[LabelledValue]:
+    for reason, count in sorted(state.read_errors.items()):
+        yield (reason,), float(count)
+
+
+def _read_timeouts(state: DeviceState) -> Iterable[LabelledValue]:
+    yield (), float(state.read_timeouts)
+
+
+def _alert_firing(published: Published) -> Iterator[LabelledValue]:
+    for alert in published.alerts:
+        yield (str(alert.gpu), alert.alert, alert.severity), 1.0 if alert.firing else 0.0
+
+
+def _clock_down_ratio(published: Published) -> Iterator[LabelledValue]:
+    # The largest suggested reduction of a device's alerts. Every device gets a series (0 when
+    # nothing is suggested) so dashboards and alert expressions do not have to handle absence.
+    ratio_by_gpu: dict[int, float] = {}
+    for alert in published.alerts:
+        if alert.clock_down_ratio > ratio_by_gpu.get(alert.gpu, 0.0):
+            ratio_by_gpu[alert.gpu] = alert.clock_down_ratio
+    for state in published.snapshot.devices:
+        yield (str(state.gpu),), ratio_by_gpu.get(state.gpu, 0.0)
+
+
+def _suggested_ceiling(published: Published) -> Iterator[LabelledValue]:
+    # The lowest suggested gfx clock ceiling of a device's alerts; no series when none is suggested.
+    ceiling_by_gpu: dict[int, float] = {}
+    for alert in published.alerts:
+        hertz = alert.suggested_gfx_clock_max_hertz
+        if hertz is not None and (alert.gpu not in ceiling_by_gpu or hertz < ceiling_by_gpu[alert.gpu]):
+            ceiling_by_gpu[alert.gpu] = hertz
+    for gpu, hertz in sorted(ceiling_by_gpu.items()):
+        yield (str(gpu),), hertz
+
+
+def _build_info(published: Published) -> Iterator[LabelledValue]:
+    yield (__version__, published.stats.source, published.stats.source_reason), 1.0
+
+
+def _last_poll(published: Published) -> Iterator[LabelledValue]:
+    yield (), published.snapshot.taken_at
+
+
+def _worker_restarts(published: Published) -> Iterator[LabelledValue]:
+    restarts = published.snapshot.source_stats.worker_restarts
+    if restarts is not None:
+        yield (), float(restarts)
+
+
+def _alertmanager_notifications(published: Published) -> Iterator[LabelledValue]:
+    stats = published.stats.alertmanager
+    if stats is not None:
+        yield ("failed",), float(stats.failed)
+        yield ("sent",), float(stats.sent)
+
+
+def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        value = published.stats.process.values.get(sample_name)
+        if value is not None:
+            yield (), value
+
+    return values
+
+
+def _nothing(published: Published) -> Iterator[LabelledValue]:
+    return iter(())
+
+
+def _poll_durations(published: Published) -> Histogram:
+    return published.stats.poll_durations
+
+
+_POLL_NOTE = " Read by the exporter's poll loop, not at scrape time; see amdgpu_sample_timestamp_seconds for its age."
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "amdgpu_exporter_poll_duration_seconds",
+        "histogram",
+        "seconds",
+        "Wall time of one poll cycle of all devices.",
+        (),
+        _nothing,
+        histogram=_poll_durations,
+    ),
+    device(
+        "amdgpu_temperature_celsius",
+        "gauge",
+        "celsius",
+        "Temperature of a sensor: edge, junction (hotspot), memory, hbm0..3, vr_gfx, vr_soc, vr_mem." + _POLL_NOTE,
+        ("sensor",),
+        _mapping("temperatures"),
+    ),
+    device(
+        "amdgpu_temperature_threshold_celsius",
+        "gauge",
+        "celsius",
+        "The device's own temperature limit for a sensor (critical: throttling starts; emergency: shutdown).",
+        ("sensor", "threshold"),
+        _mapping("temperature_thresholds"),
+    ),
+    device(
+        "amdgpu_power_watts",
+        "gauge",
+        "watts",
+        "Socket power. MI250X: only die 0 measures the package; die 1 has no series." + _POLL_NOTE,
+        (),
+        _scalar("power_watts"),
+    ),
+    device("amdgpu_power_cap_watts", "gauge", "watts", "Current power cap (PPT).", (), _scalar("power_cap_watts")),
+    device(
+        "amdgpu_power_cap_max_watts",
+        "gauge",
+        "watts",
+        "Highest power cap allowed.",
+        (),
+        _scalar("power_cap_max_watts"),
+    ),
+    device(
+        "amdgpu_energy_joules",
+        "counter",
+        "joules",
+        "Energy consumed, from the hardware accumulator at 2^-16 J per tick (resets on driver reload). "
+        "MI250X: die 0 only.",
+        (),
+        _scalar("energy_joules"),
+    ),
+    device(
+        "amdgpu_busy_ratio",
+        "gauge",
+        "ratio",
+        "Fraction of time an engine was busy (0..1): gfx, memory, media." + _POLL_NOTE,
+        ("engine",),
+        _mapping("busy"),
+    ),
+    device(
+        "amdgpu_memory_used_bytes",
+        "gauge",
+        "bytes",
+        "Memory in use by pool: vram, visible_vram, gtt.",
+        ("pool",),
+        _mapping("memory_used_bytes"),
+    ),
+    device(
+        "amdgpu_memory_total_bytes",
+        "gauge",
+        "bytes",
+        "Memory size by pool.",
+        ("pool",),
+        _mapping("memory_total_bytes"),
+    ),
+    device(
+        "amdgpu_clock_hertz",
+        "gauge",
+        "hertz",
+        "Current clock by domain: gfx, memory, fabric, soc, video, decode.",
+        ("domain",),
+        _mapping("clocks_hertz"),
+    ),
+    device(
+        "amdgpu_clock_max_hertz",
+        "gauge",
+        "hertz",
+        "Highest DPM level of a clock domain (the ceiling a clock-down suggestion lowers).",
+        ("domain",),
+        _mapping("clocks_max_hertz"),
+    ),
+    device(
+        "amdgpu_voltage_volts",
+        "gauge",
+        "volts",
+        "Voltage by rail: gfx, soc, memory.",
+        ("rail",),
+        _mapping("voltages_volts"),
+    ),
+    device(
+        "amdgpu_throttle_active",
+        "gauge",
+        "",
+        "1 while the SMU reports this throttler active (ASIC-independent SMU_THROTTLER reasons), else 0.",
+        ("reason",),
+        _mapping("throttle"),
+    ),
+    device(
+        "amdgpu_pcie_current_link_transfers_per_second",
+        "gauge",
+        "transfers_per_second",
+        "Current PCIe link speed in transfers per second (16e9 = 16 GT/s).",
+        (),
+        _scalar("pcie_link_transfers_per_second"),
+    ),
+    device(
+        "amdgpu_pcie_max_link_transfers_per_second",
+        "gauge",
+        "transfers_per_second",
+        "Maximum PCIe link speed the device supports, in transfers per second.",
+        (),
+        _scalar("pcie_max_link_transfers_per_second"),
+    ),
+    device(
+        "amdgpu_pcie_current_link_width",
+        "gauge",
+        "",
+        "Current PCIe link width in lanes.",
+        (),
+        _scalar("pcie_link_width"),
+    ),
+    device(
+        "amdgpu_pcie_max_link_width",
+        "gauge",
+        "",
+        "Maximum PCIe link width in lanes.",
+        (),
+        _scalar("pcie_max_link_width"),
+    ),
+    device(
+        "amdgpu_pcie_bandwidth_bytes_per_second",
+        "gauge",
+        "bytes_per_second",
+        "PCIe bandwidth. MI300: pcie_bandwidth_inst from gpu_metrics; MI200: upper-bound estimate "
+        "(messages x max payload) from pcie_bw, read in the background.",
+        (),
+        _scalar("pcie_bandwidth_bytes_per_second"),
+    ),
+    device("amdgpu_pcie_replays", "counter", "", "PCIe replays (NAKs sent + received).", (), _scalar("pcie_replays")),
+    device(
+        "amdgpu_pcie_recoveries",
+        "counter",
+        "",
+        "PCIe link transitions from L0 to recovery.",
+        (),
+        _scalar("pcie_recoveries"),
+    ),
+    device("amdgpu_pcie_naks", "counter", "", "PCIe NAKs by direction.", ("direction",), _pcie_naks),
+    device("amdgpu_xgmi_link_width", "gauge", "", "XGMI link width in lanes.", (), _scalar("xgmi_link_width")),
+    device(
+        "amdgpu_xgmi_link_bits_per_second",
+        "gauge",
+        "bits_per_second",
+        "XGMI link rate: lane rate x width.",
+        (),
+        _scalar("xgmi_link_bits_per_second"),
+    ),
+    device(
+        "amdgpu_xgmi_link_up",
+        "gauge",
+        "",
+        "1 when an XGMI link is up, 0 when down.",
+        ("link",),
+        _mapping("xgmi_link_up"),
+    ),
+    device(
+        "amdgpu_xgmi_read_bytes",
+        "counter",
+        "bytes",
+        "Data read over an XGMI link (MI300: cumulative counters in gpu_metrics).",
+        ("link",),
+        _mapping("xgmi_read_bytes"),
+    ),
+    device(
+        "amdgpu_xgmi_write_bytes",
+        "counter",
+        "bytes",
+        "Data written over an XGMI link.",
+        ("link",),
+        _mapping("xgmi_write_bytes"),
+    ),
+    device(
+        "amdgpu_xgmi_error_events",
+        "counter",
+        "",
+        "XGMI error events, accumulated by the exporter (the driver's xgmi_error file clears on read).",
+        (),
+        _scalar("xgmi_error_events"),
+    ),
+    device(
+        "amdgpu_ecc_errors",
+        "counter",
+        "",
+        "RAS error counts by block and type (correctable, uncorrectable, deferred) since driver load.",
+        ("block", "type"),
+        _mapping("ecc_errors"),
+    ),
+    device("amdgpu_ras_retired_pages", "gauge", "", "VRAM pages retired by RAS.", (), _scalar("ras_retired_pages")),
+    MetricSpec(
+        "amdgpu_up",
+        "gauge",
+        "",
+        "1 if the device's last read succeeded within its deadline, else 0.",
+        ("gpu",),
+        _per_state(_up),
+    ),
+    MetricSpec(
+        "amdgpu_device_info",
+        "gauge",
+        "",
+        "Identity of a device (always 1); join on gpu for labels.",
+        IDENTITY_LABELS,
+        _device_info,
+    ),
+    MetricSpec(
+        "amdgpu_sample_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "Unix time of the device's latest good sample.",
+        ("gpu",),
+        _per_state(_sample_timestamp),
+    ),
+    MetricSpec(
+        "amdgpu_firmware_info",
+        "gauge",
+        "",
+        "Firmware version of a block (always 1).",
+        ("gpu", "block", "version"),
+        _per_state(_firmware),
+    ),
+    MetricSpec(
+        "amdgpu_topology_link_info",
+        "gauge",
+        "",
+        "KFD io_link from a device to a peer (always 1).",
+        ("gpu", "peer", "type", "hops", "weight"),
+        _topology,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_read_errors",
+        "counter",
+        "",
+        "Failed device reads by reason.",
+        ("gpu", "reason"),
+        _per_state(_read_errors),
+    ),
+    MetricSpec(
+        "amdgpu_exporter_read_timeouts",
+        "counter",
+        "",
+        "Device reads that missed their deadline.",
+        ("gpu",),
+        _per_state(_read_timeouts),
+    ),
+    MetricSpec(
+        "amdgpu_alert_firing",
+        "gauge",
+        "",
+        "1 while an in-daemon alert fires on a device.",
+        ("gpu", "alert", "severity"),
+        _alert_firing,
+    ),
+    MetricSpec(
+        "amdgpu_clock_down_suggested_ratio",
+        "gauge",
+        "ratio",
+        "Suggested gfx clock ceiling reduction (0..1).",
+        ("gpu",),
+        _clock_down_ratio,
+    ),
+    MetricSpec(
+        "amdgpu_suggested_gfx_clock_max_hertz",
+        "gauge",
+        "hertz",
+        "Suggested gfx clock ceiling.",
+        ("gpu",),
+        _suggested_ceiling,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_build_info",
+        "gauge",
+        "",
+        "Exporter version and the source it reads (always 1).",
+        ("version", "source", "source_reason"),
+        _build_info,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_last_poll_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "Unix time the last poll cycle finished.",
+        (),
+        _last_poll,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_worker_restarts",
+        "counter",
+        "",
+        "Restarts of the rocm-smi worker process.",
+        (),
+        _worker_restarts,
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_alertmanager_notifications",
+        "counter",
+        "",
+        "Alert pushes to Alertmanager by result.",
+        ("result",),
+        _alertmanager_notifications,
+    ),
+    # The process collector's families under their conventional names (dashboards and alerts for
+    # any Prometheus exporter use them); no series where /proc cannot be read.
+    MetricSpec(
+        "process_cpu_seconds",
+        "counter",
+        "seconds",
+        "CPU time (user and system) the exporter process has used.",
+        (),
+        _process("process_cpu_seconds_total"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_resident_memory_bytes",
+        "gauge",
+        "bytes",
+        "Resident memory of the exporter process (what the systemd unit's MemoryMax limits).",
+        (),
+        _process("process_resident_memory_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "bytes",
+        "Virtual memory of the exporter process.",
+        (),
+        _process("process_virtual_memory_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_start_time_seconds",
+        "gauge",
+        "seconds",
+        "Unix time the exporter process started.",
+        (),
+        _process("process_start_time_seconds"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_open_fds",
+        "gauge",
+        "",
+        "File descriptors the exporter process has open.",
+        (),
+        _process("process_open_fds"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "process_max_fds",
+        "gauge",
+        "",
+        "Limit on open file descriptors of the exporter process.",
+        (),
+        _process("process_max_fds"),
+        omit_when_empty=True,
+    ),
+)
+
+# The families read from each device's latest sample.
+DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(spec for spec in METRICS if spec.sample_getter is not None)
+BY_NAME = {spec.name: spec for spec in METRICS}
+
+
+def all_metric_names() -> list[str]:
+    """Every family name /metrics can carry (counters with their _total suffix)."""
+    return [spec.exposed_name for spec in METRICS]

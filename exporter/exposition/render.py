@@ -1,0 +1,115 @@
+"""Published -> /metrics bytes: every family of the metric table, rendered lazily, at most once per format.
+
+A scrape then only sends bytes: its cost does not depend on how many GPUs there are or whether
+one of them is hung (see docs/architecture.md). Text, OpenMetrics and their gzip forms are made
+here, by the first scrape that asks for one after a cycle, so the HTTP layer never formats anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+from exporter.exposition.fastformat import format_families
+from exporter.exposition.metrics import METRICS, MetricSpec
+from exporter.model import Histogram, Published
+
+
+class RenderedMetrics:
+    """The /metrics bytes of one snapshot, rendered at most once per format, on first request.
+
+    Prometheus scrapes every 15-60 s while the poller produces a snapshot every second:
+    rendering every cycle eagerly (text and OpenMetrics, ~2,000 series) would spend most of the
+    exporter's CPU on bytes nobody reads. A snapshot is rendered when the first scrape after it
+    asks for a format, and every later scrape of that snapshot gets the same bytes.
+    """
+
+    def __init__(self, source: _PublishedView) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[bool, bool], bytes] = {}
+
+    def cached(self, openmetrics: bool, gzipped: bool) -> bytes | None:
+        return self._cache.get((openmetrics, gzipped))
+
+    def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+        """The bytes for a format; renders them (blocking, tens of ms) if nobody has yet."""
+        key = (openmetrics, gzipped)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                return found
+            plain = self._cache.get((openmetrics, False))
+            if plain is None:
+                plain = format_families(self._source.collect(), openmetrics)
+                self._cache[(openmetrics, False)] = plain
+            if gzipped:
+                # Level 5: most of the size win at a fraction of level 9's CPU.
+                self._cache[key] = gzip.compress(plain, compresslevel=5, mtime=0)
+            return self._cache[key]
+
+    @property
+    def text(self) -> bytes:
+        return self.body(False, False)
+
+    @property
+    def text_gzip(self) -> bytes:
+        return self.body(False, True)
+
+    @property
+    def openmetrics(self) -> bytes:
+        return self.body(True, False)
+
+    @property
+    def openmetrics_gzip(self) -> bytes:
+        return self.body(True, True)
+
+
+def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
+        cumulative += count
+        buckets.append((floatToGoString(bound), float(cumulative)))
+    # No _created sample: the family is built from data, and its creation time would only be noise.
+    return HistogramMetricFamily(spec.name, spec.help, buckets=buckets, sum_value=histogram.total)
+
+
+def families(published: Published) -> Iterator[Metric]:
+    """The families of the metric table for one Published, in table order."""
+    for spec in METRICS:
+        if spec.kind == "histogram":
+            assert spec.histogram is not None
+            yield _histogram_family(spec, spec.histogram(published))
+            continue
+        family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+        family = family_type(spec.name, spec.help, labels=spec.labels)
+        for labels, value in spec.values(published):
+            family.add_metric(labels, value)
+        if family.samples or not spec.omit_when_empty:
+            yield family
+
+
+class _PublishedView:
+    """One Published as prometheus-client's generate_latest sees a registry: a collect() of families.
+
+    Immutable, so two cycles can be rendered on different threads safely.
+    """
+
+    def __init__(self, published: Published) -> None:
+        self.published = published
+
+    def collect(self) -> Iterator[Metric]:
+        return families(self.published)
+
+
+def render(published: Published) -> RenderedMetrics:
+    """Cheap: the bytes are made on first request (RenderedMetrics)."""
+    return RenderedMetrics(_PublishedView(published))

@@ -1,0 +1,97 @@
+"""After each poll cycle: enrich, evaluate the alert rules, hand the alerts to the pusher, publish.
+
+The one place that runs the stages after the poller, in order. Each cycle ends in one immutable
+Published (snapshot + alerts + the exporter's stats) and the lazily rendered /metrics of it, which
+the web layer reads; nothing downstream writes back into anything upstream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from exporter.alerting.rules import Rule
+from exporter.alerting.state import evaluate
+from exporter.exposition.render import RenderedMetrics, render
+from exporter.log import get_logger
+from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
+from exporter.pipeline.enrich import enrich
+from exporter.pipeline.process import read_process_stats
+
+log = get_logger("exporter.pipeline")
+
+
+class AlertSink(Protocol):
+    """Where evaluated alerts go after each cycle (the Alertmanager pusher); must never block."""
+
+    def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
+
+    @property
+    def stats(self) -> AlertmanagerStats: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedState:
+    """What the web layer serves: the last Published and its /metrics; replaced whole, never mutated."""
+
+    source: str = ""
+    source_reason: str = ""
+    started_at: float = field(default_factory=time.time)
+    published: Published | None = None  # None until the first cycle has finished
+    metrics: RenderedMetrics | None = None
+
+
+class Pipeline:
+    """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
+
+    def __init__(
+        self, *, source_name: str, source_reason: str, rules: Sequence[Rule], pusher: AlertSink | None = None
+    ) -> None:
+        self.rules = tuple(rules)
+        self.pusher = pusher
+        self.state = PublishedState(source=source_name, source_reason=source_reason)
+        self._alerts: tuple[AlertState, ...] = ()
+        self._poll_durations = Histogram()
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        snapshot = enrich(snapshot)
+        alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        self._alerts = alerts
+        log.debug(
+            "cycle",
+            cycle=snapshot.cycle,
+            poll_seconds=round(snapshot.poll_duration_seconds, 6),
+            up=sum(1 for d in snapshot.devices if d.up),
+            down={d.gpu: d.down_reason for d in snapshot.devices if not d.up},
+            alerts_firing=sum(1 for a in alerts if a.firing),
+            alerts_pending=sum(1 for a in alerts if not a.firing and a.pending_since is not None),
+            transitions=len(transitions),
+        )
+        for transition in transitions:
+            log.warning("alert_transition", **transition.log_fields())
+        self._poll_durations = self._poll_durations.observe(snapshot.poll_duration_seconds)
+        if self.pusher is not None:
+            self.pusher.update(snapshot, alerts)
+        stats = ExporterStats(
+            source=self.state.source,
+            source_reason=self.state.source_reason,
+            poll_durations=self._poll_durations,
+            alertmanager=self.pusher.stats if self.pusher is not None else None,
+            process=read_process_stats(),
+        )
+        published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
+        # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
+        self.state = PublishedState(
+            source=self.state.source,
+            source_reason=self.state.source_reason,
+            started_at=self.state.started_at,
+            published=published,
+            metrics=render(published),
+        )
+
+    def flush(self) -> None:
+        """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""
+        if self.state.metrics is not None:
+            self.state.metrics.body(openmetrics=True, gzipped=True)

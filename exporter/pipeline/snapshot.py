@@ -1,0 +1,34 @@
+"""Freezing the poller's bookkeeping into the immutable Snapshot every later stage reads."""
+
+from __future__ import annotations
+
+import time
+
+from exporter.model import DeviceState, Snapshot, SourceStats, frozen_map
+from exporter.pipeline.discovery import KnownDevices
+
+
+def freeze(
+    devices: KnownDevices, *, duration: float, source_name: str, cycle: int, source_stats: SourceStats
+) -> Snapshot:
+    """One Snapshot of every known device, `gpu` numbered in PCI order."""
+    states = tuple(
+        DeviceState(
+            identity=t.identity,
+            gpu=index,
+            sample=t.sample,
+            up=t.up,
+            down_reason=t.down_reason,
+            read_errors=frozen_map(t.read_errors),
+            read_timeouts=t.read_timeouts,
+        )
+        for index, t in enumerate(devices.in_pci_order())
+    )
+    return Snapshot(
+        taken_at=time.time(),
+        devices=states,
+        poll_duration_seconds=duration,
+        source=source_name,
+        cycle=cycle,
+        source_stats=source_stats,
+    )

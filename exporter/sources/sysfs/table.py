@@ -1,0 +1,206 @@
+"""The sysfs reader as a table: which Sample field each sysfs file fills, how it is parsed, in what unit.
+
+A device's Sample is assembled in layers:
+
+1. the slow layer: SLOW_FILES plus the DPM, RAS and xgmi_error readers in slow.py, re-read every
+   --slow-interval (caps, thresholds, DPM tables and RAS counts change rarely or cost a firmware trip);
+2. gpu_metrics: the fields of GPU_METRICS_FIELDS, from one binary table (one SMU round trip), win
+   over the slow layer wherever they are supplied (current clocks, PCIe link state);
+3. FAST_FILES: files read every cycle, each per its fill rule, most of them fallbacks for a device
+   without a usable gpu_metrics table.
+
+Adding a value read from a file is one row here; a test checks every row against Sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.sources import textfiles as tf
+from exporter.sources.sysfs.files import read_parsed
+
+Key = str | int | tuple[str, str]
+# always: the file's value is the field's; if_missing: only when no earlier layer (or row) supplied
+# this field (this key, for a mapping); if_field_empty: only when no earlier layer supplied any key
+# of this mapping (a partial gpu_metrics table is not mixed with hwmon readings).
+Fill = Literal["always", "if_missing", "if_field_empty"]
+Where = Literal["device", "hwmon"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileField:
+    """One sysfs file that fills one Sample field (or one key of a mapping field)."""
+
+    field: str  # the Sample field
+    key: Key | None  # the key within a mapping field; None for a scalar field
+    where: Where  # the device's PCI directory or its amdgpu hwmon directory
+    file: str  # path below `where`
+    parse: Callable[[str], float | int | None]  # file text -> SI value; None = not supplied
+    unit: str  # what the file holds (the parser converts it to the field's SI unit)
+    fill: Fill = "always"
+
+    def path(self, device: DeviceIdentity) -> str | None:
+        base = device.device_dir if self.where == "device" else device.hwmon_dir
+        return f"{base}/{self.file}" if base else None
+
+
+def _milli(text: str) -> float:
+    return tf.parse_scaled(text, 1e-3)
+
+
+def _micro(text: str) -> float:
+    return tf.parse_scaled(text, 1e-6)
+
+
+def _micro_nonzero(text: str) -> float | None:
+    # MI250X die 1 reports a power cap of 0: there is no cap to show, not a cap of zero.
+    return tf.parse_scaled(text, 1e-6) or None
+
+
+def _bytes(text: str) -> float:
+    return float(tf.parse_unsigned(text))
+
+
+_HWMON_TEMPERATURES = (("edge", 1), ("junction", 2), ("memory", 3))
+_MEMORY_POOLS = (("vram", "mem_info_vram"), ("visible_vram", "mem_info_vis_vram"), ("gtt", "mem_info_gtt"))
+
+FAST_FILES: tuple[FileField, ...] = (
+    *(
+        FileField("temperatures", sensor, "hwmon", f"temp{i}_input", _milli, "m°C", "if_field_empty")
+        for sensor, i in _HWMON_TEMPERATURES
+    ),
+    FileField("busy", "gfx", "device", "gpu_busy_percent", tf.parse_percent_ratio, "%", "if_field_empty"),
+    FileField("busy", "memory", "device", "mem_busy_percent", tf.parse_percent_ratio, "%", "if_field_empty"),
+    FileField("power_watts", None, "hwmon", "power1_average", _micro, "µW", "if_missing"),
+    FileField("power_watts", None, "hwmon", "power1_input", _micro, "µW", "if_missing"),
+    # MI2xx leaves the gpu_metrics voltages unset; hwmon in0 (vddgfx) has the gfx rail.
+    FileField("voltages_volts", "gfx", "hwmon", "in0_input", _milli, "mV", "if_missing"),
+    FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _bytes, "Hz", "if_missing"),
+    *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes, "B") for pool, prefix in _MEMORY_POOLS),
+)
+
+SLOW_FILES: tuple[FileField, ...] = (
+    *(
+        FileField("temperature_thresholds", (sensor, threshold), "hwmon", f"temp{i}_{suffix}", _milli, "m°C")
+        for sensor, i in _HWMON_TEMPERATURES
+        for threshold, suffix in (("critical", "crit"), ("emergency", "emergency"))
+    ),
+    FileField("power_cap_watts", None, "hwmon", "power1_cap", _micro_nonzero, "µW"),
+    FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _micro_nonzero, "µW"),
+    *(
+        FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes, "B")
+        for pool, prefix in _MEMORY_POOLS
+    ),
+    FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", tf.parse_link_speed, "GT/s"),
+    FileField("pcie_max_link_width", None, "device", "max_link_width", tf.parse_link_width, "lanes"),
+    FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", tf.parse_link_speed, "GT/s"),
+    FileField("pcie_link_width", None, "device", "current_link_width", tf.parse_link_width, "lanes"),
+    FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned, "count"),
+    FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages, "pages"),
+)
+
+# GpuMetrics fields copied into the Sample field of the same name, in SI units already.
+GPU_METRICS_FIELDS: tuple[str, ...] = (
+    "temperatures",
+    "power_watts",
+    "energy_joules",
+    "busy",
+    "clocks_hertz",
+    "voltages_volts",
+    "throttle",
+    "pcie_link_width",
+    "pcie_link_transfers_per_second",
+    "pcie_bandwidth_bytes_per_second",
+    "pcie_replays",
+    "pcie_recoveries",
+    "pcie_naks_sent",
+    "pcie_naks_received",
+    "xgmi_link_width",
+    "xgmi_link_bits_per_second",
+    "xgmi_link_up",
+    "xgmi_read_bytes",
+    "xgmi_write_bytes",
+)
+
+# Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
+MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
+
+
+class SampleValues:
+    """The fields of one Sample being assembled, layer by layer: scalars and mappings by field name."""
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, float | int | None] = {}
+        self.mappings: dict[str, dict[Any, Any]] = {name: {} for name in MAPPING_FIELDS}
+
+    def supplied(self, field: str, key: Key | None = None) -> bool:
+        if field in MAPPING_FIELDS:
+            return key in self.mappings[field] if key is not None else bool(self.mappings[field])
+        return self.scalars.get(field) is not None
+
+    def set(self, field: str, key: Key | None, value: Any) -> None:
+        if key is None:
+            self.scalars[field] = value
+        else:
+            self.mappings[field][key] = value
+
+    def merge(self, layer: SampleValues) -> None:
+        """Take every value an earlier-computed layer supplies (scalars whole, mappings by key)."""
+        for name, value in layer.scalars.items():
+            if value is not None:
+                self.scalars[name] = value
+        for name, mapping in layer.mappings.items():
+            self.mappings[name].update(mapping)
+
+    def override_from(self, source: object, names: Iterable[str]) -> None:
+        """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
+
+        A mapping keeps the order of the keys already here (a key's first layer decides where it is listed).
+        """
+        for name in names:
+            value = getattr(source, name)
+            if name in MAPPING_FIELDS:
+                self.mappings[name].update(value)
+            elif value is not None:
+                self.scalars[name] = value
+
+    def sample(self, timestamp: float) -> Sample:
+        fields: dict[str, Any] = dict(self.scalars)
+        fields.update((name, frozen_map(mapping)) for name, mapping in self.mappings.items())
+        return Sample(timestamp=timestamp, **fields)
+
+
+def read_rows(rows: Iterable[FileField], device: DeviceIdentity, values: SampleValues) -> None:
+    """Apply table rows to `values`, each per its fill rule (emptiness judged before any row runs)."""
+    empty_before = {name for name in MAPPING_FIELDS if not values.mappings[name]}
+    for row in rows:
+        if row.fill == "if_missing" and values.supplied(row.field, row.key):
+            continue
+        if row.fill == "if_field_empty" and row.field not in empty_before:
+            continue
+        path = row.path(device)
+        if path is None:
+            continue
+        value = read_parsed(path, row.parse)
+        if value is not None:
+            values.set(row.field, row.key, value)
+
+
+def check_table() -> None:
+    """Every row names a Sample field, with a key exactly when the field is a mapping."""
+    sample_fields = {f.name for f in dataclasses.fields(Sample)}
+    for row in (*FAST_FILES, *SLOW_FILES):
+        if row.field not in sample_fields:
+            raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
+        if (row.key is not None) != (row.field in MAPPING_FIELDS):
+            raise AssertionError(f"sysfs table: {row.file}: key {row.key!r} does not fit field {row.field!r}")
+    for name in GPU_METRICS_FIELDS:
+        if name not in sample_fields:
+            raise AssertionError(f"sysfs table: gpu_metrics field {name!r} is not a Sample field")
+
+
+check_table()

@@ -1,0 +1,103 @@
+"""The sysfs reader table: every row names a real Sample field and a file the driver writes, and the
+layers fill fields in the documented order (slow layer < gpu_metrics < per-cycle files by fill rule)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.model import DeviceIdentity
+from exporter.simulator import Simulator
+from exporter.sources.sysfs import SysfsSource
+from exporter.sources.sysfs import table as sysfs_table
+from exporter.sources.sysfs.table import FAST_FILES, SLOW_FILES, FileField, SampleValues, read_rows
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[SysfsSource, list[DeviceIdentity]]:
+    root = tmp_path_factory.mktemp("node") / "sys"
+    Simulator(root, "1xMI210,1xMI250X,1xMI300X", "training", seed=5).write_tree()
+    source = SysfsSource(root)
+    return source, list(source.discover())
+
+
+def test_the_table_is_checked_against_sample() -> None:
+    sysfs_table.check_table()
+    bad = FileField("temperature", "edge", "hwmon", "temp1_input", float, "m°C")
+    original = sysfs_table.FAST_FILES
+    try:
+        sysfs_table.FAST_FILES = (*original, bad)
+        with pytest.raises(AssertionError, match="unknown Sample field 'temperature'"):
+            sysfs_table.check_table()
+        sysfs_table.FAST_FILES = (*original, dataclasses.replace(bad, field="power_watts"))
+        with pytest.raises(AssertionError, match="key 'edge' does not fit field 'power_watts'"):
+            sysfs_table.check_table()
+    finally:
+        sysfs_table.FAST_FILES = original
+
+
+def test_every_row_reads_a_file_the_simulated_driver_writes(node) -> None:
+    _, devices = node
+    for row in (*FAST_FILES, *SLOW_FILES):
+        paths = [row.path(device) for device in devices]
+        assert any(path is not None and os.path.exists(path) for path in paths), f"no device has {row.file}"
+        values = SampleValues()
+        for device in devices:
+            read_rows((dataclasses.replace(row, fill="always"),), device, values)
+        assert values.supplied(row.field, row.key), f"{row.file} parsed to nothing on every device"
+
+
+def test_hwmon_temperatures_fill_only_when_gpu_metrics_supplied_none(node) -> None:
+    _, devices = node
+    device = devices[0]
+    rows = [row for row in FAST_FILES if row.field == "temperatures"]
+    empty = SampleValues()
+    read_rows(rows, device, empty)
+    assert set(empty.mappings["temperatures"]) == {"edge", "junction", "memory"}
+    partial = SampleValues()
+    partial.set("temperatures", "junction", 70.0)  # as if gpu_metrics supplied only the junction
+    read_rows(rows, device, partial)
+    assert partial.mappings["temperatures"] == {"junction": 70.0}, "no mixing of gpu_metrics and hwmon readings"
+
+
+def test_if_missing_rows_never_override_and_the_first_of_two_wins(node, tmp_path: Path) -> None:
+    _, devices = node
+    device = devices[0]
+    power_rows = [row for row in FAST_FILES if row.field == "power_watts"]
+    assert [row.file for row in power_rows] == ["power1_average", "power1_input"]
+    supplied = SampleValues()
+    supplied.set("power_watts", None, 123.0)
+    read_rows(power_rows, device, supplied)
+    assert supplied.scalars["power_watts"] == 123.0
+    hwmon = tmp_path / "hwmon"
+    hwmon.mkdir()
+    (hwmon / "power1_input").write_text("250000000\n")
+    fake = dataclasses.replace(device, hwmon_dir=str(hwmon))
+    fallback = SampleValues()
+    read_rows(power_rows, fake, fallback)
+    assert fallback.scalars["power_watts"] == 250.0, "power1_input when power1_average is absent"
+    (hwmon / "power1_average").write_text("200000000\n")
+    both = SampleValues()
+    read_rows(power_rows, fake, both)
+    assert both.scalars["power_watts"] == 200.0
+
+
+def test_gpu_metrics_win_over_the_slow_layer_keeping_its_key_order(node) -> None:
+    source, devices = node
+    sample = source.read(devices[0])  # MI210: gpu_metrics v1.3 supplies gfx, soc, memory, video, decode
+    assert list(sample.clocks_hertz)[:3] == ["gfx", "memory", "fabric"], "DPM domain order, as before the table"
+    assert sample.temperature_thresholds[("junction", "critical")] > 0
+    assert sample.memory_total_bytes["vram"] > sample.memory_used_bytes["vram"] > 0
+
+
+def test_the_second_die_of_a_dual_die_package_reports_no_power(node) -> None:
+    source, devices = node
+    dies = [d for d in devices if d.product.startswith("AMD Instinct MI250X")]
+    assert [d.die for d in dies] == [0, 1]
+    first, second = (source.read(d) for d in dies)
+    assert first.power_watts is not None and first.energy_joules is not None
+    assert second.power_watts is None and second.energy_joules is None
+    assert second.temperatures, "the second die still reads everything else"
