@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
+from exporter.model import HostInfo
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
@@ -129,6 +132,24 @@ async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float
     return len(devices)
 
 
+async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | None:
+    """Kernel, driver, ROCm and SMI library versions for the _info series; None when they take too long
+    (the SMI libraries are loaded in child processes, which a broken install can hang)."""
+    from exporter.operator.hostfacts import collect, host_info
+
+    def read() -> HostInfo:
+        return host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False))
+
+    started = time.monotonic()
+    try:
+        info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, read), deadline)
+    except TimeoutError:
+        log.warning("host_info_timeout", deadline=deadline)
+        return None
+    log.debug("host_info", seconds=round(time.monotonic() - started, 3), **dataclasses.asdict(info))
+    return info
+
+
 def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
     """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
     if not settings.alertmanager_url:
@@ -168,8 +189,9 @@ async def serve(settings: Settings) -> None:
         )
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        host_info = await read_host_info(sysfs_root)
         pusher = alertmanager_pusher(settings, port, rules)
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
+        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, host=host_info)
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(
             lambda: pipeline.state, settings.web_telemetry_path, refresh_seconds=max(settings.interval, 0.5)

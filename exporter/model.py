@@ -196,6 +196,19 @@ class ProcessStats:
 
 
 @dataclass(frozen=True, slots=True)
+class HostInfo:
+    """The host's software versions, read at start (exporter/operator/hostfacts.py): what Grafana
+    correlates incidents with. "" / () where not found."""
+
+    kernel_release: str = ""
+    driver_version: str = ""  # amdgpu module version; "" for the in-tree driver
+    driver_initstate: str = ""  # "live" once the module has loaded
+    ppfeaturemask: str = ""  # "0xfff7bfff"
+    rocm: tuple[tuple[str, str], ...] = ()  # (install folder, version)
+    smi_libraries: tuple[tuple[str, str], ...] = ()  # (library, version), only those that answered
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterStats:
     """What the exporter reports about itself besides the snapshot."""
 
@@ -204,6 +217,7 @@ class ExporterStats:
     poll_durations: Histogram = Histogram()
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
+    host: HostInfo | None = None  # None until read (or where it is not: tests, benchmarks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.model import HostInfo
+
 # Packages worth naming in a version matrix (Debian/Ubuntu names of ROCm and its pieces).
 PACKAGE_PATTERNS = ("rocm*", "librocm*", "hip*", "libhsa*", "hsa-*", "amd-smi*", "amdgpu*", "rocblas*", "rccl*")
 _PROBE_TIMEOUT = 10.0
@@ -192,4 +194,16 @@ def collect(
         packages=installed_packages() if packages else (),
         libraries=tuple(library_version(name, rocm_parent, environ) for name in libraries),
         environment=runtime_environment(environ),
+    )
+
+
+def host_info(facts: HostFacts) -> HostInfo:
+    """The facts the daemon exports as _info series (packages and environment stay out: too many)."""
+    return HostInfo(
+        kernel_release=facts.kernel_release or "",
+        driver_version=facts.driver_version or "",
+        driver_initstate=facts.driver_initstate or "",
+        ppfeaturemask=f"0x{facts.ppfeaturemask:08x}" if facts.ppfeaturemask is not None else "",
+        rocm=facts.rocm_installs,
+        smi_libraries=tuple((lib.name, lib.version) for lib in facts.libraries if lib.version),
     )

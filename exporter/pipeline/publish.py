@@ -16,7 +16,7 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
+from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.process import read_process_stats
 
@@ -47,8 +47,15 @@ class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
     def __init__(
-        self, *, source_name: str, source_reason: str, rules: Sequence[Rule], pusher: AlertSink | None = None
+        self,
+        *,
+        source_name: str,
+        source_reason: str,
+        rules: Sequence[Rule],
+        pusher: AlertSink | None = None,
+        host: HostInfo | None = None,
     ) -> None:
+        self.host = host
         self.rules = tuple(rules)
         self.pusher = pusher
         self.state = PublishedState(source=source_name, source_reason=source_reason)
@@ -80,6 +87,7 @@ class Pipeline:
             poll_durations=self._poll_durations,
             alertmanager=self.pusher.stats if self.pusher is not None else None,
             process=read_process_stats(),
+            host=self.host,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

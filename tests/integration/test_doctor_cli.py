@@ -225,3 +225,23 @@ def test_bad_paths_are_one_sentence(host: Host) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "amdgpu-exporter: error: --path.procfs: /nonexistent is missing (no such folder)"
+
+
+def test_the_daemon_serves_the_same_versions_as_info_series(host: Host) -> None:
+    """/metrics carries what doctor reports: the driver (from the tree), the kernel (this host's)."""
+    import httpx
+
+    from tests.realtools import start_exporter, wait_ready
+
+    proc, port = start_exporter(f"--path.sysfs={host.sysfs}", "--interval=200ms")
+    try:
+        wait_ready(port, proc)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    kernel = Path("/proc/sys/kernel/osrelease").read_text().strip()
+    line = next(line for line in text.splitlines() if line.startswith("amdgpu_driver_info{"))
+    for label in ('initstate="live"', f'kernel="{kernel}"', 'ppfeaturemask="0xfff7bfff"', 'version="6.7.0"'):
+        assert label in line, line
+    assert text.count("amdgpu_firmware_info{") >= 7 * 9  # every device's firmware blocks

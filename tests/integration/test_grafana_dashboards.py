@@ -47,6 +47,11 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "process_start_time_seconds": _PROCESS,
     "process_open_fds": _PROCESS,
     "process_max_fds": _PROCESS,
+    # The version matrix (exporter/operator/doctor.py) as series: for joins in ad-hoc queries and
+    # alert annotations; a versions table panel is still to be drawn.
+    "amdgpu_driver_info": "host versions: no dashboard panel yet",
+    "amdgpu_rocm_info": "host versions: no dashboard panel yet",
+    "amdgpu_smi_library_info": "host versions: no dashboard panel yet",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).
