@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
 
@@ -65,7 +65,7 @@ def _power_text(device: DeviceState) -> str:
     return f"{_fmt(sample.power_watts)} / {_fmt(sample.power_cap_watts)} W"
 
 
-def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState]) -> str:
+def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState], sampled: bool) -> str:
     ident = device.identity
     sample = device.sample
     unit = group.unit_label(device)
@@ -84,6 +84,7 @@ def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState])
     classes = "tile" + ("" if device.up else " down") + (" alerting" if mine else "")
     state = "up" if device.up else f"down: {device.down_reason or '?'}"
     title = f"GPU {device.gpu}" + (f" · {unit}" if unit else "")
+    wave = ' data-waveform="1"' if sampled else ""
     rows = [
         ("junction", "junction", f"{_fmt(temps.get('junction'))} °C", _spark("junction")),
         ("edge/mem", "edge_memory", f"{_fmt(temps.get('edge'))} / {_fmt(temps.get('memory'))} °C", ""),
@@ -102,7 +103,7 @@ def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState])
         for label, field, value, extra in rows
     )
     return (
-        f'<article class="{classes}" id="gpu-{device.gpu}" data-gpu="{device.gpu}" '
+        f'<article class="{classes}" id="gpu-{device.gpu}" data-gpu="{device.gpu}"{wave} '
         f'data-pci-bus-id="{html.escape(ident.pci_bus_id)}">'
         f'<div class="head"><span>{html.escape(title)}</span>'
         f'<span class="state{"" if device.up else " down"}">{html.escape(state)}</span></div>'
@@ -121,13 +122,18 @@ def render_status_page(
     telemetry_path: str = "/metrics",
     refresh_seconds: float = 1.0,
     waveform_url: str = "",
+    waveform_gpus: Collection[int] = (),
+    waveform_seconds: float = 60.0,
     host: str | None = None,
 ) -> str:
-    """The whole page. waveform_url: a URL with '{gpu}' for the last minute of one device, or ""."""
+    """The whole page. waveform_url: a relative URL with '{gpu}' in it for the recent fast samples of
+    the devices in waveform_gpus (the sampled ones: asking for another would be a 404), or ""."""
     devices = snapshot.devices if snapshot is not None else ()
     groups = []
     for group in group_devices(devices):
-        tiles = "".join(_tile(group, device, alerts) for device in group.devices)
+        tiles = "".join(
+            _tile(group, device, alerts, bool(waveform_url) and device.gpu in waveform_gpus) for device in group.devices
+        )
         title = html.escape(_group_title(group))
         groups.append(f'<section class="group"><h2>{title}</h2><div class="tiles">{tiles}</div></section>')
     if snapshot is None:
@@ -158,6 +164,9 @@ def render_status_page(
         "REFRESH_MS": str(refresh_ms),
         "REFRESH_TEXT": f"{refresh_ms / 1000:g} s",
         "WAVEFORM_URL": html.escape(waveform_url),
+        "SPARK_TEXT": (
+            f"the last {waveform_seconds:g} s of fast samples" if waveform_url and waveform_gpus else "the last minute"
+        ),
         "GROUPS": "\n".join(groups),
     }
     page = _template()

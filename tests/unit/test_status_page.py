@@ -85,3 +85,19 @@ def test_nothing_is_loaded_from_elsewhere() -> None:
     assert "@import" not in page and "http://" not in page and "https://" not in page
     assert 'data-waveform-url=""' in page
     assert "%%" not in page  # every placeholder filled
+
+
+def test_only_sampled_devices_ask_for_their_waveform() -> None:
+    devices = (_device(0, "A"), _device(1, "B"))
+    page = render_status_page(
+        Snapshot(taken_at=1.0, devices=devices),
+        version="0.1.0",
+        source="sysfs",
+        waveform_url="api/v1/waveform?gpu={gpu}&seconds=15",
+        waveform_gpus={1},
+        waveform_seconds=15,
+        host="h",
+    )
+    assert 'data-waveform-url="api/v1/waveform?gpu={gpu}&amp;seconds=15"' in page
+    assert 'id="gpu-0" data-gpu="0" data-pci' in page and 'id="gpu-1" data-gpu="1" data-waveform="1"' in page
+    assert "sparklines show the last 15 s of fast samples" in page
