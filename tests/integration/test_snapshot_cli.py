@@ -215,3 +215,42 @@ def test_logs_are_plain_json_when_piped(tmp_path: Path) -> None:
     assert "\x1b" not in result.stderr
     events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
     assert {"device_found", "discovered", "polled"} <= set(events)
+
+
+def test_watch_shows_a_device_that_hangs_mid_watch_and_still_stops_at_once(tmp_path: Path) -> None:
+    simulator = write_tree(tmp_path / "sys", fleet="2xMI210")
+    proc = subprocess.Popen(
+        [
+            EXPORTER,
+            "snapshot",
+            f"--path.sysfs={tmp_path / 'sys'}",
+            "--watch=200ms",
+            "--json",
+            "--read-timeout=300ms",
+            "--slow-interval=100ms",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    assert proc.stdout is not None
+    hung = None
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert [d["up"] for d in first["devices"]] == [True, True]
+        hung = hang_device(simulator, 1)  # its DPM table is re-read on the slow schedule: that read blocks
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            frame = json.loads(proc.stdout.readline())
+            if not frame["devices"][1]["up"]:
+                break
+        assert frame["devices"][1]["down_reason"] in ("timeout", "stuck") and frame["devices"][0]["up"]
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        assert proc.wait(timeout=5) == 130
+        assert time.monotonic() - started < 2  # the stuck reader thread is not joined
+    finally:
+        if hung is not None:
+            release(hung)
+        if proc.poll() is None:
+            proc.kill()
