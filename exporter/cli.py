@@ -80,7 +80,7 @@ def _parser(command: str) -> _Parser:
     )
     parser.add_argument("--version", action="version", version=f"amdgpu-exporter {__version__}")
     if command == "snapshot":
-        group = parser.add_argument_group("snapshot")
+        group = parser.add_argument_group("snapshot flags")
         group.add_argument(
             "--watch",
             metavar="DURATION",
@@ -90,7 +90,7 @@ def _parser(command: str) -> _Parser:
         )
         group.add_argument("--json", action="store_true", help="print the /api/v1/devices document (see docs/api.md)")
     if command == "doctor":
-        group = parser.add_argument_group("doctor")
+        group = parser.add_argument_group("doctor flags")
         group.add_argument("--json", action="store_true", help="print the findings as JSON")
         group.add_argument(
             "--path.procfs",
@@ -113,7 +113,7 @@ def _parser(command: str) -> _Parser:
             metavar="PATH",
             help="folder holding rocm* installs (default: /opt)",
         )
-    add_arguments(parser)
+    add_arguments(parser if command == "serve" else parser.add_argument_group("flags shared with serve"))
     return parser
 
 

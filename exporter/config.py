@@ -250,7 +250,7 @@ def _help(option: Option) -> str:
     return f"{option.help}{default_part} [env {option.env}{suffix}]"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     for option in OPTIONS:
         if option.is_flag:
             parser.add_argument(
