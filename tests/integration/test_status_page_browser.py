@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.cdp import Browser
-from tests.faulty_tree import MIXED_FLEET
+from tests.faulty_tree import MIXED_FLEET, hang_device, release, write_tree
 from tests.realtools import require_tool, start_exporter, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -47,10 +47,11 @@ def test_status_page_in_chromium() -> None:
         browser.send("Page.navigate", {"url": origin})
         deadline = time.monotonic() + 20
         first = None
-        while time.monotonic() < deadline:
-            first = browser.evaluate(TILES)
-            if first and len(json.loads(first)) == 7:
-                break
+        while time.monotonic() < deadline:  # the navigation is asynchronous: wait for the parsed page
+            if browser.evaluate("document.readyState") == "complete":
+                first = browser.evaluate(TILES)
+                if first and len(json.loads(first)) == 7:
+                    break
             time.sleep(0.2)
         before = json.loads(first)
         assert sorted(t["gpu"] for t in before) == list(range(7))
@@ -88,5 +89,40 @@ def test_status_page_in_chromium() -> None:
     finally:
         if browser is not None:
             browser.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_a_hung_device_is_shown_down_in_the_browser(tmp_path: Path) -> None:
+    chromium = require_tool("chromium")
+    simulator = write_tree(tmp_path / "sys", fleet="2xMI210")
+    hung = hang_device(simulator, 1)
+    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=300ms", "--read-timeout=200ms")
+    browser = None
+    try:
+        wait_ready(port, proc)
+        browser = Browser(chromium)
+        browser.open_page()
+        browser.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/"})
+        state = ""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if browser.evaluate("document.readyState") != "complete":
+                time.sleep(0.1)
+                continue
+            state = browser.evaluate(
+                "(() => { const t = document.getElementById('gpu-1');"
+                " return t ? t.className + '|' + t.querySelector('.state').textContent : ''; })()"
+            )
+            if state.startswith("tile down|down: "):
+                break
+            time.sleep(0.2)
+        assert state in ("tile down|down: timeout", "tile down|down: stuck"), state
+        assert browser.evaluate("document.getElementById('gpu-0').className") == "tile"
+        assert browser.events_named("Runtime.exceptionThrown") == []
+    finally:
+        if browser is not None:
+            browser.close()
+        release(hung)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
