@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # chromium loads the status page headless (tests/integration/test_status_page_browser.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \
-	mmdebstrap gcc chromium
+	mmdebstrap gcc curl openssl strace chromium
 DEBIAN_BENCH_PACKAGES := wrk strace
 LISTEN ?= 127.0.0.1:9442
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from exporter.attribution.model import Attribution
+
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -157,6 +159,8 @@ class Snapshot:
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0
     source_stats: SourceStats = SourceStats()
+    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
+    attribution: Attribution = field(default_factory=Attribution)
 
 
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -209,6 +213,18 @@ class HostInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class WebStats:
+    """The HTTP layer's counters (issue 14), copied once per cycle; only with --web.config.file."""
+
+    config_reload_successes: int = 0
+    config_reload_failures: int = 0
+    config_last_reload_ok: bool = True
+    rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), every known reason
+    open_connections: int = 0
+    max_connections: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterStats:
     """What the exporter reports about itself besides the snapshot."""
 
@@ -218,6 +234,7 @@ class ExporterStats:
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
     host: HostInfo | None = None  # None until read (or where it is not: tests, benchmarks)
+    web: WebStats | None = None  # None without --web.config.file
 
 
 @dataclass(frozen=True, slots=True)

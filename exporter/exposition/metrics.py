@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter import __version__
-from exporter.model import DeviceState, Histogram, Published, Sample
+from exporter.model import DeviceState, Histogram, Published, Sample, WebStats
 
 Kind = Literal["gauge", "counter", "histogram"]
 LabelledValue = tuple[tuple[str, ...], float]
@@ -43,6 +43,9 @@ class MetricSpec:
     sample_getter: SampleGetter | None = None
     histogram: Callable[[Published], Histogram] | None = None  # for kind "histogram" (values yields nothing)
     omit_when_empty: bool = False  # no family at all without series (it does not apply to this exporter)
+    # With attribution on, a family whose first label is `gpu` gets the attribution labels (pod, ...,
+    # job_id, ...) after its own; False for the families that carry them already.
+    attributed: bool = True
 
     @property
     def exposed_name(self) -> str:
@@ -245,6 +248,56 @@ def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]
             yield (), value
 
     return values
+
+
+def _web(get: Callable[[WebStats], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        if published.stats.web is not None:
+            yield from get(published.stats.web)
+
+    return values
+
+
+def _allocations(published: Published) -> Iterator[LabelledValue]:
+    seen: set[tuple[str, ...]] = set()
+    for allocation in published.snapshot.attribution.allocations:
+        if allocation.source == "kubernetes":
+            holder = dict(allocation.labels)
+            labels = (str(allocation.gpu), holder["pod"], holder["namespace"], holder["container"], allocation.resource)
+            if labels not in seen:  # one series per holder, whatever number of its devices map to the GPU
+                seen.add(labels)
+                yield labels, 1.0
+
+
+def _jobs(published: Published) -> Iterator[LabelledValue]:
+    seen: set[tuple[str, ...]] = set()
+    for allocation in published.snapshot.attribution.allocations:
+        if allocation.source == "slurm":
+            job = dict(allocation.labels)
+            labels = (str(allocation.gpu), job["job_id"], job["job_user"], job["job_partition"])
+            if labels not in seen:
+                seen.add(labels)
+                yield labels, 1.0
+
+
+def _attribution_up(published: Published) -> Iterator[LabelledValue]:
+    for source, up in sorted(published.snapshot.attribution.sources_up.items()):
+        yield (source,), 1.0 if up else 0.0
+
+
+def _process_value(attr: str) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        for usage in published.snapshot.attribution.processes:
+            value = getattr(usage, attr)
+            if value is not None:
+                yield (str(usage.gpu), str(usage.pid), usage.comm), float(value)
+
+    return values
+
+
+def _web_reloads(web: WebStats) -> Iterator[LabelledValue]:
+    yield ("failure",), float(web.config_reload_failures)
+    yield ("success",), float(web.config_reload_successes)
 
 
 def _nothing(published: Published) -> Iterator[LabelledValue]:
@@ -605,6 +658,109 @@ METRICS: tuple[MetricSpec, ...] = (
         "Alert pushes to Alertmanager by result.",
         ("result",),
         _alertmanager_notifications,
+    ),
+    # The HTTP layer (exporter/web), only with --web.config.file.
+    MetricSpec(
+        "amdgpu_exporter_web_config_reloads",
+        "counter",
+        "",
+        "Reloads of --web.config.file after a change, by result (failure: the last good one was kept).",
+        ("result",),
+        _web(_web_reloads),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_web_config_last_reload_successful",
+        "gauge",
+        "",
+        "1 if the web configuration on disk is the one in effect, 0 after an invalid edit.",
+        (),
+        _web(lambda web: [((), 1.0 if web.config_last_reload_ok else 0.0)]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_rejections",
+        "counter",
+        "",
+        "Connections and requests refused by the HTTP layer, by reason.",
+        ("reason",),
+        _web(lambda web: [((reason,), float(count)) for reason, count in web.rejections]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_connections",
+        "gauge",
+        "",
+        "Open HTTP connections (including TLS handshakes).",
+        (),
+        _web(lambda web: [((), float(web.open_connections))]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_max_connections",
+        "gauge",
+        "",
+        "Cap on open HTTP connections (from the open-files budget).",
+        (),
+        _web(lambda web: [((), float(web.max_connections))]),
+        omit_when_empty=True,
+    ),
+    # Attribution (--kubernetes, --slurm.state-dir, --collector.processes): no family when off.
+    MetricSpec(
+        "amdgpu_allocation_info",
+        "gauge",
+        "",
+        "A Kubernetes container holding the device (always 1), from the kubelet's pod-resources API.",
+        ("gpu", "pod", "namespace", "container", "resource"),
+        _allocations,
+        omit_when_empty=True,
+        attributed=False,
+    ),
+    MetricSpec(
+        "amdgpu_job_info",
+        "gauge",
+        "",
+        "A Slurm job holding the device (always 1), from the prolog's state files.",
+        ("gpu", "job_id", "job_user", "job_partition"),
+        _jobs,
+        omit_when_empty=True,
+        attributed=False,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_attribution_up",
+        "gauge",
+        "",
+        "1 if the attribution source's last read succeeded (kubernetes: within its deadline), else 0.",
+        ("source",),
+        _attribution_up,
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_memory_bytes",
+        "gauge",
+        "bytes",
+        "VRAM a process has allocated on the device (KFD), for the top processes per device by VRAM.",
+        ("gpu", "pid", "comm"),
+        _process_value("vram_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_compute_unit_occupancy_ratio",
+        "gauge",
+        "ratio",
+        "Share of the device's compute units the process's waves occupy now (KFD cu_occupancy / CUs, 0..1).",
+        ("gpu", "pid", "comm"),
+        _process_value("cu_occupancy_ratio"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_sdma_seconds",
+        "counter",
+        "seconds",
+        "Time the process's SDMA (copy engine) queues on the device have been busy (KFD).",
+        ("gpu", "pid", "comm"),
+        _process_value("sdma_seconds"),
+        omit_when_empty=True,
     ),
     # The process collector's families under their conventional names (dashboards and alerts for
     # any Prometheus exporter use them); no series where /proc cannot be read.

@@ -8,7 +8,7 @@ the web layer reads; nothing downstream writes back into anything upstream.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,11 +16,26 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot
-from exporter.pipeline.enrich import enrich
+from exporter.model import (
+    AlertmanagerStats,
+    AlertState,
+    ExporterStats,
+    Histogram,
+    HostInfo,
+    Published,
+    Snapshot,
+    WebStats,
+)
+from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
+
+
+class AttributionSource(Protocol):
+    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
+
+    def inputs(self) -> AttributionInputs: ...
 
 
 class AlertSink(Protocol):
@@ -54,16 +69,20 @@ class Pipeline:
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
         host: HostInfo | None = None,
+        attribution: AttributionSource | None = None,
+        web_stats: Callable[[], WebStats | None] | None = None,
     ) -> None:
         self.host = host
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.attribution = attribution
+        self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        snapshot = enrich(snapshot)
+        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
         self._alerts = alerts
         log.debug(
@@ -88,6 +107,7 @@ class Pipeline:
             alertmanager=self.pusher.stats if self.pusher is not None else None,
             process=read_process_stats(),
             host=self.host,
+            web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
+from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
 from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.tree import write_static
@@ -58,6 +59,11 @@ class Simulator:
         self._identities: list | None = None
         self._truth_cache: tuple[list[DieReading], tuple[SimulatedDevice, ...]] | None = None
         self.history: WindowHistory | None = WindowHistory(self.scenario.window) if self.scenario.fast else None
+        # kfd/proc/<pid>/ (processes coming and going): off unless asked for, see kfd_proc.py.
+        self.kfd_proc: KfdProcWriter | None = None
+
+    def simulate_processes(self) -> None:
+        self.kfd_proc = KfdProcWriter(self.root, self.gcds, self.seed)
 
     @property
     def elapsed(self) -> float:
@@ -84,6 +90,8 @@ class Simulator:
         for gcd, reading in zip(self.gcds, readings, strict=True):
             for rel, content in dynamic_files(gcd, reading).items():
                 self._tree.write(rel, content)
+        if self.kfd_proc is not None:
+            self.kfd_proc.write(float(elapsed))
         with self._lock:
             self._readings = readings
             self._elapsed = float(elapsed)

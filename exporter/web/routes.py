@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
 from exporter.model import AlertState, DeviceState, Snapshot
@@ -156,7 +157,14 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 def create_app(
     state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", refresh_seconds: float = 1.0
 ) -> Any:
-    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url="/api/docs", redoc_url=None)
+    # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
+    # API to anyone); unknown paths and methods get a bare status line, no detail.
+    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def bare_error(_request: Any, error: StarletteHTTPException) -> PlainTextResponse:
+        text = {404: "not found", 405: "method not allowed"}.get(error.status_code, "error")
+        return PlainTextResponse(text + "\n", status_code=error.status_code)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

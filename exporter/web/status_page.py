@@ -152,7 +152,6 @@ def render_status_page(
         ("api/v1/alerts", "/api/v1/alerts"),
         ("healthz", "/healthz"),
         ("readyz", "/readyz"),
-        ("api/docs", "/api/docs"),
     ]
     refresh_ms = max(250, round(refresh_seconds * 1000))
     values = {

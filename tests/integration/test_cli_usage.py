@@ -6,6 +6,7 @@ named, port 0 is logged as the port really bound, and --log.level=debug says wha
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -42,7 +43,9 @@ def test_help_lists_commands_and_each_choice_once() -> None:
     assert text.count("{auto,sysfs,rocm-smi}") == 1
     assert text.count("{debug,info,warn,error}") == 1
     flat = " ".join(text.split())
-    assert "(default )" not in flat and ") (default" not in flat
+    assert "(default )" not in flat and "(default: )" not in flat
+    for block in re.split(r"\n  (?=--)", text):  # one block per flag: its default said once
+        assert block.count("(default:") <= 1, block
     assert "(default: the shipped rules)" in flat and "(default: 1s; 10ms..1h)" in flat
     snapshot = run("snapshot", "--help").stdout
     assert "--watch DURATION" in snapshot and "--json" in snapshot
@@ -121,7 +124,8 @@ def test_port_zero_logs_the_port_really_bound_and_debug_says_what_each_stage_did
             if line.startswith("{"):
                 events.append(json.loads(line))
         listening = next(e for e in events if e["event"] == "listening")
-        port = int(listening["url"].rsplit(":", 1)[1].split("/")[0])
+        (url,) = listening["urls"]
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
         assert port != 0
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
     finally:

@@ -125,9 +125,7 @@ def test_rocm_smi_daemon_metrics_equal_the_sysfs_daemons(tmp_path: Path) -> None
     with daemon(sys_dir, "rocm-smi") as (rocm_port, _), daemon(sys_dir, "sysfs") as (sysfs_port, _):
         ours = wait_for(rocm_port, settled(3, 3))
         theirs = wait_for(sysfs_port, settled(3, 3))
-    assert get(
-        ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="chosen by --source", version="0.1.0"
-    )
+    assert get(ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="flag", version="0.1.0")
     assert get(ours, "amdgpu_exporter_worker_restarts_total") == 0
     ours_gpu, theirs_gpu = gpu_values(ours), gpu_values(theirs)
     assert len(ours_gpu) > 250  # every family of the contract that the tree supplies, for 3 GCDs
