@@ -222,7 +222,7 @@ OPTIONS: tuple[Option, ...] = (
         "10s",
         "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
-    Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
+    Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules", default_text="the shipped rules"),
     Option(
         "alertmanager.url",

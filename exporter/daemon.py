@@ -85,6 +85,14 @@ def select_source(
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"
+    if settings.source == "amd-smi":
+        from exporter.sources.amd_smi import source as amd_smi
+
+        ok, reason = amd_smi.probe_amd_smi(sysfs_root)
+        if not ok:
+            raise StartupError(f"--source=amd-smi was asked for but the amdsmi module cannot be used: {reason}")
+        details["detail"] = reason
+        return amd_smi.AmdSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75), "amd-smi", "flag"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
         details["detail"] = "librocm_smi64 only reads /sys"
         return sysfs, "sysfs", "auto_sysfs_root_not_sys"
@@ -204,8 +212,6 @@ async def serve(settings: Settings) -> None:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
         details: dict[str, str] = {}
         source, source_name, reason = select_source(settings, sysfs_root, details)
-        log.info("source_selected", source=source_name, reason=reason, **details)
-        log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         poller = Poller(
             source,
             interval=settings.interval,
@@ -216,6 +222,9 @@ async def serve(settings: Settings) -> None:
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
         host_info = await read_host_info(sysfs_root)
+        # logged once devices are found: on a host without a GPU the one-sentence error is all there is
+        log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
+        log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
         attribution = AttributionSources(settings, sysfs_root)
         if attribution.enabled:

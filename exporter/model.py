@@ -31,13 +31,15 @@ class TopologyLink:
     link_type: str  # "xgmi" | "pcie" | other KFD type name
     hops: int
     weight: int
+    peer_partition: int = 0  # the peer's compute partition (MI300-class sockets in DPX/QPX/CPX)
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceIdentity:
     """What a device is. Read at discovery and refreshed on a slow schedule, never per cycle.
 
-    Devices are keyed by (pci_bus_id, unique_id): card and hwmon numbers are not stable.
+    Devices are keyed by (pci_bus_id, unique_id, partition): card and hwmon numbers are not stable,
+    and every compute partition of an MI300-class socket shares the socket's BDF and unique_id.
     """
 
     pci_bus_id: str  # "0000:c1:00.0", lower-case
@@ -54,6 +56,7 @@ class DeviceIdentity:
     driver_version: str = ""
     package: str = ""  # physical package id: both GCDs of an MI250X share it
     die: int = 0  # die index within the package (MI250X: 0 or 1)
+    partition: int = 0  # compute partition index within the socket (0 when unpartitioned)
     compute_partition: str = ""  # "SPX" | "DPX" | ... ("" when not partitionable)
     memory_partition: str = ""  # "NPS1" ...
     xgmi_hive_id: str = ""
@@ -64,8 +67,8 @@ class DeviceIdentity:
     gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.pci_bus_id, self.unique_id)
+    def key(self) -> tuple[str, str, int]:
+        return (self.pci_bus_id, self.unique_id, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class Sample:
     clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
     voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
+    # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
+    throttle_residency_seconds: Mapping[str, float] = field(default_factory=frozen_map)
     pcie_link_transfers_per_second: float | None = None  # current, e.g. 16e9
     pcie_max_link_transfers_per_second: float | None = None
     pcie_link_width: int | None = None
@@ -98,7 +103,7 @@ class Sample:
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
-    xgmi_link_bits_per_second: float | None = None
+    xgmi_link_speed_bytes_per_second: float | None = None
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up
     xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
     xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)

@@ -18,8 +18,10 @@ Device IDs, as the allocators name them:
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from exporter.attribution.model import (
@@ -56,18 +58,31 @@ def protos() -> Any:
     """The message classes, compiled from the .proto on first use (needs grpcio-tools)."""
     global _protos
     if _protos is None:
-        import grpc
-
-        _protos, _services = grpc.protos_and_services(_PROTO)
+        _protos = _compile()[0]
     return _protos
 
 
 def services() -> Any:
     """The service stubs and servicer base (the fake kubelet in the tests implements it)."""
+    protos()
+    return _compile()[1]
+
+
+def _compile() -> tuple[Any, Any]:
+    """grpc finds the .proto (and names the generated modules) through sys.path. An editable install
+    puts no sys.path entry above the package (a meta-path finder maps it), so the folder holding
+    `exporter/` is put on sys.path for the compile; with a wheel install it is already there."""
     import grpc
 
-    protos()
-    return grpc.protos_and_services(_PROTO)[1]
+    root = str(Path(__file__).resolve().parents[2])
+    added = root not in sys.path
+    if added:
+        sys.path.append(root)
+    try:
+        return grpc.protos_and_services(_PROTO)
+    finally:
+        if added:
+            sys.path.remove(root)
 
 
 def device_plugin_device(device_id: str) -> DeviceName | None:

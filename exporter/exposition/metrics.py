@@ -104,6 +104,7 @@ IDENTITY_LABELS = (
     "asic",
     "package",
     "die",
+    "partition",
     "vbios",
     "driver",
     "compute_partition",
@@ -124,6 +125,7 @@ def _device_info(published: Published) -> Iterator[LabelledValue]:
             ident.asic,
             ident.package,
             str(ident.die),
+            str(ident.partition),
             ident.vbios,
             ident.driver_version,
             ident.compute_partition,
@@ -159,10 +161,19 @@ def _firmware(state: DeviceState) -> Iterable[LabelledValue]:
 
 def _topology(published: Published) -> Iterator[LabelledValue]:
     devices = published.snapshot.devices
-    gpu_by_bdf = {d.identity.pci_bus_id: str(d.gpu) for d in devices}
+    gpu_by_device = {(d.identity.pci_bus_id, d.identity.partition): str(d.gpu) for d in devices}
     for state in devices:
+        if state.identity.partition > 0:
+            continue
         for link in state.identity.topology:
-            peer = gpu_by_bdf.get(link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id)
+            if link.peer_partition > 0 or (link.peer_pci_bus_id == state.identity.pci_bus_id):
+                # KFD links every partition to every other one (64 x 63 on a CPX node): they share
+                # their socket's links, so the socket's are exported once, from partition 0 to partition 0.
+                continue
+            peer = gpu_by_device.get(
+                (link.peer_pci_bus_id, link.peer_partition),
+                "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id,
+            )
             yield (str(state.gpu), peer, link.link_type, str(link.hops), str(link.weight)), 1.0
 
 
@@ -366,7 +377,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_busy_ratio",
         "gauge",
         "ratio",
-        "Fraction of time an engine was busy (0..1): gfx, memory, media." + _POLL_NOTE,
+        "Fraction of time an engine was busy (0..1): gfx, memory, media. A compute partition reports its own "
+        "gfx (and media) busy; memory busy is socket-wide, on partition 0." + _POLL_NOTE,
         ("engine",),
         _mapping("busy"),
     ),
@@ -382,7 +394,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_memory_total_bytes",
         "gauge",
         "bytes",
-        "Memory size by pool.",
+        "Memory size by pool: vram, visible_vram, gtt (socket-wide: partition 0 of a partitioned socket); "
+        "partition_vram on each compute partition, the VRAM it allocates from (its NPS memory partition, the "
+        "whole VRAM in NPS1: do not sum it over partitions).",
         ("pool",),
         _mapping("memory_total_bytes"),
     ),
@@ -414,9 +428,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_throttle_active",
         "gauge",
         "",
-        "1 while the SMU reports this throttler active (ASIC-independent SMU_THROTTLER reasons), else 0.",
+        "1 while the SMU reports this throttler active, else 0. MI200: the ASIC-independent SMU_THROTTLER "
+        "reasons of gpu_metrics; MI300 (gpu_metrics v1_6+): prochot, ppt, socket_thermal, vr_thermal, "
+        "hbm_thermal, active when its residency counter grew since the previous poll (no series on the first).",
         ("reason",),
         _mapping("throttle"),
+    ),
+    device(
+        "amdgpu_throttle_residency_seconds",
+        "counter",
+        "seconds",
+        "Time the firmware held the clocks back for a reason (MI300, gpu_metrics v1_6+ *_residency_acc "
+        "counters at 1 ms per tick; u32, they wrap after ~49.7 days). Socket-wide: partition 0 only.",
+        ("reason",),
+        _mapping("throttle_residency_seconds"),
     ),
     device(
         "amdgpu_pcie_current_link_transfers_per_second",
@@ -471,12 +496,12 @@ METRICS: tuple[MetricSpec, ...] = (
     device("amdgpu_pcie_naks", "counter", "", "PCIe NAKs by direction.", ("direction",), _pcie_naks),
     device("amdgpu_xgmi_link_width", "gauge", "", "XGMI link width in lanes.", (), _scalar("xgmi_link_width")),
     device(
-        "amdgpu_xgmi_link_bits_per_second",
+        "amdgpu_xgmi_link_speed_bytes_per_second",
         "gauge",
-        "bits_per_second",
-        "XGMI link rate: lane rate x width.",
+        "bytes_per_second",
+        "XGMI link rate in bytes per second: lane rate x width / 8 (the peak of one link).",
         (),
-        _scalar("xgmi_link_bits_per_second"),
+        _scalar("xgmi_link_speed_bytes_per_second"),
     ),
     device(
         "amdgpu_xgmi_link_up",
@@ -531,7 +556,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_device_info",
         "gauge",
         "",
-        "Identity of a device (always 1); join on gpu for labels.",
+        "Identity of a device (always 1); join on gpu for labels. A compute partition of an MI300-class socket "
+        "is its own device: partition 0..N-1, the socket's pci_bus_id and package; socket-wide values "
+        "(power, energy, temperatures, memory, PCIe, XGMI, ECC) are on partition 0 only.",
         IDENTITY_LABELS,
         _device_info,
     ),
@@ -555,7 +582,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_topology_link_info",
         "gauge",
         "",
-        "KFD io_link from a device to a peer (always 1).",
+        "KFD io_link from a device to a peer (always 1). A partitioned MI300-class socket's links are "
+        "exported once, between partition 0s: its other partitions share them (join on pci_bus_id).",
         ("gpu", "peer", "type", "hops", "weight"),
         _topology,
     ),

@@ -48,8 +48,7 @@ class DeviceGroup:
     def unit_label(self, device: DeviceState) -> str:
         if len(self.devices) == 1 and not self.partitioned:
             return ""
-        index = self.devices.index(device)
-        return f"p{index}" if self.partitioned else f"d{device.identity.die}"
+        return f"p{device.identity.partition}" if self.partitioned else f"d{device.identity.die}"
 
 
 def group_devices(devices: Iterable[DeviceState]) -> tuple[DeviceGroup, ...]:
@@ -81,9 +80,16 @@ def _busy(sample: Sample) -> str:
     return "-" if gfx is None else f"{gfx * 100:.0f}%"
 
 
-def _vram(sample: Sample) -> str:
+def vram_used_total(sample: Sample) -> tuple[float | None, float | None]:
+    """VRAM used and total, bytes; a partition that reports no use of its own shows its share."""
     used = sample.memory_used_bytes.get("vram")
-    total = sample.memory_total_bytes.get("vram")
+    totals = sample.memory_total_bytes
+    total = totals.get("vram") if used is not None else totals.get("partition_vram", totals.get("vram"))
+    return used, total
+
+
+def _vram(sample: Sample) -> str:
+    used, total = vram_used_total(sample)
     if used is None and total is None:
         return f"{'-':>5}"
     return f"{_num(None if used is None else used / GIB, '{:.1f}'):>5}/{_num(None if total is None else total / GIB)}"

@@ -160,7 +160,7 @@ class Poller:
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
         while not stop.is_set():
-            if time.monotonic() - self._last_discovery >= self.discovery_interval:
+            if time.monotonic() - self._last_discovery >= self.discovery_interval or self._source_asks_rediscovery():
                 await self._rediscover(loop)
             snapshot = await self.poll_once()
             if self.on_snapshot is not None:
@@ -175,6 +175,11 @@ class Poller:
                 delay = 0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    def _source_asks_rediscovery(self) -> bool:
+        """A source that knows its devices changed (an MI300 partition mode switch) says so."""
+        asks = getattr(self.source, "needs_rediscovery", None)
+        return bool(asks()) if callable(asks) else False
 
     async def _rediscover(self, loop: asyncio.AbstractEventLoop) -> None:
         try:

@@ -18,8 +18,11 @@ from exporter.simulator.tree import write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
     identity,
+    partition_busy,
+    partition_memory,
     partition_sample,
     partition_truth,
+    partition_zero_sample,
     sample,
     to_jsonable,
 )
@@ -139,10 +142,12 @@ class Simulator:
                 info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
                 if gcd.xcp_metrics_version is not None:
                     info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
+                own, memory = partition_busy(gcd, info), partition_memory(info)
                 if part.index == 0:
-                    devices.append(SimulatedDevice(gpu, ident, socket_sample, info, metrics))
+                    first = partition_zero_sample(socket_sample, own, memory) if part.count > 1 else socket_sample
+                    devices.append(SimulatedDevice(gpu, ident, first, info, metrics))
                 else:
-                    devices.append(SimulatedDevice(gpu, ident, partition_sample(info.gfx_busy, written_at), info))
+                    devices.append(SimulatedDevice(gpu, ident, partition_sample(own, written_at, memory), info))
         self._truth_cache = (readings, tuple(devices))
         return devices
 

@@ -1,7 +1,7 @@
 """What a device is, independent of the source that found it: known device ids and package/die pairing.
 
-Devices are keyed by (pci_bus_id, unique_id) (DeviceIdentity.key): card and hwmon numbers are not
-stable across boots. Both sources (sysfs, rocm_smi) name products and pair dies through here.
+Devices are keyed by (pci_bus_id, unique_id, partition) (DeviceIdentity.key): card and hwmon numbers
+are not stable across boots. Both sources (sysfs, rocm_smi) name products and pair dies through here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ KNOWN_DEVICES: dict[str, tuple[str, str]] = {
     "0x74a0": ("aqua_vanjaram", "AMD Instinct MI300A"),
     "0x74a5": ("aqua_vanjaram", "AMD Instinct MI325X"),
     "0x74a9": ("aqua_vanjaram", "AMD Instinct MI300X HF"),
+    "0x75a0": ("gfx950", "AMD Instinct MI350X"),
+    "0x75a3": ("gfx950", "AMD Instinct MI355X"),
 }
 # Dual-die packages: each die is its own PCI function; only die 0 measures package power.
 DUAL_DIE_DEVICE_IDS = frozenset({"0x740c", "0x7408"})

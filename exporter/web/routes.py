@@ -113,6 +113,7 @@ def device_json(state: DeviceState) -> dict[str, Any]:
             "driver_version": ident.driver_version,
             "package": ident.package,
             "die": ident.die,
+            "partition": ident.partition,
             "compute_partition": ident.compute_partition,
             "memory_partition": ident.memory_partition,
             "gpu_metrics_version": ident.gpu_metrics_version,

@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 
 from exporter.model import AlertState, DeviceState, Snapshot
-from exporter.operator.snapshot_table import DeviceGroup, group_devices
+from exporter.operator.snapshot_table import DeviceGroup, group_devices, vram_used_total
 
 GIB = 1024**3
 TEMPLATE = "status_page.html"
@@ -77,8 +77,7 @@ def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState],
         where.append(f"die {ident.die}")
     temps = sample.temperatures if sample is not None else {}
     busy = sample.busy.get("gfx") if sample is not None else None
-    used = sample.memory_used_bytes.get("vram") if sample is not None else None
-    total = sample.memory_total_bytes.get("vram") if sample is not None else None
+    used, total = vram_used_total(sample) if sample is not None else (None, None)
     share = f"{100 * used / total:.1f}%" if used is not None and total else "0%"
     mine = [a for a in alerts if a.gpu == device.gpu and (a.firing or a.pending_since is not None)]
     classes = "tile" + ("" if device.up else " down") + (" alerting" if mine else "")

@@ -180,6 +180,20 @@ def thermals_row(t: Thresholds) -> Row:
                 options={"showValue": "auto"},
                 may_be_empty="no GCD throttled in the range",
             ),
+            Panel(
+                "timeseries",
+                "Time held back per throttler (MI300)",
+                "Share of time the firmware held a socket's clocks back, by reason (prochot, ppt, socket_thermal, "
+                "vr_thermal, hbm_thermal), from the gpu_metrics v1_6+ residency counters.",
+                Query(
+                    f"rate(amdgpu_throttle_residency_seconds_total{{{NODE}}}[$__rate_interval]) > 0",
+                    "gpu {{gpu}} {{reason}}",
+                ),
+                unit="percentunit",
+                width=24,
+                height=8,
+                may_be_empty="only MI300-class gpu_metrics v1_6+ has residency counters; none throttled in the range",
+            ),
         ),
     )
 
@@ -403,15 +417,15 @@ def xgmi_row() -> Row:
             Panel(
                 "stat",
                 "XGMI link width and rate",
-                "Lanes per XGMI link and the link rate (lane rate x width).",
+                "Lanes per XGMI link (x16) and the link rate in bytes per second (lane rate x width / 8).",
                 (
                     Query(f"amdgpu_xgmi_link_width{{{NODE}}}", "gpu {{gpu}} width"),
-                    Query(f"amdgpu_xgmi_link_bits_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
+                    Query(f"amdgpu_xgmi_link_speed_bytes_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
                 ),
                 unit="prefix:x",
                 width=6,
                 height=9,
-                column_units={"B": "bps"},
+                column_units={"B": "Bps"},
                 may_be_empty="MI200's gpu_metrics has no XGMI link fields",
                 options={"graphMode": "none"},
             ),

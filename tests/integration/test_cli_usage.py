@@ -40,7 +40,7 @@ def test_help_lists_commands_and_each_choice_once() -> None:
     assert text.startswith("usage: amdgpu-exporter [serve|snapshot|doctor|simulate] [FLAG ...]")
     for command in ("serve", "snapshot", "doctor", "simulate"):
         assert f"\n  {command}  " in text
-    assert text.count("{auto,sysfs,rocm-smi}") == 1
+    assert text.count("{auto,sysfs,rocm-smi,amd-smi}") == 1
     assert text.count("{debug,info,warn,error}") == 1
     flat = " ".join(text.split())
     assert "(default )" not in flat and "(default: )" not in flat
@@ -70,7 +70,7 @@ def test_help_lists_commands_and_each_choice_once() -> None:
             "--alertmanager.url: 'ftp://am:9093' is not an http:// or https:// URL with a host "
             "(example: http://alertmanager:9093)",
         ),
-        (["--source=cuda"], "--source: 'cuda' is not one of auto, sysfs, rocm-smi"),
+        (["--source=cuda"], "--source: 'cuda' is not one of auto, sysfs, rocm-smi, amd-smi"),
         (["bogus"], "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate)"),
     ],
 )

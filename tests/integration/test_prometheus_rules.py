@@ -49,7 +49,7 @@ NODE_LEVEL_ALERTS = frozenset(
 # enumerates them (None = free-form). To be replaced by an import of the exporter's metric table.
 _GPU: dict[str, frozenset[str] | None] = {"gpu": None}
 _IDENTITY = (
-    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "vbios", "driver",
+    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "partition", "vbios", "driver",
     "compute_partition", "memory_partition",
 )  # fmt: skip
 _SENSORS = frozenset({"edge", "junction", "memory", "hbm0", "hbm1", "hbm2", "hbm3", "vr_gfx", "vr_soc", "vr_mem"})
@@ -70,11 +70,15 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_energy_joules_total": _GPU,
     "amdgpu_busy_ratio": {**_GPU, "engine": frozenset({"gfx", "memory", "media"})},
     "amdgpu_memory_used_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
-    "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
+    "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt", "partition_vram"})},
     "amdgpu_clock_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_clock_max_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_voltage_volts": {**_GPU, "rail": None},
     "amdgpu_throttle_active": {**_GPU, "reason": None},
+    "amdgpu_throttle_residency_seconds_total": {
+        **_GPU,
+        "reason": frozenset({"prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal"}),
+    },
     "amdgpu_pcie_current_link_transfers_per_second": _GPU,
     "amdgpu_pcie_max_link_transfers_per_second": _GPU,
     "amdgpu_pcie_current_link_width": _GPU,
@@ -84,7 +88,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_pcie_recoveries_total": _GPU,
     "amdgpu_pcie_naks_total": {**_GPU, "direction": frozenset({"sent", "received"})},
     "amdgpu_xgmi_link_width": _GPU,
-    "amdgpu_xgmi_link_bits_per_second": _GPU,
+    "amdgpu_xgmi_link_speed_bytes_per_second": _GPU,
     "amdgpu_xgmi_link_up": {**_GPU, "link": None},
     "amdgpu_xgmi_read_bytes_total": {**_GPU, "link": None},
     "amdgpu_xgmi_write_bytes_total": {**_GPU, "link": None},

@@ -213,12 +213,17 @@ def test_hung_power_file_takes_one_gcd_down_and_it_comes_back(tmp_path: Path) ->
             sample_time = get(after, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0
             assert sample_time > first_stamps[gpu] + 5 and sample_time > time.time() - 3
         assert get(after, "amdgpu_up", gpu=hung_gpu) == 0
-        # No leak: after 50 cycles the daemon has the threads and child processes it had after 10
-        # (allowing a moment for a worker restart in progress: its old reader thread is finishing).
+        # No leak: after 50 cycles the daemon has the child processes it had after 10 and at most two
+        # more threads (allowing a moment for a worker restart in progress, whose old reader thread
+        # is finishing, and for executor pools that grow lazily under load). A read re-issued while
+        # stuck would add a thread per cycle: 40 here.
+        assert threads is not None
         settle = time.monotonic() + 3
-        while (_threads(process.pid), len(_children(process.pid))) != (threads, children) and time.monotonic() < settle:
+        while (
+            _threads(process.pid) > threads or len(_children(process.pid)) != children
+        ) and time.monotonic() < settle:
             time.sleep(0.05)
-        assert _threads(process.pid) == threads
+        assert _threads(process.pid) <= threads + 2
         assert len(_children(process.pid)) == children == 1  # one worker; the killed ones were reaped
         restarts = get(after, "amdgpu_exporter_worker_restarts_total")
         assert restarts is not None and restarts >= 1

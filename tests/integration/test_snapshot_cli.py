@@ -152,6 +152,8 @@ def test_json_is_the_api_devices_document(tmp_path: Path) -> None:
         *document["devices"][0]["sample"],
     ):
         assert f"`{key}`" in schema, f"{key} is not documented in docs/api.md"
+    for key in first["identity"]["topology"][0]:
+        assert key in schema.split("| `topology` |", 1)[1].splitlines()[0], f"topology's {key} is not documented"
 
 
 def test_watch_redraws_in_place_on_a_terminal(tmp_path: Path) -> None:
@@ -254,3 +256,14 @@ def test_watch_shows_a_device_that_hangs_mid_watch_and_still_stops_at_once(tmp_p
             release(hung)
         if proc.poll() is None:
             proc.kill()
+
+
+def test_partitions_sit_under_their_socket() -> None:
+    result = snapshot("--demo", "--demo.fleet=MI300X:CPX:NPS4,MI210")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "MI300X" in line)
+    assert "socket" in lines[header] and "CPX/NPS4, 8 partitions" in lines[header]
+    assert [line[4:6] for line in lines[header + 1 : header + 9]] == [f"p{i}" for i in range(8)]
+    assert "/192" in lines[header + 1] and "/48" in lines[header + 2]  # the socket's VRAM; a partition's share
+    assert "MI210" in lines[header + 9] and lines[header + 10].startswith("  8")

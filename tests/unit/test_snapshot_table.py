@@ -17,6 +17,7 @@ def _state(gpu: int, package: str, *, die: int = 0, partition: str = "", up: boo
         package=package,
         die=die,
         compute_partition=partition,
+        partition=gpu if partition else 0,  # the hand-made sockets start at gpu 0
         memory_partition="NPS4" if partition else "",
     )
     values = {

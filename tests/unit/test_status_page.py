@@ -19,6 +19,7 @@ def _device(gpu: int, package: str, die: int = 0, partition: str = "", up: bool 
         package=package,
         die=die,
         compute_partition=partition,
+        partition=gpu if partition else 0,  # the hand-made sockets start at gpu 0
         memory_partition="NPS1" if partition else "",
     )
     sample = Sample(

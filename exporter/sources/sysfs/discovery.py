@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
@@ -15,32 +17,76 @@ from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _CARD = re.compile(r"^card(\d+)$")
+_RENDER = re.compile(r"^renderD(\d+)$")
+# Partition platform devices: amdgpu_xcp_<n> (ROCm DKMS drivers) or amdgpu_xcp.<n> (some kernels).
+_XCP_DEVICE = re.compile(r"^amdgpu_xcp[._]\d+$")
+_PARTITION_SHIFT = 28  # KFD location_id: partition << 28 | bus << 8 | device << 3 | function
 _KFD_LINK_TYPES = {2: "pcie", 11: "xgmi"}
 
 
 def discover_devices(root: str) -> list[DeviceIdentity]:
-    """Every PCI card under root/class/drm driven by amdgpu (vendor 0x1002), in PCI order."""
+    """Every amdgpu device under root/class/drm, in the order ROCm tools list them.
+
+    A PCI card driven by amdgpu (vendor 0x1002) is one device, or partition 0 of a partitioned
+    MI300-class socket. Partitions 1..N-1 of such a socket are platform devices (amdgpu_xcp_<n> or
+    amdgpu_xcp.<n>) holding only DRM minors: their KFD node, found by render minor, says which
+    socket (location_id's BDF bits) and which partition (location_id >> 28) they are. An xcp node
+    without a KFD node is allocated but unused in the current mode, and is not a device.
+    Order: socket by socket in BDF order, partitions of a socket by index.
+    """
     drm = os.path.join(root, "class", "drm")
     try:
         names = os.listdir(drm)
     except OSError:
         return []
-    kfd = read_kfd_topology(root)
+    kfd = read_kfd_nodes(root)
+    topology = kfd_topology(kfd)
+    by_render_minor = {node.render_minor: node for node in kfd.values() if node.render_minor}
     driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
-    found: list[DeviceIdentity] = []
+    sockets: list[DeviceIdentity] = []
+    partitions: list[tuple[str, int, str, str]] = []  # (bdf, partition, card, platform device dir)
     for name in names:
         if not _CARD.match(name):
             continue
         device_dir = os.path.realpath(os.path.join(drm, name, "device"))
         bdf = _bdf_from_path(device_dir)
-        if bdf is None:  # MI300 partition platform devices (amdgpu_xcp_N) and other non-PCI cards
+        if bdf is None:
+            if _XCP_DEVICE.match(os.path.basename(device_dir)):
+                node = _partition_node(device_dir, by_render_minor)
+                if node is not None and node.partition > 0:
+                    partitions.append((node.pci_bus_id, node.partition, name, device_dir))
             continue
         uevent = read_parsed(os.path.join(device_dir, "uevent"), tf.parse_uevent) or {}
         vendor = read_parsed(os.path.join(device_dir, "vendor"), tf.parse_hex_id)
         if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
             continue
-        found.append(read_identity(name, device_dir, bdf, driver_version, kfd))
-    return assign_packages(sorted(found, key=lambda d: d.pci_bus_id))
+        sockets.append(read_identity(name, device_dir, bdf, driver_version, topology))
+    found = assign_packages(sorted(sockets, key=lambda d: d.pci_bus_id))
+    socket_by_bdf = {device.pci_bus_id: device for device in found}
+    for bdf, index, card, device_dir in partitions:
+        socket = socket_by_bdf.get(bdf)
+        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished meanwhile)
+            continue
+        found.append(
+            replace(
+                socket,
+                card=card,
+                device_dir=device_dir,
+                hwmon_dir="",
+                partition=index,
+                topology=topology.get((bdf, index), ()),
+            )
+        )
+    return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
+
+
+def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> KfdNode | None:
+    """The KFD node of a partition's platform device, through the render minor both carry."""
+    for entry in listdir(os.path.join(device_dir, "drm")):
+        match = _RENDER.match(entry)
+        if match:
+            return by_render_minor.get(int(match.group(1)))
+    return None
 
 
 def _bdf_from_path(path: str) -> str | None:
@@ -53,7 +99,7 @@ def read_identity(
     device_dir: str,
     bdf: str,
     driver_version: str,
-    kfd: dict[str, tuple[TopologyLink, ...]],
+    topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]],
 ) -> DeviceIdentity:
     def text(name: str) -> str:
         return read_parsed(os.path.join(device_dir, name), str.strip) or ""
@@ -96,39 +142,64 @@ def read_identity(
         xgmi_physical_id=physical,
         numa_node=numa if numa is not None and numa >= 0 else None,
         firmware=frozen_map(firmware),
-        topology=kfd.get(bdf, ()),
+        topology=topology.get((bdf, 0), ()),
         gpu_metrics_version=metrics_version,
     )
 
 
-def read_kfd_topology(root: str) -> dict[str, tuple[TopologyLink, ...]]:
-    """BDF -> io_links from the KFD topology (peer BDFs resolved through node numbers)."""
+@dataclass(frozen=True, slots=True)
+class KfdNode:
+    """One GPU node of the KFD topology (one per compute partition on a partitioned socket)."""
+
+    node: int
+    pci_bus_id: str
+    partition: int
+    render_minor: int
+    links: tuple[Mapping[str, int], ...]
+
+
+def read_kfd_nodes(root: str) -> dict[int, KfdNode]:
+    """KFD node number -> GPU node (CPU nodes, gpu_id 0, are left out)."""
     nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
-    node_bdf: dict[int, str] = {}
-    node_links: dict[int, list[dict[str, int]]] = {}
+    nodes: dict[int, KfdNode] = {}
     for entry in listdir(nodes_dir):
         if not entry.isdigit():
             continue
-        node = int(entry)
         node_dir = os.path.join(nodes_dir, entry)
         props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
         gpu_id = read_parsed(os.path.join(node_dir, "gpu_id"), tf.parse_unsigned) or 0
-        if gpu_id and "location_id" in props:
-            loc = props["location_id"]
-            node_bdf[node] = f"{props.get('domain', 0):04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
+        if not gpu_id or "location_id" not in props:
+            continue
         links_dir = os.path.join(node_dir, "io_links")
-        node_links[node] = [
+        links = tuple(
             link
-            for link_entry in listdir(links_dir)
+            for link_entry in sorted(listdir(links_dir), key=lambda e: (len(e), e))
             if (link := read_parsed(os.path.join(links_dir, link_entry, "properties"), tf.parse_key_values))
-        ]
-    result: dict[str, tuple[TopologyLink, ...]] = {}
-    for node, bdf in node_bdf.items():
+        )
+        loc = props["location_id"]
+        bdf = f"{props.get('domain', 0):04x}:{(loc >> 8) & 0xFF:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
+        nodes[int(entry)] = KfdNode(int(entry), bdf, loc >> _PARTITION_SHIFT, props.get("drm_render_minor", 0), links)
+    return nodes
+
+
+def kfd_topology(nodes: Mapping[int, KfdNode]) -> dict[tuple[str, int], tuple[TopologyLink, ...]]:
+    """(BDF, partition) -> its io_links, peers resolved through node numbers ("" for a CPU node)."""
+    result: dict[tuple[str, int], tuple[TopologyLink, ...]] = {}
+    for node in nodes.values():
         links = []
-        for props in node_links.get(node, []):
-            peer = node_bdf.get(props.get("node_to", -1), "")
+        for props in node.links:
+            peer = nodes.get(props.get("node_to", -1))
             kind = _KFD_LINK_TYPES.get(props.get("type", -1), f"type{props.get('type', -1)}")
             # Each KFD io_link is a direct link: one hop.
-            links.append(TopologyLink(peer, kind, 1, props.get("weight", 0)))
-        result[bdf] = tuple(sorted(links, key=lambda link: (link.peer_pci_bus_id, link.link_type)))
+            links.append(
+                TopologyLink(
+                    peer.pci_bus_id if peer else "",
+                    kind,
+                    1,
+                    props.get("weight", 0),
+                    peer_partition=peer.partition if peer else 0,
+                )
+            )
+        links.sort(key=lambda link: (link.peer_pci_bus_id, link.link_type, link.peer_partition))
+        result[(node.pci_bus_id, node.partition)] = tuple(links)
     return result
