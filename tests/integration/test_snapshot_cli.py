@@ -152,7 +152,7 @@ def test_json_is_the_api_devices_document(tmp_path: Path) -> None:
         *document["devices"][0]["sample"],
     ):
         assert f"`{key}`" in schema, f"{key} is not documented in docs/api.md"
-    for key in first["identity"]["topology"][0]:
+    for key in document["devices"][0]["identity"]["topology"][0]:
         assert key in schema.split("| `topology` |", 1)[1].splitlines()[0], f"topology's {key} is not documented"
 
 
