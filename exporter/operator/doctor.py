@@ -56,6 +56,7 @@ class Finding:
     advice: str = ""  # one line; always given for warn and fail
     gpu: int | None = None
     pci_bus_id: str = ""
+    partition: str = ""  # "CPX 3" for a compute partition of a socket, "" otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +339,15 @@ def _devices(facts: Facts) -> list[Finding]:
     out = [Finding("devices", OK, f"{len(devices)} found")]
     by_model: dict[str, list[DeviceFacts]] = {}
     for device in devices:
-        by_model.setdefault(device.identity.device_id, []).append(device)
+        if device.identity.partition == 0:  # a socket's partitions share its board, VBIOS, firmware and link
+            by_model.setdefault(device.identity.device_id, []).append(device)
     for device in devices:
         ident = device.identity
 
         def finding(check: str, status: str, value: str, advice: str = "", d: DeviceFacts = device) -> Finding:
-            return Finding(check, status, value, advice, gpu=d.gpu, pci_bus_id=d.identity.pci_bus_id)
+            mode = d.identity.compute_partition
+            part = f"{mode} {d.identity.partition}" if mode not in ("", "SPX") else ""
+            return Finding(check, status, value, advice, gpu=d.gpu, pci_bus_id=d.identity.pci_bus_id, partition=part)
 
         label = f"{ident.product or ident.device_id} {ident.serial}".strip()
         if device.up:
@@ -366,10 +370,11 @@ def _devices(facts: Facts) -> list[Finding]:
                     "none of its sensors could be read: see dmesg | grep amdgpu",
                 )
             )
-        siblings = [d for d in by_model[ident.device_id] if d is not device]
-        out.append(_vbios(device, siblings, finding))
-        out.append(_firmware(device, siblings, finding))
-        out += _pcie(device, finding)
+        if ident.partition == 0:
+            siblings = [d for d in by_model[ident.device_id] if d is not device]
+            out.append(_vbios(device, siblings, finding))
+            out.append(_firmware(device, siblings, finding))
+            out += _pcie(device, finding)
         if device.render_node:
             path = os.path.join(facts.dev, "dri", device.render_node)
             out.append(_node_access(path, facts.access, finding))
@@ -527,7 +532,8 @@ def render_text(findings: Sequence[Finding], *, now: float | None = None) -> str
     for finding in findings:
         if finding.gpu is not None and finding.gpu != current_gpu:
             current_gpu = finding.gpu
-            lines.append(f"GPU {finding.gpu} · {finding.pci_bus_id}")
+            where = f" · partition {finding.partition}" if finding.partition else ""
+            lines.append(f"GPU {finding.gpu} · {finding.pci_bus_id}{where}")
         indent = "  " if finding.gpu is not None else ""
         lines.append(f"{indent}{finding.status:<4}  {finding.check:<24} {finding.value}")
         if finding.status != OK and finding.advice:

@@ -44,12 +44,11 @@ class Host:
         ]
 
 
-@pytest.fixture
-def host() -> Iterator[Host]:
+def make_host(fleet: str | None = None) -> Host:
     # World-readable (not pytest's 0700 tmp_path) so a test can run the doctor as nobody.
     root = Path(tempfile.mkdtemp(prefix="doctor-"))
     root.chmod(0o755)
-    simulator = write_tree(root / "sys")
+    simulator = write_tree(root / "sys") if fleet is None else write_tree(root / "sys", fleet=fleet)
     (root / "proc" / "sys" / "kernel").mkdir(parents=True)
     (root / "proc" / "sys" / "kernel" / "osrelease").write_text("6.8.0-45-generic\n")
     (root / "dev" / "dri").mkdir(parents=True)
@@ -59,10 +58,16 @@ def host() -> Iterator[Host]:
             (root / "dev" / "dri" / node.name).write_text("")
     (root / "opt" / "rocm-6.2.1" / ".info").mkdir(parents=True)
     (root / "opt" / "rocm-6.2.1" / ".info" / "version").write_text("6.2.1-112\n")
+    return Host(root, simulator)
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    made = make_host()
     try:
-        yield Host(root, simulator)
+        yield made
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(made.root, ignore_errors=True)
 
 
 def doctor(host: Host, *extra: str, env: dict[str, str] | None = None, prefix: list[str] | None = None):
@@ -245,3 +250,20 @@ def test_the_daemon_serves_the_same_versions_as_info_series(host: Host) -> None:
     for label in ('initstate="live"', f'kernel="{kernel}"', 'ppfeaturemask="0xfff7bfff"', 'version="6.7.0"'):
         assert label in line, line
     assert text.count("amdgpu_firmware_info{") >= 7 * 9  # every device's firmware blocks
+
+
+def test_partitions_are_checked_once_per_socket_and_each_for_its_render_node() -> None:
+    host = make_host("MI300X:CPX:NPS4")
+    try:
+        result = doctor(host, "--json")
+    finally:
+        shutil.rmtree(host.root, ignore_errors=True)
+    assert result.returncode == 0, result.stdout
+    items = findings(result)
+    assert [f["gpu"] for f in items if f["check"] == "answers"] == list(range(8))
+    assert [f["gpu"] for f in items if f["check"] == "PCIe width"] == [0]  # the socket's one link
+    assert [f["gpu"] for f in items if f["check"] == "firmware"] == [0]
+    renders = [f for f in items if f["check"].startswith("access renderD")]
+    assert len(renders) == 8 and len({f["check"] for f in renders}) == 8
+    assert all(f["status"] == "ok" for f in renders)
+    assert {f["partition"] for f in items if f["gpu"] is not None} == {f"CPX {i}" for i in range(8)}
