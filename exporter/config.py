@@ -264,7 +264,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "kubernetes.interval",
-        bounded_duration(1, 3600),
+        bounded_duration(0.1, 3600),
         "10s",
         "with --kubernetes: time between two reads of the kubelet",
     ),

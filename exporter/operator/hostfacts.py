@@ -124,18 +124,29 @@ def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> 
     if not path:
         return LibraryVersion(name, "")
     kind = {"librocm_smi64": "rocm_smi", "libamd_smi": "amd_smi"}[name]
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "exporter.operator.libprobe", kind, path],
-            capture_output=True,
-            text=True,
-            timeout=_PROBE_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return LibraryVersion(name, path, error=f"loading it did not finish within {_PROBE_TIMEOUT:g} s")
-    except OSError as error:
-        return LibraryVersion(name, path, error=f"cannot start the probe: {error.strerror or error}")
+    # The probe is a stdlib-only script run by file (-I: no site, no PYTHONPATH), so any Python can
+    # run it; sys.executable first, then the interpreter the venv was made from (a service user may
+    # not be allowed to execute the venv's link to it).
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libprobe.py")
+    interpreters = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"]
+    error: OSError | None = None
+    for interpreter in dict.fromkeys(i for i in interpreters if i):
+        try:
+            result = subprocess.run(
+                [interpreter, "-I", script, kind, path],
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT,
+                check=False,
+            )
+            break
+        except subprocess.TimeoutExpired:
+            return LibraryVersion(name, path, error=f"loading it did not finish within {_PROBE_TIMEOUT:g} s")
+        except OSError as failed:
+            error = failed
+    else:
+        reason = error.strerror if error is not None and error.strerror else str(error)
+        return LibraryVersion(name, path, error=f"cannot start the probe: {reason}")
     if result.returncode < 0:
         return LibraryVersion(name, path, error=f"loading it killed the process (signal {-result.returncode})")
     try:
