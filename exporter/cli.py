@@ -1,4 +1,4 @@
-"""`amdgpu-exporter`: serve (the default), snapshot, doctor, simulate.
+"""`amdgpu-exporter`: serve (the default), snapshot, doctor, simulate, check-config FILE, check-rules FILE.
 
 Every failure an operator can cause (a bad flag, a bad file, no GPU, a busy port) ends in one
 sentence on stderr and a non-zero exit, never a traceback. Every flag is parsed and checked
@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, str] = {
     "snapshot": "poll every device once (or --watch) and print a table, or the /api/v1/devices JSON",
     "doctor": "check kernel, driver, ROCm, firmware, PCIe links, environment and permissions",
     "simulate": "write a simulated amdgpu sysfs tree and keep it ticking (see simulate --help)",
+    "check-config": "check a config file (and the rule file it names) without starting anything",
+    "check-rules": "check an alert rule file without starting anything",
 }
 _DESCRIPTIONS = {
     "serve": "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).",
@@ -158,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.simulator.__main__ import main as simulate_main
 
             return simulate_main(argv, prog="amdgpu-exporter simulate")
+        if command in ("check-config", "check-rules"):
+            return _check(command, argv)
         args = _parser(command).parse_checked(argv)
         settings = resolve(args)
         if command == "snapshot":
@@ -190,6 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
         raise
+
+
+def _check(command: str, argv: Sequence[str]) -> int:
+    from exporter.configcheck import check_main
+
+    return check_main(command, list(argv))
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

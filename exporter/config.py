@@ -232,6 +232,25 @@ OPTIONS: tuple[Option, ...] = (
         repeatable=True,
         default_text="none",
     ),
+    Option(
+        "node-name",
+        str,
+        "",
+        "the `node` label of pushed alerts (Kubernetes: set the env from spec.nodeName)",
+        default_text="the host name",
+    ),
+    Option(
+        "alerting.runbook-base",
+        str,
+        "",
+        "prefix of pushed alerts' runbook_url (docs/runbooks.md#...), as the Prometheus rules' --runbook-base",
+    ),
+    Option(
+        "alerting.clock-tool",
+        _choice("auto", "rocm-smi", "amd-smi"),
+        "auto",
+        "tool the clock-down commands are written for; auto is rocm-smi, else amd-smi, found on PATH",
+    ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
     Option(
         "log.format",
@@ -317,6 +336,9 @@ class Settings:
     source: str
     rules_file: str
     alertmanager_url: tuple[str, ...]
+    node_name: str
+    alerting_runbook_base: str
+    alerting_clock_tool: str
     log_level: str
     log_format: str
     demo: bool

@@ -149,6 +149,12 @@ def _up(state: DeviceState) -> Iterable[LabelledValue]:
     yield (), 1.0 if state.up else 0.0
 
 
+def _down_reason(state: DeviceState) -> Iterable[LabelledValue]:
+    # A family of its own, not a label of amdgpu_up: a changing reason must not give amdgpu_up a new series.
+    if not state.up:
+        yield (state.down_reason or "unknown",), 1.0
+
+
 def _sample_timestamp(state: DeviceState) -> Iterable[LabelledValue]:
     if state.sample is not None:
         yield (), state.sample.timestamp
@@ -551,6 +557,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 if the device's last read succeeded within its deadline, else 0.",
         ("gpu",),
         _per_state(_up),
+    ),
+    MetricSpec(
+        "amdgpu_device_down_info",
+        "gauge",
+        "",
+        "Why a device is down (gone, timeout, stuck, read_error, ...); no series while it is up.",
+        ("gpu", "reason"),
+        _per_state(_down_reason),
     ),
     MetricSpec(
         "amdgpu_device_info",

@@ -43,6 +43,8 @@ class AlertSink(Protocol):
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
 
+    def set_rules(self, rules: Sequence[Rule]) -> None: ...
+
     @property
     def stats(self) -> AlertmanagerStats: ...
 
@@ -71,9 +73,11 @@ class Pipeline:
         host: HostInfo | None = None,
         attribution: AttributionSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
+        clock_tool: str = "rocm-smi",
     ) -> None:
         self.host = host
         self.rules = tuple(rules)
+        self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.attribution = attribution
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
@@ -83,7 +87,7 @@ class Pipeline:
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
-        alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts
         log.debug(
             "cycle",
@@ -118,6 +122,12 @@ class Pipeline:
             published=published,
             metrics=render(published),
         )
+
+    def replace_rules(self, rules: Sequence[Rule]) -> None:
+        """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
+        self.rules = tuple(rules)
+        if self.pusher is not None:
+            self.pusher.set_rules(self.rules)
 
     def flush(self) -> None:
         """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""

@@ -52,6 +52,9 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "amdgpu_driver_info": "host versions: no dashboard panel yet",
     "amdgpu_rocm_info": "host versions: no dashboard panel yet",
     "amdgpu_smi_library_info": "host versions: no dashboard panel yet",
+    # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
+    # show amdgpu_up.
+    "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
     **dict.fromkeys(
         (
             "amdgpu_exporter_web_config_reloads_total",

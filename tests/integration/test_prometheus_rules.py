@@ -58,6 +58,11 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_up": _GPU,
     "amdgpu_device_info": {**_GPU, **dict.fromkeys(_IDENTITY)},
     "amdgpu_sample_timestamp_seconds": _GPU,
+    # 1 while amdgpu_up is 0, with the poller's down reason (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
+    },
     "amdgpu_temperature_celsius": {**_GPU, "sensor": _SENSORS},
     "amdgpu_temperature_threshold_celsius": {
         **_GPU,
@@ -140,11 +145,6 @@ PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
         **_GPU,
         "sensor": _SENSORS,
         "stat": frozenset({"min", "max", "mean"}),
-    },
-    # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
-    "amdgpu_device_down_info": {
-        **_GPU,
-        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
     },
 }
 # Series Prometheus itself writes for every target.
