@@ -37,8 +37,10 @@ def test_help_lists_commands_and_each_choice_once() -> None:
     result = run("--help")
     assert result.returncode == 0
     text = result.stdout
-    assert text.startswith("usage: amdgpu-exporter [serve|snapshot|doctor|simulate] [FLAG ...]")
-    for command in ("serve", "snapshot", "doctor", "simulate"):
+    assert text.startswith(
+        "usage: amdgpu-exporter [serve|snapshot|doctor|simulate|check-config|check-rules] [FLAG ...]"
+    )
+    for command in ("serve", "snapshot", "doctor", "simulate", "check-config", "check-rules"):
         assert f"\n  {command}  " in text
     assert text.count("{auto,sysfs,rocm-smi,amd-smi}") == 1
     assert text.count("{debug,info,warn,error}") == 1
@@ -71,7 +73,10 @@ def test_help_lists_commands_and_each_choice_once() -> None:
             "(example: http://alertmanager:9093)",
         ),
         (["--source=cuda"], "--source: 'cuda' is not one of auto, sysfs, rocm-smi, amd-smi"),
-        (["bogus"], "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate)"),
+        (
+            ["bogus"],
+            "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate, check-config, check-rules)",
+        ),
     ],
 )
 def test_bad_command_lines_are_one_line_naming_the_flag(args: list[str], message: str) -> None:
