@@ -25,11 +25,13 @@ from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
+from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
+from exporter.web.waveform import WaveformSource
 
 if TYPE_CHECKING:
     from exporter.alerting.alertmanager import AlertmanagerPusher
@@ -194,6 +196,13 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
+def fast_sampler(settings: Settings) -> FastSampler | None:
+    """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
+    if not settings.fast_interval:
+        return None
+    return FastSampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+
+
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
     invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
@@ -273,6 +282,10 @@ async def serve(settings: Settings) -> None:
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
+        fast = fast_sampler(settings)
+        if fast is not None:
+            stack.callback(fast.stop)
+            fast.start()
         clock_tool = find_tool(settings.alerting_clock_tool)
         attribution = AttributionSources(settings, sysfs_root)
         if attribution.enabled:
@@ -291,11 +304,16 @@ async def serve(settings: Settings) -> None:
             host=host_info,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution if attribution.enabled else None,
+            fast=fast,
             clock_tool=clock_tool,
         )
         poller.on_snapshot = pipeline.on_snapshot
+        waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
         app = create_app(
-            lambda: pipeline.state, settings.web_telemetry_path, refresh_seconds=max(settings.interval, 0.5)
+            lambda: pipeline.state,
+            settings.web_telemetry_path,
+            waveform=waveform,
+            refresh_seconds=max(settings.interval, 0.5),
         )
         current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
         app = WebGuard(app, current_web, http_stats)

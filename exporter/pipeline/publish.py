@@ -7,8 +7,9 @@ the web layer reads; nothing downstream writes back into anything upstream.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,12 +20,14 @@ from exporter.log import get_logger
 from exporter.model import (
     AlertmanagerStats,
     AlertState,
+    DeviceIdentity,
     ExporterStats,
     Histogram,
     HostInfo,
     Published,
     Snapshot,
     WebStats,
+    WindowSnapshot,
 )
 from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.process import read_process_stats
@@ -60,6 +63,14 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
 
 
+class WindowSource(Protocol):
+    """The fast sampler as the pipeline sees it: told which devices exist, asked for its windows."""
+
+    def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None: ...
+
+    def windows(self, now: float | None = None) -> WindowSnapshot: ...
+
+
 class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
@@ -72,6 +83,7 @@ class Pipeline:
         pusher: AlertSink | None = None,
         host: HostInfo | None = None,
         attribution: AttributionSource | None = None,
+        fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         clock_tool: str = "rocm-smi",
     ) -> None:
@@ -80,12 +92,18 @@ class Pipeline:
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.attribution = attribution
+        self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        if self.fast is not None:
+            # The join of the two samplers: the fast one follows the devices the poller knows (same
+            # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
+            self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
+            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts

@@ -1,4 +1,4 @@
-"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts and the live status page /.
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
 (exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -23,6 +23,7 @@ from exporter.model import AlertState, DeviceState, Snapshot
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
 from exporter.web.status_page import render_status_page
+from exporter.web.waveform import WaveformSource, waveform_response
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -156,7 +157,10 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 
 
 def create_app(
-    state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", refresh_seconds: float = 1.0
+    state_ref: Callable[[], PublishedState],
+    telemetry_path: str = "/metrics",
+    waveform: WaveformSource | None = None,
+    refresh_seconds: float = 1.0,
 ) -> Any:
     # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
@@ -193,10 +197,16 @@ def create_app(
             {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
         )
 
+    @app.get("/api/v1/waveform")
+    async def waveform_route(request: Request) -> JSONResponse:
+        status, body = waveform_response(waveform, request.query_params)
+        return JSONResponse(body, status_code=status)
+
     @app.get("/", response_class=HTMLResponse)
     async def status_page() -> str:
         state = state_ref()
         published = state.published
+        sampled = tuple(waveform.gpus()) if waveform is not None else ()
         return render_status_page(
             published.snapshot if published is not None else None,
             published.alerts if published is not None else (),
@@ -204,6 +214,12 @@ def create_app(
             source=state.source,
             telemetry_path=telemetry_path,
             refresh_seconds=refresh_seconds,
+            # the fast sampler's ring, for the devices it samples (asking for another is a 404)
+            waveform_url=(
+                f"api/v1/waveform?gpu={{gpu}}&seconds={min(60.0, waveform.max_seconds):g}" if waveform else ""
+            ),
+            waveform_gpus=sampled,
+            waveform_seconds=min(60.0, waveform.max_seconds) if waveform is not None else 60.0,
         )
 
     return MetricsFastPath(app, state_ref, telemetry_path)
