@@ -33,9 +33,11 @@ TILES = """JSON.stringify(Array.from(document.querySelectorAll('article.tile')).
 })))"""
 
 
-def test_status_page_in_chromium() -> None:
+@pytest.mark.parametrize("fast_sampler", [True, False], ids=["waveform", "page-history"])
+def test_status_page_in_chromium(fast_sampler: bool) -> None:
     chromium = require_tool("chromium")
-    proc, port = start_exporter("--demo", f"--demo.fleet={MIXED_FLEET}", "--interval=500ms")
+    fast = [] if fast_sampler else ["--fast.interval=0"]
+    proc, port = start_exporter("--demo", f"--demo.fleet={MIXED_FLEET}", "--interval=500ms", *fast)
     browser = None
     try:
         wait_ready(port, proc)
@@ -75,10 +77,14 @@ def test_status_page_in_chromium() -> None:
         updated = browser.evaluate("document.getElementById('updated').textContent")
         assert updated.startswith("cycle "), updated
         shot = os.environ.get("AMDGPU_EXPORTER_SCREENSHOT")
-        if shot:
+        if shot and fast_sampler:
             Path(shot).write_bytes(browser.screenshot())
         requests = [e["request"]["url"] for e in browser.events_named("Network.requestWillBeSent")]
         assert any(url.endswith("/api/v1/devices") for url in requests)
+        # the sparklines come from the fast sampler's ring (on by default), for every device it samples
+        # (without it, from the page's own history of its polls)
+        waveforms = {url.split("gpu=")[1].split("&")[0] for url in requests if "/api/v1/waveform?" in url}
+        assert waveforms == ({str(g) for g in range(7)} if fast_sampler else set()), waveforms
         external = [url for url in requests if not url.startswith(origin) and not url.startswith("data:")]
         assert external == []
         console = [e for e in browser.events_named("Runtime.consoleAPICalled") if e["type"] in ("error", "assert")]
