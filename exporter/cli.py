@@ -1,41 +1,153 @@
-"""`amdgpu-exporter`: serve (the default), simulate, snapshot, check-config FILE, check-rules FILE.
+"""`amdgpu-exporter`: serve (the default), snapshot, doctor, simulate, check-config FILE, check-rules FILE.
 
 Every failure an operator can cause (a bad flag, a bad file, no GPU, a busy port) ends in one
-sentence on stderr and a non-zero exit, never a traceback.
+sentence on stderr and a non-zero exit, never a traceback. Every flag is parsed and checked
+before any device is touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import difflib
 import os
 import sys
+import threading
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.config import ConfigError, Settings, add_arguments, resolve
+from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve
 from exporter.log import configure_logging
 
-SUBCOMMANDS = ("serve", "simulate", "snapshot", "check-config", "check-rules")
+SUBCOMMANDS: dict[str, str] = {
+    "serve": "serve /metrics, the JSON API and the status page (the default when no command is given)",
+    "snapshot": "poll every device once (or --watch) and print a table, or the /api/v1/devices JSON",
+    "doctor": "check kernel, driver, ROCm, firmware, PCIe links, environment and permissions",
+    "simulate": "write a simulated amdgpu sysfs tree and keep it ticking (see simulate --help)",
+    "check-config": "check a config file (and the rule file it names) without starting anything",
+    "check-rules": "check an alert rule file without starting anything",
+}
+_DESCRIPTIONS = {
+    "serve": "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).",
+    "snapshot": "Poll every device once with the daemon's sources and print a table (or JSON).",
+    "doctor": "The version matrix and the checks done by hand when a node misbehaves; exit 1 on any failure.",
+}
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+class UsageError(Exception):
+    """A command line argparse could not make sense of; the message is one sentence."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but every problem is one sentence naming the flag, and a typo gets a suggestion."""
+
+    def error(self, message: str) -> NoReturn:
+        # argparse says "argument --interval: expected one argument": name the flag first, plainly.
+        if message.startswith("argument "):
+            message = message.removeprefix("argument ")
+        raise UsageError(message)
+
+    def known_flags(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+
+    def parse_checked(self, argv: Sequence[str]) -> argparse.Namespace:
+        args, extra = self.parse_known_args(list(argv))
+        if extra:
+            unknown = extra[0]
+            name = unknown.split("=", 1)[0]
+            if not name.startswith("-"):
+                raise UsageError(f"unexpected argument {unknown!r} (commands: {', '.join(SUBCOMMANDS)})")
+            near = difflib.get_close_matches(name, self.known_flags(), n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else f"; see {self.prog} --help"
+            raise UsageError(f"unknown flag {name}{hint}")
+        return args
+
+
+def _parser(command: str) -> _Parser:
+    prog = "amdgpu-exporter" if command == "serve" else f"amdgpu-exporter {command}"
+    description = _DESCRIPTIONS[command]
+    usage = f"{prog} [FLAG ...]"
+    if command == "serve":
+        width = max(len(name) for name in SUBCOMMANDS)
+        usage = f"{prog} [{'|'.join(SUBCOMMANDS)}] [FLAG ...]"
+        description += "\n\ncommands:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items())
+        description += "\n\nRun 'amdgpu-exporter COMMAND --help' for a command's own flags."
+    parser = _Parser(
+        prog=prog,
+        usage=usage,
+        description=description,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"amdgpu-exporter {__version__}")
-    add_arguments(parser)
+    if command == "snapshot":
+        group = parser.add_argument_group("snapshot flags")
+        group.add_argument(
+            "--watch",
+            metavar="DURATION",
+            type=str,
+            default=None,
+            help="redraw every DURATION (e.g. 2s) until Ctrl-C, like watch(1) (100ms..24h)",
+        )
+        group.add_argument("--json", action="store_true", help="print the /api/v1/devices document (see docs/api.md)")
+    if command == "doctor":
+        group = parser.add_argument_group("doctor flags")
+        group.add_argument("--json", action="store_true", help="print the findings as JSON")
+        group.add_argument(
+            "--path.procfs",
+            dest="path_procfs",
+            default="/proc",
+            metavar="PATH",
+            help="folder standing for /proc (default: /proc)",
+        )
+        group.add_argument(
+            "--path.dev",
+            dest="path_dev",
+            default="/dev",
+            metavar="PATH",
+            help="folder standing for /dev (default: /dev)",
+        )
+        group.add_argument(
+            "--path.rocm",
+            dest="path_rocm",
+            default="/opt",
+            metavar="PATH",
+            help="folder holding rocm* installs (default: /opt)",
+        )
+    add_arguments(parser if command == "serve" else parser.add_argument_group("flags shared with serve"))
     return parser
 
 
-def _settings(prog: str, description: str, argv: Sequence[str]) -> Settings:
-    args = _parser(prog, description).parse_args(list(argv))
-    return resolve(args)
+_WATCH = bounded_duration(0.1, 86400)
 
 
 def _fail(message: str, code: int = 2) -> int:
     print(f"amdgpu-exporter: error: {message}", file=sys.stderr)
     return code
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit now, without joining threads: a read stuck in a hung GPU's driver never returns, and
+    Python joins executor threads at exit. Flush first: os._exit does not."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _finish(code: int) -> int:
+    """Return normally unless a thread is stuck (in a hung device's read): then leave without it."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(timeout=0.2)
+            if thread.is_alive():
+                _leave(code)
+    return code
+
+
+def _log_level(settings: Settings, quiet_default: str) -> str:
+    """Commands that print for a person log only warnings unless --log.level says otherwise."""
+    return settings.log_level if settings.origins.get("log.level") != "default" else quiet_default
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,28 +162,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulate_main(argv, prog="amdgpu-exporter simulate")
         if command in ("check-config", "check-rules"):
             return _check(command, argv)
+        args = _parser(command).parse_checked(argv)
+        settings = resolve(args)
         if command == "snapshot":
-            settings = _settings(
-                "amdgpu-exporter snapshot", "Poll every device once and print the result as JSON.", argv
-            )
-            configure_logging(settings.log_level, "console" if settings.log_format == "auto" else settings.log_format)
-            return _snapshot(settings)
-        settings = _settings(
-            "amdgpu-exporter", "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).", argv
-        )
+            try:
+                watch = _WATCH(args.watch) if args.watch is not None else None
+            except ValueError as error:
+                raise ConfigError(f"--watch: {error}") from error
+            configure_logging(_log_level(settings, "warn"), settings.log_format)
+            from exporter.operator import snapshot
+
+            return _finish(snapshot.run(settings, watch=watch, as_json=args.json))
+        if command == "doctor":
+            configure_logging(_log_level(settings, "error"), settings.log_format)
+            from exporter.operator import doctor
+
+            return _finish(doctor.run(settings, args))
         configure_logging(settings.log_level, settings.log_format)
         from exporter.daemon import serve
 
         _run_event_loop(serve(settings))
-        # A read stuck in a hung GPU's driver never returns, and Python joins executor threads at
-        # exit: leave now (after flushing) rather than hang until systemd's SIGKILL.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    except ConfigError as error:
+        _leave(0)
+    except (ConfigError, UsageError) as error:
         return _fail(str(error))
     except KeyboardInterrupt:
-        return 130
+        _leave(130)
     except Exception as error:
         from exporter.alerting.rulefile import RulesConfigError
         from exporter.daemon import StartupError
@@ -95,26 +210,6 @@ def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:
         asyncio.run(main)
     else:
         uvloop.run(main)
-
-
-def _snapshot(settings: Settings) -> int:
-    from exporter.daemon import StartupError, select_source
-    from exporter.pipeline.poller import Poller
-    from exporter.web.routes import device_json
-
-    async def run() -> int:
-        source, name, _ = select_source(settings, settings.path_sysfs)
-        poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name=name)
-        try:
-            if not poller.discover():
-                raise StartupError(f"no AMD GPU found under {settings.path_sysfs}/class/drm")
-            snapshot = await poller.poll_once()
-        finally:
-            poller.close()
-        print(json.dumps({"source": name, "devices": [device_json(d) for d in snapshot.devices]}, indent=2))
-        return 0
-
-    return asyncio.run(run())
 
 
 if __name__ == "__main__":

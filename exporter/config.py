@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -36,6 +37,42 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def bounded_duration(low: float, high: float) -> Callable[[str], float]:
+    """A duration parser that refuses values outside [low, high] seconds.
+
+    Why bounds: a poll interval of 1 µs burns a core re-reading sysfs, and one of 10^14 hours
+    overflows the event loop's timer; neither is ever meant.
+    """
+
+    def parse(text: str) -> float:
+        seconds = parse_duration(text)
+        if not low <= seconds <= high:
+            raise ValueError(f"{str(text).strip()!r} is outside {format_duration(low)}..{format_duration(high)}")
+        return seconds
+
+    parse.bounds = (low, high)  # type: ignore[attr-defined]  # shown by --help
+    return parse
+
+
+def parse_http_url(text: str) -> str:
+    """An http:// or https:// URL with a host (Alertmanager)."""
+    parts = urlsplit(str(text).strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http:// or https:// URL with a host (example: http://alertmanager:9093)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as error:
+        raise ValueError(f"{text!r} has a bad port: {error}") from error
+    return str(text).strip()
+
+
 def parse_fast_interval(text: str) -> float:
     """A duration of at least 10 ms, or 0 (the fast sampler off)."""
     if str(text).strip() in ("0", "0s", "0ms"):
@@ -43,6 +80,8 @@ def parse_fast_interval(text: str) -> float:
     seconds = parse_duration(text)
     if seconds < 0.01:
         raise ValueError(f"{text!r} is shorter than 10ms (use 0 to turn the fast sampler off)")
+    if seconds > 3600:
+        raise ValueError(f"{str(text).strip()!r} is outside 10ms..1h (use 0 to turn the fast sampler off)")
     return seconds
 
 
@@ -73,12 +112,27 @@ def _choice(*allowed: str) -> Callable[[str], str]:
             raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
         return text
 
+    parse.choices = allowed  # type: ignore[attr-defined]  # shown once, as the flag's metavar
     return parse
 
 
 def _telemetry_path(text: str) -> str:
     if not text.startswith("/") or text in ("/", "/healthz", "/readyz") or text.startswith("/api/"):
         raise ValueError(f"{text!r} must be a path such as /metrics, not / or one of the API paths")
+    return text
+
+
+def _fleet(text: str) -> str:
+    from exporter.simulator.fleet import parse_fleet
+
+    parse_fleet(text)  # ValueError names what is wrong
+    return text
+
+
+def _scenario(text: str) -> str:
+    from exporter.simulator.workload import parse_scenario
+
+    parse_scenario(text)
     return text
 
 
@@ -107,6 +161,25 @@ class Option:
     help: str
     repeatable: bool = False
     is_flag: bool = False  # a switch with no value on the command line
+    default_text: str = ""  # how --help shows the default when the value itself says nothing ("")
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(getattr(self.parse, "choices", ()))
+
+    @property
+    def metavar(self) -> str:
+        if self.choices:
+            return "{" + ",".join(self.choices) + "}"
+        if hasattr(self.parse, "bounds"):
+            return "DURATION"
+        if self.parse is parse_listen_address:
+            return "HOST:PORT"
+        if self.parse is parse_http_url:
+            return "URL"
+        if self.name.startswith("path.") or self.name.endswith("file"):
+            return "PATH"
+        return "VALUE"
 
     @property
     def flag(self) -> str:
@@ -141,18 +214,23 @@ OPTIONS: tuple[Option, ...] = (
     Option("web.max-connections", _positive_int, "512", "cap on open HTTP connections (lowered to the file budget)"),
     # --- end web ---
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
-    Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
-    Option("interval", parse_duration, "1s", "time between poll cycles"),
+    Option("path.sysfs", str, "/sys", "the folder that stands for /sys, e.g. a simulator's tree"),
+    Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles"),
     Option(
         "read-timeout",
-        parse_duration,
+        bounded_duration(0.01, 300),
         "2s",
         "deadline for one device read; a device missing it is marked down",
     ),
-    Option("discovery-interval", parse_duration, "5m", "how often devices, identity and topology are re-read"),
+    Option(
+        "discovery-interval",
+        bounded_duration(1, 86400),
+        "5m",
+        "how often devices, identity and topology are re-read",
+    ),
     Option(
         "slow-interval",
-        parse_duration,
+        bounded_duration(0.1, 86400),
         "10s",
         "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
@@ -162,15 +240,28 @@ OPTIONS: tuple[Option, ...] = (
         "100ms",
         "time between fast gpu_metrics reads for the sliding windows and /api/v1/waveform; 0 turns them off",
     ),
-    Option("window", parse_duration, "15s", "length of the sliding windows (min, max, mean of the fast samples)"),
+    Option(
+        "window",
+        bounded_duration(0.02, 3600),
+        "15s",
+        "length of the sliding windows (min, max, mean of the fast samples)",
+    ),
     Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
-    Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
-    Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
+    Option("rules.file", str, "", "YAML file of in-daemon alert rules", default_text="the shipped rules"),
+    Option(
+        "alertmanager.url",
+        parse_http_url,
+        (),
+        "Alertmanager to push alerts to; repeatable",
+        repeatable=True,
+        default_text="none",
+    ),
     Option(
         "node-name",
         str,
         "",
-        "the `node` label of pushed alerts (Kubernetes: set the env from spec.nodeName; default: the host name)",
+        "the `node` label of pushed alerts (Kubernetes: set the env from spec.nodeName)",
+        default_text="the host name",
     ),
     Option(
         "alerting.runbook-base",
@@ -182,14 +273,25 @@ OPTIONS: tuple[Option, ...] = (
         "alerting.clock-tool",
         _choice("auto", "rocm-smi", "amd-smi"),
         "auto",
-        "tool the clock-down commands are written for (auto: rocm-smi, else amd-smi, found on PATH)",
+        "tool the clock-down commands are written for; auto is rocm-smi, else amd-smi, found on PATH",
     ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
-    Option("log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"),
+    Option(
+        "log.format",
+        _choice("auto", "json", "console"),
+        "auto",
+        "log format; auto is console on a terminal, JSON otherwise",
+    ),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
-    Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
-    Option("demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
-    Option("demo.truth-file", str, "", "with --demo: rewrite the simulator's true values as JSON here on every tick"),
+    Option("demo.fleet", _fleet, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
+    Option("demo.scenario", _scenario, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
+    Option(
+        "demo.truth-file",
+        str,
+        "",
+        "with --demo: rewrite the simulator's true values as JSON here on every tick",
+        default_text="none",
+    ),
     Option(
         "kubernetes",
         parse_bool,
@@ -203,10 +305,15 @@ OPTIONS: tuple[Option, ...] = (
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         "the kubelet's pod-resources API socket, for --kubernetes",
     ),
-    Option("kubernetes.interval", parse_duration, "10s", "with --kubernetes: time between two reads of the kubelet"),
+    Option(
+        "kubernetes.interval",
+        bounded_duration(0.1, 3600),
+        "10s",
+        "with --kubernetes: time between two reads of the kubelet",
+    ),
     Option(
         "kubernetes.timeout",
-        parse_duration,
+        bounded_duration(0.01, 300),
         "2s",
         "with --kubernetes: deadline for the kubelet's answer (late: amdgpu_exporter_attribution_up 0)",
     ),
@@ -224,6 +331,7 @@ OPTIONS: tuple[Option, ...] = (
         "label every per-GPU series with the Slurm job holding it (job_id, job_user, job_partition), from the "
         "files deploy/slurm/prolog.sh writes here (default folder: /run/amdgpu-exporter/slurm; AMD exporter's "
         "/var/run/exporter works too), read every --interval; off when empty",
+        default_text="off",
     ),
     Option(
         "collector.processes",
@@ -275,7 +383,18 @@ class Settings:
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _help(option: Option) -> str:
+    default = option.default_text or (", ".join(option.default) if option.repeatable else str(option.default))
+    default = default or "none"  # never "(default: )"
+    default_part = "" if option.is_flag else f" (default: {default})"
+    bounds = getattr(option.parse, "bounds", None)
+    if bounds is not None:
+        default_part = f" (default: {default}; {format_duration(bounds[0])}..{format_duration(bounds[1])})"
+    suffix = ", comma-separated" if option.repeatable else ""
+    return f"{option.help}{default_part} [env {option.env}{suffix}]"
+
+
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     for option in OPTIONS:
         if option.is_flag:
             parser.add_argument(
@@ -284,25 +403,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_const",
                 const=True,
                 default=None,
-                help=f"{option.help} [env {option.env}]",
+                help=_help(option),
             )
         elif option.repeatable:
             parser.add_argument(
-                option.flag,
-                dest=option.dest,
-                action="append",
-                default=None,
-                metavar="VALUE",
-                help=f"{option.help} [env {option.env}, comma-separated]",
+                option.flag, dest=option.dest, action="append", default=None, metavar=option.metavar, help=_help(option)
             )
         else:
-            parser.add_argument(
-                option.flag,
-                dest=option.dest,
-                default=None,
-                metavar="VALUE",
-                help=f"{option.help} (default {option.default}) [env {option.env}]",
-            )
+            parser.add_argument(option.flag, dest=option.dest, default=None, metavar=option.metavar, help=_help(option))
     parser.add_argument(
         "--config.file",
         dest="config_file",
@@ -312,13 +420,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice (PyYAML keeps the last one, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(
+                    f"option {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})"
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _load_file(path: str) -> dict[str, Any]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except ConfigError as error:
+        raise ConfigError(f"config file {path}: {error}") from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -372,4 +497,17 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             f"--window ({values['window']:g}s) must hold at least two fast samples"
             f" (--fast.interval {values['fast_interval']:g}s)"
         )
-    return Settings(**values, config_file=config_file, origins=origins)
+    settings = Settings(**values, config_file=config_file, origins=origins)
+    _check_paths(settings, config_file)
+    return settings
+
+
+def _check_paths(settings: Settings, config_file: str) -> None:
+    """Folders and files must exist before anything is started (--demo makes its own /sys)."""
+    origin = settings.origins.get("path.sysfs", "default")
+    where = {"flag": "--path.sysfs", "env": "AMDGPU_EXPORTER_PATH_SYSFS", "file": f"path.sysfs in {config_file}"}
+    if not settings.demo and not os.path.isdir(settings.path_sysfs):
+        what = "is not a folder" if os.path.exists(settings.path_sysfs) else "is missing (no such folder)"
+        raise ConfigError(f"{where.get(origin, '--path.sysfs')}: {settings.path_sysfs} {what}")
+    if settings.rules_file and not os.path.isfile(settings.rules_file):
+        raise ConfigError(f"--rules.file: {settings.rules_file} is missing (no such file)")

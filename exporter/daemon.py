@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import configure_logging, get_logger
+from exporter.model import HostInfo
 from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
@@ -147,6 +150,7 @@ async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float
             f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
             "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
         )
+    log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
     return len(devices)
 
 
@@ -172,6 +176,24 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
         )
     except ValueError as error:
         raise ConfigError(f"--alertmanager.url: {error}") from error
+
+
+async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | None:
+    """Kernel, driver, ROCm and SMI library versions for the _info series; None when they take too long
+    (the SMI libraries are loaded in child processes, which a broken install can hang)."""
+    from exporter.operator.hostfacts import collect, host_info
+
+    def read() -> HostInfo:
+        return host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False))
+
+    started = time.monotonic()
+    try:
+        info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, read), deadline)
+    except TimeoutError:
+        log.warning("host_info_timeout", deadline=deadline)
+        return None
+    log.debug("host_info", seconds=round(time.monotonic() - started, 3), **dataclasses.asdict(info))
+    return info
 
 
 def fast_sampler(settings: Settings) -> FastSampler | None:
@@ -255,8 +277,10 @@ async def serve(settings: Settings) -> None:
         )
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        host_info = await read_host_info(sysfs_root)
         # logged once devices are found: on a host without a GPU the one-sentence error is all there is
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
+        log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
         fast = fast_sampler(settings)
         if fast is not None:
@@ -277,6 +301,7 @@ async def serve(settings: Settings) -> None:
             source_reason=reason,
             rules=rules,
             pusher=pusher,
+            host=host_info,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution if attribution.enabled else None,
             fast=fast,
@@ -284,7 +309,12 @@ async def serve(settings: Settings) -> None:
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path, waveform=waveform)
+        app = create_app(
+            lambda: pipeline.state,
+            settings.web_telemetry_path,
+            waveform=waveform,
+            refresh_seconds=max(settings.interval, 0.5),
+        )
         current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
         app = WebGuard(app, current_web, http_stats)
         budget = http_server.connection_budget(

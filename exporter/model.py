@@ -265,6 +265,19 @@ class ProcessStats:
 
 
 @dataclass(frozen=True, slots=True)
+class HostInfo:
+    """The host's software versions, read at start (exporter/operator/hostfacts.py): what Grafana
+    correlates incidents with. "" / () where not found."""
+
+    kernel_release: str = ""
+    driver_version: str = ""  # amdgpu module version; "" for the in-tree driver
+    driver_initstate: str = ""  # "live" once the module has loaded
+    ppfeaturemask: str = ""  # "0xfff7bfff"
+    rocm: tuple[tuple[str, str], ...] = ()  # (install folder, version)
+    smi_libraries: tuple[tuple[str, str], ...] = ()  # (library, version), only those that answered
+
+
+@dataclass(frozen=True, slots=True)
 class WebStats:
     """The HTTP layer's counters (issue 14), copied once per cycle; only with --web.config.file."""
 
@@ -285,6 +298,7 @@ class ExporterStats:
     poll_durations: Histogram = Histogram()
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
+    host: HostInfo | None = None  # None until read (or where it is not: tests, benchmarks)
     web: WebStats | None = None  # None without --web.config.file
 
 

@@ -224,6 +224,24 @@ def _build_info(published: Published) -> Iterator[LabelledValue]:
     yield (__version__, published.stats.source, published.stats.source_reason), 1.0
 
 
+def _driver_info(published: Published) -> Iterator[LabelledValue]:
+    host = published.stats.host
+    if host is not None:
+        yield (host.driver_version, host.driver_initstate, host.kernel_release, host.ppfeaturemask), 1.0
+
+
+def _rocm_info(published: Published) -> Iterator[LabelledValue]:
+    host = published.stats.host
+    for path, version in host.rocm if host is not None else ():
+        yield (version, path), 1.0
+
+
+def _smi_library_info(published: Published) -> Iterator[LabelledValue]:
+    host = published.stats.host
+    for library, version in host.smi_libraries if host is not None else ():
+        yield (library, version), 1.0
+
+
 def _last_poll(published: Published) -> Iterator[LabelledValue]:
     yield (), published.snapshot.taken_at
 
@@ -736,6 +754,33 @@ METRICS: tuple[MetricSpec, ...] = (
         "Exporter version and the source it reads (always 1).",
         ("version", "source", "source_reason"),
         _build_info,
+    ),
+    MetricSpec(
+        "amdgpu_driver_info",
+        "gauge",
+        "",
+        "The host's amdgpu driver (version, initstate), kernel release and ppfeaturemask (always 1).",
+        ("version", "initstate", "kernel", "ppfeaturemask"),
+        _driver_info,
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_rocm_info",
+        "gauge",
+        "",
+        "A ROCm install found on the host: version and folder (always 1).",
+        ("version", "path"),
+        _rocm_info,
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_smi_library_info",
+        "gauge",
+        "",
+        "An SMI library found on the host (librocm_smi64, libamd_smi) and the version it reports (always 1).",
+        ("library", "version"),
+        _smi_library_info,
+        omit_when_empty=True,
     ),
     MetricSpec(
         "amdgpu_exporter_last_poll_timestamp_seconds",

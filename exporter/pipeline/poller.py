@@ -115,6 +115,7 @@ class Poller:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(cycle.finished), min(fan_out_after, deadline - now))
                 if not cycle.finished.done() and cycle.needs_helper(fan_out_after):
+                    log.debug("reader_added", cycle=self._cycle + 1, slow_after=fan_out_after)
                     self._executor.submit(cycle.drain)
             for tracked, outcome in cycle.close():
                 if isinstance(outcome, _TimedOut):

@@ -23,6 +23,7 @@ from exporter.model import (
     DeviceIdentity,
     ExporterStats,
     Histogram,
+    HostInfo,
     Published,
     Snapshot,
     WebStats,
@@ -80,11 +81,13 @@ class Pipeline:
         source_reason: str,
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
+        host: HostInfo | None = None,
         attribution: AttributionSource | None = None,
         fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         clock_tool: str = "rocm-smi",
     ) -> None:
+        self.host = host
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
@@ -104,6 +107,16 @@ class Pipeline:
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         self._alerts = alerts
+        log.debug(
+            "cycle",
+            cycle=snapshot.cycle,
+            poll_seconds=round(snapshot.poll_duration_seconds, 6),
+            up=sum(1 for d in snapshot.devices if d.up),
+            down={d.gpu: d.down_reason for d in snapshot.devices if not d.up},
+            alerts_firing=sum(1 for a in alerts if a.firing),
+            alerts_pending=sum(1 for a in alerts if not a.firing and a.pending_since is not None),
+            transitions=len(transitions),
+        )
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
         self._poll_durations = self._poll_durations.observe(snapshot.poll_duration_seconds)
@@ -115,6 +128,7 @@ class Pipeline:
             poll_durations=self._poll_durations,
             alertmanager=self.pusher.stats if self.pusher is not None else None,
             process=read_process_stats(),
+            host=self.host,
             web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)

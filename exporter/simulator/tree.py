@@ -37,6 +37,7 @@ _HWMON_SENSORS = (("edge", 1, "edge"), ("junction", 2, "junction"), ("memory", 3
 def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
     tree.write("module/amdgpu/initstate", "live\n")
     tree.write("module/amdgpu/version", f"{DRIVER_VERSION}\n")
+    tree.write("module/amdgpu/parameters/ppfeaturemask", "0xfff7bfff\n")  # the kernel's default
     tree.mkdir("bus/pci/drivers/amdgpu")
     _write_cpu_hwmons(tree)
     for root in sorted({g.pci_root for g in gcds}):

@@ -1,4 +1,4 @@
-"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/waveform and /.
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
 (exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import html
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -20,9 +19,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
-from exporter.model import AlertState, DeviceState
+from exporter.model import AlertState, DeviceState, Snapshot
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
+from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 
 Scope = MutableMapping[str, Any]
@@ -114,6 +114,7 @@ def device_json(state: DeviceState) -> dict[str, Any]:
             "driver_version": ident.driver_version,
             "package": ident.package,
             "die": ident.die,
+            "partition": ident.partition,
             "compute_partition": ident.compute_partition,
             "memory_partition": ident.memory_partition,
             "gpu_metrics_version": ident.gpu_metrics_version,
@@ -136,6 +137,17 @@ def device_json(state: DeviceState) -> dict[str, Any]:
     return data
 
 
+def devices_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The /api/v1/devices document (docs/api.md); `snapshot --json` prints the same."""
+    return {
+        "taken_at": snapshot.taken_at,
+        "source": snapshot.source,
+        "cycle": snapshot.cycle,
+        "poll_duration_seconds": snapshot.poll_duration_seconds,
+        "devices": [device_json(d) for d in snapshot.devices],
+    }
+
+
 def alert_json(alert: AlertState) -> dict[str, Any]:
     data = dataclasses.asdict(alert)
     data["state"] = "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
@@ -145,7 +157,10 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 
 
 def create_app(
-    state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", waveform: WaveformSource | None = None
+    state_ref: Callable[[], PublishedState],
+    telemetry_path: str = "/metrics",
+    waveform: WaveformSource | None = None,
+    refresh_seconds: float = 1.0,
 ) -> Any:
     # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
@@ -171,16 +186,7 @@ def create_app(
         published = state_ref().published
         if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        snapshot = published.snapshot
-        return JSONResponse(
-            {
-                "taken_at": snapshot.taken_at,
-                "source": snapshot.source,
-                "cycle": snapshot.cycle,
-                "poll_duration_seconds": snapshot.poll_duration_seconds,
-                "devices": [device_json(d) for d in snapshot.devices],
-            }
-        )
+        return JSONResponse(devices_document(published.snapshot))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
@@ -197,24 +203,23 @@ def create_app(
         return JSONResponse(body, status_code=status)
 
     @app.get("/", response_class=HTMLResponse)
-    async def landing() -> str:
+    async def status_page() -> str:
         state = state_ref()
-        snapshot = state.published.snapshot if state.published is not None else None
-        count = len(snapshot.devices) if snapshot else 0
-        up = sum(1 for d in snapshot.devices if d.up) if snapshot else 0
-        path = html.escape(telemetry_path)
-        return (
-            "<!doctype html><html><head><title>amdgpu-exporter</title></head><body>"
-            f"<h1>amdgpu-exporter {html.escape(__version__)}</h1>"
-            f"<p>Source: {html.escape(state.source)} ({html.escape(state.source_reason)}). "
-            f"Devices: {count}, up: {up}.</p><ul>"
-            f'<li><a href="{path}">{path}</a> — Prometheus metrics</li>'
-            '<li><a href="/api/v1/devices">/api/v1/devices</a> — latest samples as JSON</li>'
-            '<li><a href="/api/v1/alerts">/api/v1/alerts</a> — in-daemon alerts and clock-down suggestions</li>'
-            '<li><a href="/api/v1/waveform?gpu=0&amp;seconds=5">/api/v1/waveform?gpu=N&amp;seconds=S</a> — '
-            "the fast samples of one device (timestamps, temperatures, power, busy)</li>"
-            '<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>'
-            "</ul></body></html>"
+        published = state.published
+        sampled = tuple(waveform.gpus()) if waveform is not None else ()
+        return render_status_page(
+            published.snapshot if published is not None else None,
+            published.alerts if published is not None else (),
+            version=__version__,
+            source=state.source,
+            telemetry_path=telemetry_path,
+            refresh_seconds=refresh_seconds,
+            # the fast sampler's ring, for the devices it samples (asking for another is a 404)
+            waveform_url=(
+                f"api/v1/waveform?gpu={{gpu}}&seconds={min(60.0, waveform.max_seconds):g}" if waveform else ""
+            ),
+            waveform_gpus=sampled,
+            waveform_seconds=min(60.0, waveform.max_seconds) if waveform is not None else 60.0,
         )
 
     return MetricsFastPath(app, state_ref, telemetry_path)

@@ -47,6 +47,11 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "process_start_time_seconds": _PROCESS,
     "process_open_fds": _PROCESS,
     "process_max_fds": _PROCESS,
+    # The version matrix (exporter/operator/doctor.py) as series: for joins in ad-hoc queries and
+    # alert annotations; a versions table panel is still to be drawn.
+    "amdgpu_driver_info": "host versions: no dashboard panel yet",
+    "amdgpu_rocm_info": "host versions: no dashboard panel yet",
+    "amdgpu_smi_library_info": "host versions: no dashboard panel yet",
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",

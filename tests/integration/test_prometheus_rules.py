@@ -118,6 +118,10 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_clock_down_suggested_ratio": _GPU,
     "amdgpu_suggested_gfx_clock_max_hertz": _GPU,
     "amdgpu_exporter_build_info": {"version": None, "source": frozenset({"sysfs", "rocm-smi"})},
+    # The host's versions (the doctor's version matrix), read at start.
+    "amdgpu_driver_info": {"version": None, "initstate": None, "kernel": None, "ppfeaturemask": None},
+    "amdgpu_rocm_info": {"version": None, "path": None},
+    "amdgpu_smi_library_info": {"library": frozenset({"librocm_smi64", "libamd_smi"}), "version": None},
     "amdgpu_exporter_poll_duration_seconds_bucket": {"le": None},
     "amdgpu_exporter_poll_duration_seconds_sum": {},
     "amdgpu_exporter_poll_duration_seconds_count": {},

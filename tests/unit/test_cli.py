@@ -57,7 +57,7 @@ def test_snapshot_of_an_empty_root_says_no_gpu(tmp_path: Path, capsys) -> None:
 def test_snapshot_prints_every_device_of_a_simulated_node(tmp_path: Path, capsys) -> None:
     root = tmp_path / "sys"
     Simulator(root, "1xMI210,1xMI250X", "idle", seed=3).write_tree()
-    assert main(["snapshot", f"--path.sysfs={root}", "--source=sysfs", "--log.level=error"]) == 0
+    assert main(["snapshot", f"--path.sysfs={root}", "--source=sysfs", "--log.level=error", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["source"] == "sysfs"
     products = [d["identity"]["product"] for d in out["devices"]]

@@ -48,7 +48,7 @@ def test_before_the_first_cycle_everything_but_healthz_says_not_yet(served) -> N
     assert client.get("/healthz").status_code == 200
     for path in ("/metrics", "/readyz", "/api/v1/devices", "/api/v1/alerts"):
         assert client.get(path).status_code == 503, path
-    assert "Devices: 0" in client.get("/").text
+    assert "0 devices, 0 up" in client.get("/").text and "Waiting for the first poll cycle" in client.get("/").text
 
 
 def test_metrics_formats_follow_accept_and_accept_encoding(served) -> None:
@@ -113,7 +113,8 @@ def test_api_serves_the_published_cycle(served) -> None:
     assert served_alert["state"] == "inactive" and served_alert["undo_command"] == "rocm-smi -d 0 --resetclocks"
     assert served_alert["suggested_command"] == "rocm-smi -d 0 --resetclocks" and served_alert["cool_since"] == 1000.0
     landing = client.get("/").text
-    assert "Source: sysfs (chosen by --source)" in landing and "Devices: 3, up: 2" in landing
+    assert "3 devices, 2 up · source sysfs" in landing  # the status page (tests/unit/test_status_page.py)
+    assert landing.count('<article class="tile') == 3 and "down: timeout" in landing
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,12 @@ class SysfsSource:
             self._rediscover.set()
         with self._slow_lock:
             self._slow[device.key] = fresh
+        log.debug(
+            "slow_fields_read",
+            pci_bus_id=device.pci_bus_id,
+            seconds=round(time.monotonic() - now, 6),
+            next_in=self.slow_interval,
+        )
         return fresh.values
 
     def _background_pcie_bandwidth(self, device: DeviceIdentity) -> float | None:

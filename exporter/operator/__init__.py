@@ -1,0 +1,1 @@
+"""Operator tools: the snapshot table, doctor (the version matrix and health checks)."""

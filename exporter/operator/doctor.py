@@ -1,0 +1,586 @@
+"""`amdgpu-exporter doctor [--json]`: the version matrix and the checks an operator does by hand
+before blaming the code (kernel, driver, ROCm, SMI libraries, firmware, PCIe links, the runtime's
+environment variables, device permissions). Each finding is ok, warn or fail with one line of
+advice; the exit status is 1 when anything failed.
+
+Facts are gathered at the edges (hostfacts.py, collect_devices, collect_access); judge() is pure.
+Every read is relative to --path.sysfs / --path.procfs / --path.dev / --path.rocm, and every
+device read runs against the read deadline, so a hung GPU is reported, not waited for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import grp
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any, TextIO
+
+from exporter.config import Settings
+from exporter.model import DeviceIdentity, DeviceState
+from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
+from exporter.operator.hostfacts import HostFacts, collect, parse_kernel_release
+from exporter.sources import textfiles as tf
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+# The oldest kernel whose amdgpu drives the part (PCI device id -> (major, minor)).
+MIN_KERNEL = {"0x740f": (5, 15)}  # MI210
+# The linux default of amdgpu.ppfeaturemask: everything but overdrive (0x4000) and GFX DCS (0x80000).
+DEFAULT_PPFEATUREMASK = 0xFFF7BFFF
+PP_FEATURES = {
+    0x1: "sclk DPM",
+    0x2: "mclk DPM",
+    0x4: "PCIe DPM",
+    0x10: "power containment",
+    0x8000: "GFXOFF",
+}
+PP_OVERDRIVE = 0x4000
+# The ISA each Instinct ASIC really is, as HSA_OVERRIDE_GFX_VERSION spells it.
+NATIVE_GFX = {"aldebaran": ("gfx90a", "9.0.10"), "aqua_vanjaram": ("gfx942", "9.4.2")}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    status: str  # ok | warn | fail
+    value: str  # what was found, for the version matrix
+    advice: str = ""  # one line; always given for warn and fail
+    gpu: int | None = None
+    pci_bus_id: str = ""
+    partition: str = ""  # "CPX 3" for a compute partition of a socket, "" otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFacts:
+    gpu: int
+    identity: DeviceIdentity
+    up: bool
+    down_reason: str
+    link_speed: float | None = None  # transfers per second
+    link_max_speed: float | None = None
+    link_width: int | None = None
+    link_max_width: int | None = None
+    render_node: str = ""  # "renderD128"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessFacts:
+    is_root: bool
+    user: str
+    groups: tuple[str, ...]
+    nodes: Mapping[str, str] = field(default_factory=dict)  # /dev path -> "ok" | "missing" | "denied"
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    host: HostFacts
+    devices: tuple[DeviceFacts, ...] = ()
+    discovery_error: str = ""
+    read_timeout: float = 2.0
+    dev: str = "/dev"
+    access: AccessFacts = AccessFacts(is_root=False, user="", groups=())
+
+
+# -- gathering (I/O) --------------------------------------------------------------------------
+
+
+def _link(device_dir: str) -> dict[str, Any]:
+    def read(name: str, parse: Any) -> Any:
+        try:
+            with open(os.path.join(device_dir, name), encoding="ascii") as handle:
+                return parse(handle.read())
+        except (OSError, UnicodeDecodeError, tf.TextParseError):
+            return None
+
+    return {
+        "link_speed": read("current_link_speed", tf.parse_link_speed),
+        "link_max_speed": read("max_link_speed", tf.parse_link_speed),
+        "link_width": read("current_link_width", tf.parse_link_width),
+        "link_max_width": read("max_link_width", tf.parse_link_width),
+        "render_node": next(iter(sorted(os.path.basename(p) for p in glob.glob(f"{device_dir}/drm/renderD*"))), ""),
+    }
+
+
+def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, ...], str]:
+    """Discovery and one read of every device, each against the deadline; (devices, error)."""
+    from exporter.pipeline.poller import Poller
+    from exporter.sources.sysfs import SysfsSource
+
+    source = SysfsSource(sysfs, slow_interval=settings.slow_interval)
+    poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
+    deadline = max(10.0, settings.read_timeout * 5)
+    try:
+        try:
+            found = call_with_deadline(poller.discover, deadline, name="discovery")
+        except DeadlineExceeded:
+            return (), f"device discovery did not finish within {deadline:g} s"
+        if not found:
+            return (), ""
+        snapshot = asyncio.run(poller.poll_once())
+        states: Sequence[DeviceState] = snapshot.devices
+        out = []
+        for state in states:
+            device_dir = state.identity.device_dir
+            try:
+                link = call_with_deadline(partial(_link, device_dir), settings.read_timeout)
+            except DeadlineExceeded:
+                link = {}
+            out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
+        return tuple(out), ""
+    finally:
+        poller.close()
+
+
+def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
+    def state(path: str) -> str:
+        if not os.path.exists(path):
+            return "missing"
+        return "ok" if os.access(path, os.R_OK | os.W_OK) else "denied"
+
+    nodes = {os.path.join(dev, "kfd"): state(os.path.join(dev, "kfd"))}
+    for device in devices:
+        if device.render_node:
+            path = os.path.join(dev, "dri", device.render_node)
+            nodes[path] = state(path)
+    names = []
+    for gid in sorted(set(os.getgroups()) | {os.getegid()}):
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    try:
+        import pwd
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    return AccessFacts(is_root=os.geteuid() == 0, user=user, groups=tuple(names), nodes=nodes)
+
+
+# -- judging (pure) ---------------------------------------------------------------------------
+
+
+def _gts(value: float | None) -> str:
+    return "?" if value is None else f"{value / 1e9:g} GT/s"
+
+
+def judge(facts: Facts) -> list[Finding]:
+    host = facts.host
+    findings: list[Finding] = []
+    findings += _kernel(host, facts.devices)
+    findings += _driver(host)
+    findings += _rocm(host)
+    findings += _libraries(host)
+    findings += _devices(facts)
+    findings += _environment(host, facts.devices)
+    findings += _access(facts.access)
+    return findings
+
+
+def _kernel(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Finding]:
+    release = host.kernel_release
+    version = parse_kernel_release(release or "")
+    if version is None:
+        return [Finding("kernel", WARN, release or "unknown", "cannot read /proc/sys/kernel/osrelease; run uname -r")]
+    for device in devices:
+        needed = MIN_KERNEL.get(device.identity.device_id)
+        if needed and version < needed:
+            need = ".".join(map(str, needed))
+            return [
+                Finding(
+                    "kernel",
+                    FAIL,
+                    release or "",
+                    f"{device.identity.product or device.identity.device_id} needs Linux {need} or later; "
+                    f"upgrade the kernel (or install the amdgpu-dkms driver)",
+                )
+            ]
+    return [Finding("kernel", OK, release or "")]
+
+
+def _driver(host: HostFacts) -> list[Finding]:
+    out = []
+    if not host.driver_loaded:
+        return [Finding("amdgpu driver", FAIL, "not loaded", "load it: modprobe amdgpu (and see dmesg for why not)")]
+    version = host.driver_version or f"in-tree (kernel {host.kernel_release or '?'})"
+    if host.driver_initstate not in (None, "live"):
+        out.append(
+            Finding(
+                "amdgpu driver",
+                FAIL,
+                f"{version}, initstate {host.driver_initstate}",
+                "the module did not finish loading; see dmesg | grep amdgpu",
+            )
+        )
+    else:
+        out.append(Finding("amdgpu driver", OK, f"{version}, initstate {host.driver_initstate or '?'}"))
+    mask = host.ppfeaturemask
+    if mask is None:
+        out.append(
+            Finding(
+                "ppfeaturemask",
+                WARN,
+                "unreadable",
+                "cannot read /sys/module/amdgpu/parameters/ppfeaturemask; check amdgpu.ppfeaturemask in /proc/cmdline",
+            )
+        )
+    elif mask == DEFAULT_PPFEATUREMASK:
+        out.append(Finding("ppfeaturemask", OK, f"0x{mask:08x} (the default)"))
+    else:
+        off = [name for bit, name in PP_FEATURES.items() if not mask & bit]
+        notes = []
+        if mask & PP_OVERDRIVE:
+            notes.append("overdrive unlocked (clocks and voltages can be changed from sysfs)")
+        if off:
+            notes.append("disabled: " + ", ".join(off))
+        status = WARN if off else OK
+        advice = (
+            "power management features are off: clocks or the power cap may not behave; "
+            "remove amdgpu.ppfeaturemask from the kernel command line unless this is intended"
+            if off
+            else "differs from the default 0xfff7bfff; fine when intended"
+        )
+        out.append(Finding("ppfeaturemask", status, f"0x{mask:08x}; " + "; ".join(notes or ["non-default"]), advice))
+    return out
+
+
+def _rocm(host: HostFacts) -> list[Finding]:
+    out = []
+    versions = sorted({version for _, version in host.rocm_installs})
+    packages = dict(host.packages)
+    if len(versions) > 1:
+        where = ", ".join(f"{folder} {version}" for folder, version in host.rocm_installs)
+        out.append(
+            Finding(
+                "ROCm",
+                WARN,
+                where,
+                "several ROCm versions are installed: check that ROCM_PATH, /opt/rocm and ld.so.conf agree",
+            )
+        )
+    elif versions:
+        out.append(Finding("ROCm", OK, f"{versions[0]} ({', '.join(f for f, _ in host.rocm_installs)})"))
+    elif "rocm-core" in packages:
+        out.append(Finding("ROCm", OK, f"{packages['rocm-core']} (package rocm-core)"))
+    elif packages:
+        upstream = sorted({version.split("-")[0].split(":")[-1] for version in packages.values()})
+        out.append(
+            Finding(
+                "ROCm",
+                WARN,
+                f"no /opt/rocm*; distribution packages only ({', '.join(upstream)})",
+                "only packaged ROCm pieces are installed (listed below): HIP programs need the ROCm runtime",
+            )
+        )
+    else:
+        out.append(
+            Finding(
+                "ROCm",
+                WARN,
+                "no ROCm install found",
+                "no /opt/rocm*/.info/version: HIP programs need ROCm (the exporter itself does not)",
+            )
+        )
+    if host.packages:
+        listed = ", ".join(f"{name} {version}" for name, version in host.packages)
+        out.append(Finding("ROCm packages", OK, listed))
+    return out
+
+
+def _libraries(host: HostFacts) -> list[Finding]:
+    out = []
+    for library in host.libraries:
+        check = library.name
+        if not library.path:
+            out.append(Finding(check, OK, "not installed", "the exporter reads sysfs directly without it"))
+        elif library.error:
+            out.append(
+                Finding(
+                    check,
+                    WARN,
+                    f"{library.path}: {library.error}",
+                    "the library cannot be used; the exporter falls back to sysfs (--source=sysfs)",
+                )
+            )
+        else:
+            out.append(Finding(check, OK, f"{library.version} ({library.path})"))
+    return out
+
+
+def _devices(facts: Facts) -> list[Finding]:
+    if facts.discovery_error:
+        return [
+            Finding(
+                "devices",
+                FAIL,
+                facts.discovery_error,
+                "a GPU or its driver may be hung: see dmesg; a reboot or a GPU reset may be needed",
+            )
+        ]
+    devices = facts.devices
+    if not devices:
+        return [
+            Finding(
+                "devices",
+                FAIL,
+                "no AMD GPU found",
+                "no amdgpu-driven PCI device under /sys/class/drm: check lspci and dmesg | grep amdgpu",
+            )
+        ]
+    out = [Finding("devices", OK, f"{len(devices)} found")]
+    by_model: dict[str, list[DeviceFacts]] = {}
+    for device in devices:
+        if device.identity.partition == 0:  # a socket's partitions share its board, VBIOS, firmware and link
+            by_model.setdefault(device.identity.device_id, []).append(device)
+    for device in devices:
+        ident = device.identity
+
+        def finding(check: str, status: str, value: str, advice: str = "", d: DeviceFacts = device) -> Finding:
+            mode = d.identity.compute_partition
+            part = f"{mode} {d.identity.partition}" if mode not in ("", "SPX") else ""
+            return Finding(check, status, value, advice, gpu=d.gpu, pci_bus_id=d.identity.pci_bus_id, partition=part)
+
+        label = f"{ident.product or ident.device_id} {ident.serial}".strip()
+        if device.up:
+            out.append(finding("answers", OK, label))
+        elif device.down_reason == "timeout":
+            out.append(
+                finding(
+                    "answers",
+                    FAIL,
+                    f"{label}: no answer within {facts.read_timeout:g} s",
+                    "the GPU is hung: see dmesg for ring timeouts; a GPU reset or reboot may be needed",
+                )
+            )
+        else:
+            out.append(
+                finding(
+                    "answers",
+                    FAIL,
+                    f"{label}: {device.down_reason}",
+                    "none of its sensors could be read: see dmesg | grep amdgpu",
+                )
+            )
+        if ident.partition == 0:
+            siblings = [d for d in by_model[ident.device_id] if d is not device]
+            out.append(_vbios(device, siblings, finding))
+            out.append(_firmware(device, siblings, finding))
+            out += _pcie(device, finding)
+        if device.render_node:
+            path = os.path.join(facts.dev, "dri", device.render_node)
+            out.append(_node_access(path, facts.access, finding))
+    return out
+
+
+def _majority(values: Sequence[str]) -> str:
+    return Counter(values).most_common(1)[0][0] if values else ""
+
+
+def _vbios(device: DeviceFacts, siblings: Sequence[DeviceFacts], finding: Any) -> Finding:
+    vbios = device.identity.vbios or "unknown"
+    others = [d.identity.vbios for d in siblings if d.identity.vbios]
+    common = _majority(others)
+    if others and device.identity.vbios and device.identity.vbios not in others:
+        return finding(
+            "vbios",
+            WARN,
+            f"{vbios} (its {len(others)} siblings: {common})",
+            "VBIOS differs from the other boards of this model: flash the fleet's version (amdvbflash)",
+        )
+    return finding("vbios", OK, vbios)
+
+
+def _firmware(device: DeviceFacts, siblings: Sequence[DeviceFacts], finding: Any) -> Finding:
+    mine = device.identity.firmware
+    if not mine:
+        return finding(
+            "firmware", WARN, "no fw_version folder", "cannot compare firmware; is the driver's debug info hidden?"
+        )
+    differs = []
+    for block, version in sorted(mine.items()):
+        others = [d.identity.firmware[block] for d in siblings if block in d.identity.firmware]
+        if others and version not in others:
+            differs.append(f"{block} {version} (siblings {_majority(others)})")
+    if differs:
+        return finding(
+            "firmware",
+            WARN,
+            "differs from its siblings: " + ", ".join(differs),
+            "update linux-firmware / amdgpu-firmware so every board of a model runs the same firmware",
+        )
+    note = f", same as its {len(siblings)} sibling{'s' if len(siblings) != 1 else ''}" if siblings else ""
+    return finding("firmware", OK, f"{len(mine)} blocks{note}")
+
+
+def _pcie(device: DeviceFacts, finding: Any) -> list[Finding]:
+    out = []
+    width, max_width = device.link_width, device.link_max_width
+    speed, max_speed = device.link_speed, device.link_max_speed
+    if width is None or max_width is None:
+        out.append(finding("PCIe width", WARN, "unreadable", "cannot read current_link_width / max_link_width"))
+    elif width < max_width:
+        out.append(
+            finding(
+                "PCIe width",
+                FAIL,
+                f"x{width} of x{max_width}",
+                "the link trained narrow: reseat the board, check the riser/slot; a narrow link costs bandwidth",
+            )
+        )
+    else:
+        out.append(finding("PCIe width", OK, f"x{width}"))
+    if speed is None or max_speed is None:
+        out.append(finding("PCIe speed", WARN, "unreadable", "cannot read current_link_speed / max_link_speed"))
+    elif speed < max_speed:
+        out.append(
+            finding(
+                "PCIe speed",
+                WARN,
+                f"{_gts(speed)} of {_gts(max_speed)}",
+                "below maximum: normal when idle (PCIe power saving); if it stays low under load, check the slot",
+            )
+        )
+    else:
+        out.append(finding("PCIe speed", OK, _gts(speed)))
+    return out
+
+
+def _environment(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Finding]:
+    env = host.environment
+    out = []
+    override = env.get("HSA_OVERRIDE_GFX_VERSION")
+    instinct = [d for d in devices if d.identity.asic in NATIVE_GFX]
+    if override is not None and instinct:
+        isa, native = NATIVE_GFX[instinct[0].identity.asic]
+        why = (
+            f"it equals the native {native} and changes nothing: remove it"
+            if override.strip() == native
+            else f"the runtime will load code built for {override} on a {isa} part: kernels may crash, "
+            f"run slowly or compute wrongly (e.g. rocFFT paths); unset it — Instinct parts need no override"
+        )
+        out.append(Finding("HSA_OVERRIDE_GFX_VERSION", WARN, f"{override} on {isa} ({native})", why))
+    others = {name: value for name, value in env.items() if name != "HSA_OVERRIDE_GFX_VERSION"}
+    if override is not None and not instinct:
+        others["HSA_OVERRIDE_GFX_VERSION"] = override
+    if others:
+        listed = ", ".join(f"{name}={value}" for name, value in sorted(others.items()))
+        out.append(Finding("HIP/HSA environment", OK, listed, "these change which GPUs HIP sees or how it runs"))
+    elif override is None:
+        out.append(Finding("HIP/HSA environment", OK, "no HIP/HSA/ROCR variable set"))
+    return out
+
+
+def _access(access: AccessFacts) -> list[Finding]:
+    out = []
+    wanted = ("video", "render")
+    missing = [g for g in wanted if g not in access.groups]
+    if access.is_root:
+        out.append(Finding("groups", OK, f"{access.user} (root)"))
+    elif missing:
+        out.append(
+            Finding(
+                "groups",
+                WARN,
+                f"{access.user} is not in {' or '.join(missing)}",
+                f"sudo usermod -aG {','.join(wanted)} {access.user} (then log in again)",
+            )
+        )
+    else:
+        out.append(Finding("groups", OK, f"{access.user} in video and render"))
+    kfd = next((path for path in access.nodes if os.path.basename(path) == "kfd"), None)
+    if kfd is not None:
+        out.append(_node_access(kfd, access, Finding))
+    return out
+
+
+def _node_access(path: str, access: AccessFacts, finding: Any) -> Finding:
+    state = access.nodes.get(path, "missing")
+    check = "access " + os.path.basename(path)
+    if state == "ok":
+        return finding(check, OK, f"{path} read/write")
+    if state == "missing":
+        return finding(
+            check,
+            FAIL,
+            f"{path} is missing",
+            "the KFD / DRM node does not exist: is amdgpu loaded (and /dev passed into the container)?",
+        )
+    return finding(
+        check,
+        FAIL,
+        f"{path}: permission denied for {access.user}",
+        "add the user to the render and video groups, or pass the device to the container",
+    )
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def render_text(findings: Sequence[Finding], *, now: float | None = None) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() if now is None else now))
+    lines = [f"amdgpu-exporter doctor · {stamp}"]
+    current_gpu: int | None = None
+    for finding in findings:
+        if finding.gpu is not None and finding.gpu != current_gpu:
+            current_gpu = finding.gpu
+            where = f" · partition {finding.partition}" if finding.partition else ""
+            lines.append(f"GPU {finding.gpu} · {finding.pci_bus_id}{where}")
+        indent = "  " if finding.gpu is not None else ""
+        lines.append(f"{indent}{finding.status:<4}  {finding.check:<24} {finding.value}")
+        if finding.status != OK and finding.advice:
+            lines.append(f"{indent}      → {finding.advice}")
+    counts = Counter(f.status for f in findings)
+    lines.append(f"{counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(findings: Sequence[Finding], facts: Facts) -> str:
+    counts = Counter(f.status for f in findings)
+    document = {
+        "status": FAIL if counts[FAIL] else (WARN if counts[WARN] else OK),
+        "summary": {OK: counts[OK], WARN: counts[WARN], FAIL: counts[FAIL]},
+        "findings": [asdict(f) for f in findings],
+        "host": asdict(facts.host),
+    }
+    return json.dumps(document, indent=2, default=str) + "\n"
+
+
+def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    """Gather, judge, print; 1 when any finding failed. The caller leaves with os._exit."""
+    for flag, path in (("--path.procfs", args.path_procfs), ("--path.dev", args.path_dev)):
+        if not os.path.isdir(path):
+            from exporter.config import ConfigError
+
+            raise ConfigError(f"{flag}: {path} is missing (no such folder)")
+    if settings.demo:
+        from exporter.daemon import demo_tree
+
+        with demo_tree(settings) as root:
+            return _run(settings, args, root, out or sys.stdout)
+    return _run(settings, args, settings.path_sysfs, out or sys.stdout)
+
+
+def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:
+    host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
+    devices, error = collect_devices(settings, sysfs)
+    facts = Facts(
+        host=host,
+        devices=devices,
+        discovery_error=error,
+        read_timeout=settings.read_timeout,
+        dev=args.path_dev,
+        access=collect_access(args.path_dev, devices),
+    )
+    findings = judge(facts)
+    out.write(render_json(findings, facts) if args.json else render_text(findings))
+    out.flush()
+    return 1 if any(f.status == FAIL for f in findings) else 0

@@ -1,0 +1,102 @@
+"""`amdgpu-exporter snapshot [--watch SECONDS] [--json]`: the daemon's sources and model, once or
+repeatedly, as a table for people or as the /api/v1/devices document for machines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from exporter.config import Settings
+from exporter.log import get_logger
+from exporter.model import Published
+from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
+from exporter.operator.snapshot_table import render_table
+
+log = get_logger("exporter.snapshot")
+
+# ANSI: cursor home, clear screen; what `watch` does between frames.
+CLEAR = "\x1b[H\x1b[2J"
+
+
+@contextlib.contextmanager
+def _sysfs_root(settings: Settings) -> Iterator[str]:
+    if settings.demo:
+        from exporter.daemon import demo_tree
+
+        with demo_tree(settings) as root:
+            yield root
+    else:
+        yield settings.path_sysfs
+
+
+def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
+    """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
+    from exporter.alerting.rulefile import default_rules, load_rules
+    from exporter.daemon import StartupError, select_source
+    from exporter.pipeline.poller import Poller
+    from exporter.pipeline.publish import Pipeline
+
+    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
+    with _sysfs_root(settings) as root:
+        source, name, why = select_source(settings, root)
+        log.debug("source_selected", source=name, reason=why)
+        poller = Poller(
+            source, interval=watch or settings.interval, read_timeout=settings.read_timeout, source_name=name
+        )
+        try:
+            deadline = max(10.0, settings.read_timeout * 5)
+            started = time.monotonic()
+            try:
+                devices = call_with_deadline(poller.discover, deadline, name="discovery")
+            except DeadlineExceeded as error:
+                raise StartupError(
+                    f"device discovery under {root} did not finish within {deadline:g} s: "
+                    "a GPU or its driver may be hung (see dmesg)"
+                ) from error
+            log.debug("discovered", devices=len(devices), seconds=round(time.monotonic() - started, 4))
+            if not devices:
+                raise StartupError(f"no AMD GPU found under {root}/class/drm (to try without a GPU: --demo)")
+            # The daemon's own stages after the poller (enrich, alert rules), without an Alertmanager.
+            pipeline = Pipeline(source_name=name, source_reason=why, rules=rules)
+            return asyncio.run(_loop(poller, pipeline, watch=watch, as_json=as_json, out=out or sys.stdout))
+        finally:
+            poller.close()
+
+
+async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
+    from exporter.web.routes import devices_document
+
+    redraw = watch is not None and out.isatty() and not as_json
+    next_tick = time.monotonic()
+    while True:
+        pipeline.on_snapshot(await poller.poll_once())
+        published: Published | None = pipeline.state.published
+        assert published is not None  # on_snapshot publishes every cycle
+        snapshot, alerts = published.snapshot, published.alerts
+        log.debug(
+            "polled",
+            cycle=snapshot.cycle,
+            up=sum(d.up for d in snapshot.devices),
+            down=[d.gpu for d in snapshot.devices if not d.up],
+            seconds=round(snapshot.poll_duration_seconds, 4),
+        )
+        if as_json:
+            text = json.dumps(devices_document(snapshot), indent=None if watch else 2) + "\n"
+        else:
+            text = render_table(snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at)
+            if redraw:
+                text = CLEAR + text
+            elif watch is not None:
+                text += "\n"
+        out.write(text)
+        out.flush()
+        if watch is None:
+            return 0
+        next_tick += watch
+        await asyncio.sleep(max(0.0, next_tick - time.monotonic()))

@@ -1,0 +1,134 @@
+"""The live status page in a real browser (Debian's headless chromium, driven over the DevTools
+pipe): on a mixed demo fleet every device has its tile, the values change as the page refreshes
+itself from the JSON API, sparklines are drawn, no request leaves the exporter and nothing is
+logged as an error. AMDGPU_EXPORTER_SCREENSHOT=path saves what the browser saw (docs/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cdp import Browser
+from tests.faulty_tree import MIXED_FLEET, hang_device, release, write_tree
+from tests.realtools import require_tool, start_exporter, wait_ready
+
+pytestmark = pytest.mark.integration
+
+TILES = """JSON.stringify(Array.from(document.querySelectorAll('article.tile')).map(t => ({
+  gpu: Number(t.dataset.gpu),
+  head: t.querySelector('.head').textContent,
+  where: t.querySelector('.where').textContent,
+  group: t.closest('section.group').querySelector('h2').textContent,
+  junction: t.querySelector('[data-field=junction]').textContent,
+  power: t.querySelector('[data-field=power]').textContent,
+  busy: t.querySelector('[data-field=busy]').textContent,
+  vram: t.querySelector('[data-field=vram]').textContent,
+  sparks: Array.from(t.querySelectorAll('svg.spark polyline')).map(p => p.getAttribute('points').split(' ').length),
+})))"""
+
+
+@pytest.mark.parametrize("fast_sampler", [True, False], ids=["waveform", "page-history"])
+def test_status_page_in_chromium(fast_sampler: bool) -> None:
+    chromium = require_tool("chromium")
+    fast = [] if fast_sampler else ["--fast.interval=0"]
+    proc, port = start_exporter("--demo", f"--demo.fleet={MIXED_FLEET}", "--interval=500ms", *fast)
+    browser = None
+    try:
+        wait_ready(port, proc)
+        devices = httpx.get(f"http://127.0.0.1:{port}/api/v1/devices", timeout=5).json()["devices"]
+        assert len(devices) == 7
+        browser = Browser(chromium)
+        browser.open_page()
+        origin = f"http://127.0.0.1:{port}/"
+        browser.send("Page.navigate", {"url": origin})
+        deadline = time.monotonic() + 20
+        first = None
+        while time.monotonic() < deadline:  # the navigation is asynchronous: wait for the parsed page
+            if browser.evaluate("document.readyState") == "complete":
+                first = browser.evaluate(TILES)
+                if first and len(json.loads(first)) == 7:
+                    break
+            time.sleep(0.2)
+        before = json.loads(first)
+        assert sorted(t["gpu"] for t in before) == list(range(7))
+        by_gpu = {t["gpu"]: t for t in before}
+        assert "d1" in by_gpu[3]["head"] and by_gpu[3]["where"].endswith("die 1")  # an MI250X die
+        assert by_gpu[3]["power"] == "on die 0"
+        assert "MI250X · package" in by_gpu[3]["group"] and "2 dies" in by_gpu[3]["group"]
+        assert by_gpu[2]["group"] == by_gpu[3]["group"] != by_gpu[4]["group"]
+        assert by_gpu[6]["where"].startswith(devices[6]["identity"]["pci_bus_id"])
+        time.sleep(4)  # about eight polls at 500 ms
+        after = {t["gpu"]: t for t in json.loads(browser.evaluate(TILES))}
+        changed = [
+            g
+            for g in range(7)
+            if (after[g]["power"], after[g]["busy"], after[g]["junction"], after[g]["vram"])
+            != (by_gpu[g]["power"], by_gpu[g]["busy"], by_gpu[g]["junction"], by_gpu[g]["vram"])
+        ]
+        assert len(changed) >= 5, (before, after)
+        # sparklines: several points for junction, power (not on die 1) and busy
+        assert all(after[g]["sparks"][0] >= 3 and after[g]["sparks"][2] >= 3 for g in range(7)), after
+        updated = browser.evaluate("document.getElementById('updated').textContent")
+        assert updated.startswith("cycle "), updated
+        shot = os.environ.get("AMDGPU_EXPORTER_SCREENSHOT")
+        if shot and fast_sampler:
+            Path(shot).write_bytes(browser.screenshot())
+        requests = [e["request"]["url"] for e in browser.events_named("Network.requestWillBeSent")]
+        assert any(url.endswith("/api/v1/devices") for url in requests)
+        # the sparklines come from the fast sampler's ring (on by default), for every device it samples
+        # (without it, from the page's own history of its polls)
+        waveforms = {url.split("gpu=")[1].split("&")[0] for url in requests if "/api/v1/waveform?" in url}
+        assert waveforms == ({str(g) for g in range(7)} if fast_sampler else set()), waveforms
+        external = [url for url in requests if not url.startswith(origin) and not url.startswith("data:")]
+        assert external == []
+        console = [e for e in browser.events_named("Runtime.consoleAPICalled") if e["type"] in ("error", "assert")]
+        exceptions = browser.events_named("Runtime.exceptionThrown")
+        logged = [e["entry"] for e in browser.events_named("Log.entryAdded") if e["entry"]["level"] == "error"]
+        failed = browser.events_named("Network.loadingFailed")
+        assert (console, exceptions, logged, failed) == ([], [], [], [])
+    finally:
+        if browser is not None:
+            browser.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_a_hung_device_is_shown_down_in_the_browser(tmp_path: Path) -> None:
+    chromium = require_tool("chromium")
+    simulator = write_tree(tmp_path / "sys", fleet="2xMI210")
+    hung = hang_device(simulator, 1)
+    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=300ms", "--read-timeout=200ms")
+    browser = None
+    try:
+        wait_ready(port, proc)
+        browser = Browser(chromium)
+        browser.open_page()
+        browser.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/"})
+        state = ""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if browser.evaluate("document.readyState") != "complete":
+                time.sleep(0.1)
+                continue
+            state = browser.evaluate(
+                "(() => { const t = document.getElementById('gpu-1');"
+                " return t ? t.className + '|' + t.querySelector('.state').textContent : ''; })()"
+            )
+            if state.startswith("tile down|down: "):
+                break
+            time.sleep(0.2)
+        assert state in ("tile down|down: timeout", "tile down|down: stuck"), state
+        assert browser.evaluate("document.getElementById('gpu-0').className") == "tile"
+        assert browser.events_named("Runtime.exceptionThrown") == []
+    finally:
+        if browser is not None:
+            browser.close()
+        release(hung)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
