@@ -35,7 +35,8 @@ class TopologyLink:
 class DeviceIdentity:
     """What a device is. Read at discovery and refreshed on a slow schedule, never per cycle.
 
-    Devices are keyed by (pci_bus_id, unique_id): card and hwmon numbers are not stable.
+    Devices are keyed by (pci_bus_id, unique_id, partition): card and hwmon numbers are not stable,
+    and every compute partition of an MI300-class socket shares the socket's BDF and unique_id.
     """
 
     pci_bus_id: str  # "0000:c1:00.0", lower-case
@@ -52,6 +53,7 @@ class DeviceIdentity:
     driver_version: str = ""
     package: str = ""  # physical package id: both GCDs of an MI250X share it
     die: int = 0  # die index within the package (MI250X: 0 or 1)
+    partition: int = 0  # compute partition index within the socket (0 when unpartitioned)
     compute_partition: str = ""  # "SPX" | "DPX" | ... ("" when not partitionable)
     memory_partition: str = ""  # "NPS1" ...
     xgmi_hive_id: str = ""
@@ -62,8 +64,8 @@ class DeviceIdentity:
     gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.pci_bus_id, self.unique_id)
+    def key(self) -> tuple[str, str, int]:
+        return (self.pci_bus_id, self.unique_id, self.partition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ class KnownDevices:
     """Every device discovery has ever found, by DeviceIdentity.key."""
 
     def __init__(self) -> None:
-        self._devices: dict[tuple[str, str], TrackedDevice] = {}
+        self._devices: dict[tuple[str, str, int], TrackedDevice] = {}
 
     def merge(self, found: Sequence[DeviceIdentity]) -> None:
         """Add new devices, refresh the identity of known ones, mark the ones not found as gone."""
@@ -62,4 +62,4 @@ class KnownDevices:
 
     def in_pci_order(self) -> list[TrackedDevice]:
         """The order the `gpu` label numbers devices in."""
-        return sorted(self._devices.values(), key=lambda t: t.identity.pci_bus_id)
+        return sorted(self._devices.values(), key=lambda t: (t.identity.pci_bus_id, t.identity.partition))

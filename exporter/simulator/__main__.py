@@ -22,10 +22,15 @@ from exporter.simulator.workload import SCENARIOS, parse_scenario
 def build_parser(prog: str = "python -m exporter.simulator") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Write a simulated amdgpu sysfs tree (MI210 / MI250X / MI300X) and keep it updated.",
+        description="Write a simulated amdgpu sysfs tree (MI210, MI250X, MI300X, MI325X, MI350X, MI355X) and keep it"
+        " updated.",
     )
     parser.add_argument("--path.sysfs", dest="sysfs", required=True, type=Path, help="directory standing for /sys")
-    parser.add_argument("--fleet", default="4xMI250X", help="e.g. 4xMI250X, MI210, 1xMI210,2xMI250X (default 4xMI250X)")
+    parser.add_argument(
+        "--fleet",
+        default="4xMI250X",
+        help="e.g. 4xMI250X, MI210, 1xMI210,2xMI250X, 2xMI300X:CPX:NPS4 (default 4xMI250X)",
+    )
     parser.add_argument(
         "--scenario",
         default="idle",

@@ -7,7 +7,7 @@ clocks in MHz, temperatures in °C, sizes in bytes — the units the driver itse
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 GIB = 1024**3
 
@@ -255,7 +255,7 @@ MI300X = AsicModel(
     # v1_5: what the amdgpu DKMS driver of ROCm 6.1/6.2 (the MI300X production stack through 2024)
     # and upstream 6.9-6.12 emit; 1_4, 1_6 and 1_7 are selectable with "MI300X:gpu_metrics=1.6".
     metrics_version=(1, 5),
-    metrics_versions=((1, 4), (1, 5), (1, 6), (1, 7)),
+    metrics_versions=((1, 4), (1, 5), (1, 6), (1, 7), (1, 9)),
     vram_bytes=192 * GIB,
     vram_vendor="hynix",
     gtt_bytes=1510 * GIB,
@@ -302,4 +302,83 @@ MI300X = AsicModel(
     firmware=_AQUA_VANJARAM_FW,
 )
 
-ASICS: dict[str, AsicModel] = {m.name: m for m in (MI210, MI250X, MI300X)}
+# MI325X: the same GC 9.4.3 / SMU 13.0.6 silicon as MI300X with 256 GB HBM3E and a 1000 W board
+# (PCI device 0x74a5); its driver path, and so its gpu_metrics versions, are MI300X's.
+MI325X = replace(
+    MI300X,
+    name="MI325X",
+    product_name="AMD Instinct MI325X",
+    product_number="102-G30233-00",
+    device_id=0x74A5,
+    subsystem_device=0x74A5,
+    vbios="113-M3250101-100",
+    metrics_version=(1, 7),
+    vram_bytes=256 * GIB,
+    vram_vendor="samsung",
+    gtt_bytes=2008 * GIB,
+    mclk_levels=(900, 1100, 1200, 1400),
+    power_cap=1000,
+    power_idle=165,
+    power_compute=950,
+    power_comm=760,
+    r_junction=0.055,
+    r_edge=0.04,
+    r_memory=0.043,
+)
+
+_MI350_FW = {**_AQUA_VANJARAM_FW, "smc": 0x00684700, "sos": 0x00400030, "mec": 0x000000A5}
+
+# MI350X / MI355X (GC 9.5.0 "gfx950", MP1 13.0.12, CDNA 4): gpu_metrics v1_8 and then v1.9 come from
+# this SMU. 8 XCDs of 32 CUs, 288 GB HBM3E, PCIe Gen5. The PCI device ids (0x75a0, 0x75a3) and board
+# numbers are what public listings give; they are not confirmed from the kernel's id table.
+MI355X = replace(
+    MI300X,
+    name="MI355X",
+    product_name="AMD Instinct MI355X",
+    product_number="102-G35501-00",
+    asic="gfx950",
+    device_id=0x75A3,
+    subsystem_device=0x75A3,
+    vbios="113-M3550101-100",
+    metrics_version=(1, 8),
+    metrics_versions=((1, 8), (1, 9)),
+    vram_bytes=288 * GIB,
+    vram_vendor="samsung",
+    gtt_bytes=2260 * GIB,
+    sclk_range=(500, 2400),
+    mclk_levels=(900, 1200, 1600, 2000),
+    pcie_gts=32.0,
+    xgmi_link_speed_gbps=38,
+    xgmi_max_bandwidth_mbs=76800,
+    power_cap=1400,
+    power_idle=210,
+    power_compute=1330,
+    power_comm=1050,
+    r_junction=0.044,
+    r_edge=0.032,
+    r_memory=0.035,
+    gfx_target_version=90500,
+    simd_count=1024,
+    array_count=32,
+    cu_per_simd_array=8,
+    memory_partitions="NPS1, NPS2",
+    firmware=_MI350_FW,
+)
+MI350X = replace(
+    MI355X,
+    name="MI350X",
+    product_name="AMD Instinct MI350X",
+    product_number="102-G35001-00",
+    device_id=0x75A0,
+    subsystem_device=0x75A0,
+    vbios="113-M3500101-100",
+    power_cap=1000,
+    power_idle=180,
+    power_compute=950,
+    power_comm=770,
+    r_junction=0.06,
+    r_edge=0.045,
+    r_memory=0.048,
+)
+
+ASICS: dict[str, AsicModel] = {m.name: m for m in (MI210, MI250X, MI300X, MI325X, MI350X, MI355X)}

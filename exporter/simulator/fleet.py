@@ -1,7 +1,14 @@
-"""Fleet specs ("4xMI250X", "1xMI210,2xMI250X") and the physical layout they imply.
+"""Fleet specs ("4xMI250X", "1xMI210,2xMI250X", "2xMI300X:CPX:NPS4") and the physical layout they imply.
 
-The layout gives every GCD its identity: PCI address, card/hwmon/KFD numbers, serials, hive.
-It depends only on the spec (not on the seed), so a fleet always looks the same.
+The layout gives every GCD its identity: PCI address, card/hwmon/KFD numbers, serials, hive, and
+for a partitioned MI300-class socket its compute partitions. It depends only on the spec (not on
+the seed), so a fleet always looks the same.
+
+Partitions are laid out as the amdgpu driver does it (amdgpu_xcp_drm.c, aqua_vanjaram.c): the
+socket's PCI device keeps partition 0 (its cardN / renderD), partitions 1..N-1 are platform
+devices named from one counter over the whole system (amdgpu_xcp_0, amdgpu_xcp_1, ..., in probe
+order), each with its own DRM card and render minor; DRM minors and KFD nodes are handed out
+device by device in probe (= BDF) order: a socket's primary node, then its partitions.
 """
 
 from __future__ import annotations
@@ -16,8 +23,24 @@ MAX_GCDS = 128
 CPU_SOCKETS = 2
 CPU_HWMON_COUNT = CPU_SOCKETS  # one k10temp per socket, numbered before the GPUs' hwmons
 _ROOT_BUSES = (0x00, 0x40, 0x80, 0xC0)  # one PCI root complex per EPYC quadrant
-_HIVE_BOARDS = {"MI210": 4, "MI250X": 4, "MI300X": 8}
+_HIVE_BOARDS = {"MI210": 4, "MI250X": 4, "MI300X": 8, "MI325X": 8, "MI350X": 8, "MI355X": 8}
 _TERM = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9]+)\s*(?::\s*(.*))?$")
+
+# Compute partition modes: name -> partitions of the socket (an 8-XCD MI300X: 1, 2, 4, 8).
+COMPUTE_PARTITION_COUNTS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4, "CPX": 8}
+MEMORY_PARTITION_COUNTS = {"NPS1": 1, "NPS2": 2, "NPS3": 3, "NPS4": 4, "NPS8": 8}
+# Which memory modes each compute mode accepts (aqua_vanjaram.c, __aqua_vanjaram_is_valid_mode and
+# the NPS masks of __aqua_vanjaram_get_px_mode_info in current kernels).
+_COMPATIBLE_NPS = {
+    "SPX": ("NPS1",),
+    "DPX": ("NPS1", "NPS2"),
+    "TPX": ("NPS1", "NPS3"),
+    "QPX": ("NPS1", "NPS4"),
+    "CPX": ("NPS1", "NPS4"),
+}
+XCP_NAME_STYLES = ("underscore", "dot")  # amdgpu_xcp_<n> (ROCm DKMS) or amdgpu_xcp.<n> (some kernels)
+MAX_XCP = 8  # amdgpu_xcp_dev_alloc: a partitionable socket allocates xcp nodes 1..MAX_XCP-1 at load
+MAX_RENDER_NODES = 128  # DRM render minors the simulator hands out (renderD128 ..)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +48,48 @@ class FleetEntry:
     count: int  # packages (boards)
     model: AsicModel
     metrics_version: tuple[int, int]
+    compute_partition: str = ""  # "SPX".."CPX" on partitionable ASICs, "" otherwise
+    memory_partition: str = ""  # "NPS1".. on partitionable ASICs, "" otherwise
+    xcp_names: str = "underscore"  # spelling of the partition platform devices
+    xcp_metrics: tuple[int, int] | None = None  # per-partition xcp/xcp_metrics (newer drivers): 1.0 or 1.1
+    # "used": platform devices for the partitions in use only; "all": as amdgpu_xcp_dev_alloc does it,
+    # MAX_XCP - 1 per socket whatever the mode (the unused ones have DRM minors but no KFD node)
+    xcp_nodes: str = "used"
+
+    @property
+    def partitions(self) -> int:
+        return COMPUTE_PARTITION_COUNTS.get(self.compute_partition, 1)
+
+    @property
+    def drm_nodes(self) -> int:
+        """DRM card/render pairs per socket: its partitions, or MAX_XCP with xcp_nodes=all."""
+        return MAX_XCP if self.xcp_nodes == "all" else self.partitions
 
     def __str__(self) -> str:
         text = f"{self.count}x{self.model.name}"
+        default_compute, default_memory = _default_modes(self.model)
+        if self.compute_partition != default_compute:
+            text += f":{self.compute_partition}"
+        if self.memory_partition != default_memory:
+            text += f":{self.memory_partition}"
+        options = []
         if self.metrics_version != self.model.metrics_version:
-            text += f":gpu_metrics={self.metrics_version[0]}.{self.metrics_version[1]}"
+            options.append(f"gpu_metrics={self.metrics_version[0]}.{self.metrics_version[1]}")
+        if self.xcp_names != "underscore":
+            options.append(f"xcp_names={self.xcp_names}")
+        if self.xcp_metrics is not None:
+            options.append(f"xcp_metrics={self.xcp_metrics[0]}.{self.xcp_metrics[1]}")
+        if self.xcp_nodes != "used":
+            options.append(f"xcp_nodes={self.xcp_nodes}")
+        if options:
+            text += ":" + ";".join(options)
         return text
+
+
+def _default_modes(model: AsicModel) -> tuple[str, str]:
+    if not model.compute_partitions:
+        return "", ""
+    return "SPX", "NPS1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +100,33 @@ class FleetSpec:
     def gcd_count(self) -> int:
         return sum(e.count * e.model.gcds_per_package for e in self.entries)
 
+    @property
+    def device_count(self) -> int:
+        """GPUs as ROCm numbers them: every GCD, and every compute partition of a partitioned socket."""
+        return sum(e.count * e.model.gcds_per_package * e.partitions for e in self.entries)
+
+    @property
+    def render_node_count(self) -> int:
+        return sum(e.count * e.model.gcds_per_package * e.drm_nodes for e in self.entries)
+
     def __str__(self) -> str:
         return ",".join(str(e) for e in self.entries)
 
 
 def parse_fleet(spec: str) -> FleetSpec:
-    """Parse "4xMI250X", "MI210", "1xMI210,2xMI250X", "MI300X:gpu_metrics=1.6"; ValueError if bad."""
+    """Parse "4xMI250X", "MI210", "1xMI210,2xMI250X", "MI300X:gpu_metrics=1.6", "2xMI300X:CPX:NPS4";
+    ValueError (one line) if bad."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty fleet spec: expected e.g. '4xMI250X' or '1xMI210,2xMI250X'")
     entries = [_parse_term(term, spec) for term in spec.split(",")]
     fleet = FleetSpec(tuple(entries))
     if fleet.gcd_count > MAX_GCDS:
         raise ValueError(f"fleet spec {spec!r} has {fleet.gcd_count} GCDs; at most {MAX_GCDS} are supported")
+    if fleet.render_node_count > MAX_RENDER_NODES:
+        raise ValueError(
+            f"fleet spec {spec!r} needs {fleet.render_node_count} DRM render nodes (partitions included);"
+            f" at most {MAX_RENDER_NODES} DRM render nodes are supported"
+        )
     return fleet
 
 
@@ -69,12 +143,65 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     if count < 1:
         raise ValueError(f"fleet term {term.strip()!r}: the count must be at least 1")
     version = model.metrics_version
-    for option in (options or "").split(";") if options else ():
-        key, sep, value = option.partition("=")
-        if key.strip() != "gpu_metrics" or not sep:
-            raise ValueError(f"unknown option {option.strip()!r} for {model.name}: only gpu_metrics=1.N")
-        version = _parse_metrics_version(value.strip(), model)
-    return FleetEntry(count, model, version)
+    compute, memory = _default_modes(model)
+    xcp_names = "underscore"
+    xcp_metrics: tuple[int, int] | None = None
+    xcp_nodes = "used"
+    seen: set[str] = set()
+    tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
+    for option in tokens:
+        word = option.strip()
+        if not word:
+            raise ValueError(f"empty option in fleet term {term.strip()!r}: options are separated by one ':'")
+        key, sep, value = word.partition("=")
+        key = key.strip()
+        upper = word.upper()
+        if not sep and (upper in COMPUTE_PARTITION_COUNTS or upper in MEMORY_PARTITION_COUNTS):
+            kind = "compute" if upper in COMPUTE_PARTITION_COUNTS else "memory"
+            if kind in seen:
+                raise ValueError(f"fleet term {term.strip()!r} gives two {kind} partition modes")
+            seen.add(kind)
+            offered = model.compute_partitions if kind == "compute" else model.memory_partitions
+            if not offered:
+                raise ValueError(f"{model.name} has no {kind} partitions: drop {word!r} from {term.strip()!r}")
+            if upper not in [m.strip() for m in offered.split(",")]:
+                raise ValueError(f"{model.name} has no {kind} partition mode {word!r}: it offers {offered}")
+            if kind == "compute":
+                compute = upper
+            else:
+                memory = upper
+        elif sep and key == "gpu_metrics":
+            version = _parse_metrics_version(value.strip(), model)
+        elif sep and key == "xcp_names":
+            if value.strip() not in XCP_NAME_STYLES:
+                raise ValueError(f"bad xcp_names={value.strip()} for {model.name}: expected underscore or dot")
+            xcp_names = value.strip()
+        elif sep and key == "xcp_metrics":
+            if not model.compute_partitions:
+                raise ValueError(f"{model.name} has no compute partitions, so no xcp_metrics")
+            if value.strip() not in ("1.0", "1.1"):
+                raise ValueError(f"bad xcp_metrics={value.strip()} for {model.name}: expected 1.0 or 1.1")
+            xcp_metrics = (1, int(value.strip()[2]))
+        elif sep and key == "xcp_nodes":
+            if not model.compute_partitions:
+                raise ValueError(f"{model.name} has no compute partitions, so no xcp nodes")
+            if value.strip() not in ("used", "all"):
+                raise ValueError(f"bad xcp_nodes={value.strip()} for {model.name}: expected used or all")
+            xcp_nodes = value.strip()
+        else:
+            modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
+            raise ValueError(
+                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot,"
+                " xcp_metrics=1.0|1.1 or xcp_nodes=all"
+            )
+    if compute and memory not in _COMPATIBLE_NPS[compute]:
+        allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
+        raise ValueError(
+            f"{model.name} cannot run {compute} with {memory} (the driver rejects it): {compute} takes {allowed}"
+        )
+    if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
+        raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
+    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics, xcp_nodes)
 
 
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
@@ -89,8 +216,43 @@ def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLayout:
+    """One compute partition (XCP) of a socket: its own DRM minors, KFD node and gpu_id.
+
+    Partition 0 is the PCI device itself; the others are platform devices (`platform_device`).
+    A socket that is not partitioned (MI200, or SPX) has exactly one, partition 0.
+    """
+
+    index: int  # 0..count-1
+    count: int  # partitions of the socket
+    card_minor: int  # DRM primary minor: cardN
+    render_minor: int  # renderD<minor>
+    kfd_node: int
+    gpu_id: int
+    platform_device: str  # "amdgpu_xcp_3" / "amdgpu_xcp.3"; "" for partition 0
+    xcc_first: int  # first XCC (XCD) of this partition
+    xcc_count: int
+    memory_bytes: int  # the KFD memory bank: the partition's NUMA memory partition (device-wide in NPS1)
+
+    @property
+    def card(self) -> str:
+        return f"card{self.card_minor}"
+
+    @property
+    def render(self) -> str:
+        return f"renderD{self.render_minor}"
+
+    @property
+    def platform_relpath(self) -> str:
+        return f"devices/platform/{self.platform_device}"
+
+
+@dataclass(frozen=True, slots=True)
 class GcdLayout:
-    """Where and what one GCD is. `index` is its position in PCI BDF order (= card number)."""
+    """Where and what one GCD (a PCI function: an MI250X die, an MI300X socket) is.
+
+    `index` is its position in PCI BDF order (= card number when no socket is partitioned).
+    """
 
     index: int
     model: AsicModel
@@ -110,14 +272,25 @@ class GcdLayout:
     hive_id: int  # 0 when not part of a multi-device hive
     xgmi_physical_id: int
     hive_members: tuple[int, ...]  # GCD indices in the same hive (including this one)
+    compute_partition: str = ""  # "" on ASICs without partitions
+    memory_partition: str = ""
+    partitions: tuple[PartitionLayout, ...] = ()  # partition 0 first; always at least one once laid out
+    xcp_metrics_version: tuple[int, int] | None = None  # xcp/xcp_metrics per partition, when the driver has it
+    # xcp platform devices allocated but not in use in the current mode (xcp_nodes=all): their DRM
+    # minors exist, KFD has no node for them. PartitionLayout with kfd_node/gpu_id -1.
+    idle_xcp_nodes: tuple[PartitionLayout, ...] = ()
 
     @property
     def card(self) -> str:
-        return f"card{self.index}"
+        return self.partitions[0].card if self.partitions else f"card{self.index}"
 
     @property
     def render_minor(self) -> int:
-        return 128 + self.index
+        return self.partitions[0].render_minor if self.partitions else 128 + self.index
+
+    @property
+    def partitioned(self) -> bool:
+        return len(self.partitions) > 1
 
     @property
     def bus(self) -> int:
@@ -127,6 +300,10 @@ class GcdLayout:
     def location_id(self) -> int:
         """KFD location_id: bus << 8 | device << 3 | function (all our GCDs are device 0, function 0)."""
         return self.bus << 8
+
+    def partition_location_id(self, partition: int) -> int:
+        """A partition's KFD location_id: the partition index in bits 28 and up, over the BDF bits."""
+        return (partition << 28) | self.location_id
 
     @property
     def pci_root(self) -> str:
@@ -146,8 +323,10 @@ def _digest(*parts: object) -> int:
 def layout(fleet: FleetSpec) -> list[GcdLayout]:
     """Every GCD of the fleet, in PCI BDF order (which is also spec order)."""
     packages: list[tuple[AsicModel, tuple[int, int]]] = []
+    entry_of_package: list[FleetEntry] = []
     for entry in fleet.entries:
         packages.extend((entry.model, entry.metrics_version) for _ in range(entry.count))
+        entry_of_package.extend(entry for _ in range(entry.count))
     # boards are spread over the four root complexes; both dies of a package stay together
     per_quadrant = -(-len(packages) // len(_ROOT_BUSES))
     # Boards of one model form XGMI hives: an MI210 Infinity Fabric bridge joins up to 4 cards, a
@@ -169,7 +348,19 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
     index = 0
     used_gpu_ids: set[int] = set()
     slots = [0] * len(_ROOT_BUSES)
+    minor = 0  # next DRM minor (cards from 0, render nodes from 128)
+    xcp_counter = 0  # the driver's system-wide platform device counter
+    kfd_node = CPU_SOCKETS
+
+    def unique_gpu_id(*parts: object) -> int:
+        gpu_id = 1000 + _digest("gpu_id", *parts) % 64000
+        while gpu_id in used_gpu_ids:
+            gpu_id += 1
+        used_gpu_ids.add(gpu_id)
+        return gpu_id
+
     for package_index, (model, version) in enumerate(packages):
+        entry = entry_of_package[package_index]
         serial = f"PCB{_digest('serial', model.name, package_index) % 100000:05d}-{package_index + 1:04d}"
         quadrant = package_index // per_quadrant
         for die in range(model.gcds_per_package):
@@ -181,10 +372,37 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
             bridge = f"0000:{root_bus:02x}:{1 + slot // 8:02x}.{slot % 8}"
             hive = hive_of[index]
             in_hive = len(hive) > 1
-            gpu_id = 1000 + _digest("gpu_id", index) % 64000
-            while gpu_id in used_gpu_ids:
-                gpu_id += 1
-            used_gpu_ids.add(gpu_id)
+            count = entry.partitions
+            xcc_each = model.num_xcc // count
+            nps = MEMORY_PARTITION_COUNTS.get(entry.memory_partition, 1)
+            parts = []
+            for p in range(count):
+                name = ""
+                if p:
+                    name = f"amdgpu_xcp.{xcp_counter}" if entry.xcp_names == "dot" else f"amdgpu_xcp_{xcp_counter}"
+                    xcp_counter += 1
+                parts.append(
+                    PartitionLayout(
+                        index=p,
+                        count=count,
+                        card_minor=minor,
+                        render_minor=128 + minor,
+                        kfd_node=kfd_node,
+                        gpu_id=unique_gpu_id(index) if p == 0 else unique_gpu_id(index, "xcp", p),
+                        platform_device=name,
+                        xcc_first=p * xcc_each,
+                        xcc_count=xcc_each,
+                        memory_bytes=model.vram_bytes // nps,
+                    )
+                )
+                minor += 1
+                kfd_node += 1
+            idle = []
+            for _spare in range(count, entry.drm_nodes):
+                name = f"amdgpu_xcp.{xcp_counter}" if entry.xcp_names == "dot" else f"amdgpu_xcp_{xcp_counter}"
+                xcp_counter += 1
+                idle.append(PartitionLayout(_spare, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
+                minor += 1
             result.append(
                 GcdLayout(
                     index=index,
@@ -197,14 +415,19 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     root_bus=root_bus,
                     numa_node=quadrant * CPU_SOCKETS // len(_ROOT_BUSES),
                     hwmon_index=CPU_HWMON_COUNT + index,
-                    kfd_node=CPU_SOCKETS + index,
-                    gpu_id=gpu_id,
+                    kfd_node=parts[0].kfd_node,
+                    gpu_id=parts[0].gpu_id,
                     unique_id=_digest("unique_id", model.name, index) | (1 << 62),
                     serial=serial,
                     xgmi_device_id=_digest("xgmi_node", index),
                     hive_id=(_digest("hive", model.name, hive[0]) | 1) if in_hive else 0,
                     xgmi_physical_id=hive.index(index) if in_hive else 0,
                     hive_members=hive,
+                    compute_partition=entry.compute_partition,
+                    memory_partition=entry.memory_partition,
+                    partitions=tuple(parts),
+                    xcp_metrics_version=entry.xcp_metrics,
+                    idle_xcp_nodes=tuple(idle),
                 )
             )
             index += 1

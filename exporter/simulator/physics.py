@@ -16,6 +16,7 @@ from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.workload import Demand, Scenario, demand, hash_unit, smooth_noise
 
 GRID_S = 0.25
+LOW_UTILIZATION_PERCENT = 5.0  # a partition below this gfx busy counts as "low utilization"
 TAU_JUNCTION_S = 7.0
 TAU_EDGE_S = 12.0
 TAU_MEMORY_S = 15.0
@@ -82,6 +83,14 @@ class DieReading:
     retired_pages: tuple[int, ...]  # page frame numbers
     system_clock_ns: int
     firmware_timestamp: int
+    # MI300-class (gpu_metrics v1_6+): per compute partition, in partition order
+    partition_gfx_busy: tuple[int, ...] = ()  # % (every XCC of a partition reports its partition's)
+    partition_gfx_acc: tuple[int, ...] = ()  # accumulated %·s, like gfx_activity_acc
+    partition_low_utilization_ticks: tuple[int, ...] = ()  # ms with the partition nearly idle
+    # throttler residency accumulators, in accumulation_counter ticks (1 ms): name -> ticks
+    residency_ticks: dict[str, int] = field(default_factory=dict)
+    below_host_limit_ppt_ticks: int = 0  # ms with gfxclk held below the host limit by PPT
+    below_host_limit_thm_ticks: int = 0  # ... by a thermal limit
 
 
 @dataclass(slots=True)
@@ -94,9 +103,20 @@ class _DieState:
     pcie_gb_acc: float  # (GB/s)·s
     xgmi_read_kb: list[float] = field(default_factory=list)
     xgmi_write_kb: list[float] = field(default_factory=list)
+    ppt_s: float = 0.0  # seconds spent power-limited (throttler residency)
+    thermal_s: float = 0.0  # seconds spent thermally limited
+    hbm_thermal_s: float = 0.0
+    part_gfx_acc: list[float] = field(default_factory=list)  # per partition, %·s
+    part_low_s: list[float] = field(default_factory=list)  # per partition, seconds nearly idle
 
     def copy(self) -> _DieState:
-        return replace(self, xgmi_read_kb=list(self.xgmi_read_kb), xgmi_write_kb=list(self.xgmi_write_kb))
+        return replace(
+            self,
+            xgmi_read_kb=list(self.xgmi_read_kb),
+            xgmi_write_kb=list(self.xgmi_write_kb),
+            part_gfx_acc=list(self.part_gfx_acc),
+            part_low_s=list(self.part_low_s),
+        )
 
 
 @dataclass(slots=True)
@@ -112,6 +132,7 @@ class _State:
 @dataclass(frozen=True, slots=True)
 class _Instant:
     demand: Demand
+    partition_demands: tuple[Demand, ...]
     busy: bool
     sclk: float
     power_die: float
@@ -151,6 +172,8 @@ class PackageModel:
         self.seed = seed
         self.fleet_gcds = fleet_gcds
         self.weights = _solve_power_weights(self.model)
+        memory_limits = self.model.limits.get("memory")
+        self._hbm_limit = float(memory_limits.critical) if memory_limits else math.inf
         n = len(dies)
         m = self.model
         # mean junction of steady training: the excursion is shaped around it
@@ -158,14 +181,16 @@ class PackageModel:
         self.mean_junction = m.ambient + m.r_junction * mean_die_power
         self.ecc_gcd = int(hash_unit(seed, 11) * fleet_gcds)
         self.replay_gcd = int(hash_unit(seed, 12) * fleet_gcds)
-        self.pcie_comm_rate = 10e9 if m.name == "MI300X" else 6e9
+        self.pcie_comm_rate = 6e9 if m.asic == "aldebaran" else 10e9  # Gen4 MI200 vs MI300-class
         self.xgmi_active_links = [min(NUM_XGMI_LINKS - 1, len(d.hive_members) - 1) for d in dies]
+        # a sub-second workload needs a finer integration grid for energy and the accumulators
+        self.grid = min(GRID_S, scenario.tick_interval / 2.0) if scenario.fast else GRID_S
         self._initial = self._initial_state()
         self._state = self._initial.copy()
         self._decay_grid = (
-            1.0 - math.exp(-GRID_S / TAU_JUNCTION_S),
-            1.0 - math.exp(-GRID_S / TAU_EDGE_S),
-            1.0 - math.exp(-GRID_S / TAU_MEMORY_S),
+            1.0 - math.exp(-self.grid / TAU_JUNCTION_S),
+            1.0 - math.exp(-self.grid / TAU_EDGE_S),
+            1.0 - math.exp(-self.grid / TAU_MEMORY_S),
         )
 
     # ------------------------------------------------------------------ state
@@ -185,6 +210,8 @@ class PackageModel:
                     pcie_gb_acc=2e4 * (1 + u),
                     xgmi_read_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
                     xgmi_write_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
+                    part_gfx_acc=[1e6 * (1 + u)] * max(1, len(die.partitions)),
+                    part_low_s=[0.0] * max(1, len(die.partitions)),
                 )
             )
         energy0 = 2.0e6 + 6.0e6 * hash_unit(self.seed, 22, self.dies[0].index)
@@ -193,12 +220,12 @@ class PackageModel:
     def _advance_to(self, t: float) -> None:
         if t < self._state.t:
             self._state = self._initial.copy()
-        while self._state.t + GRID_S <= t + 1e-9:
-            self._step(self._state, GRID_S)
+        while self._state.t + self.grid <= t + 1e-9:
+            self._step(self._state, self.grid)
 
     def _step(self, state: _State, dt: float) -> None:
         instants = self._instants(state.t + dt / 2.0, state)
-        if dt == GRID_S:
+        if dt == self.grid:
             kj, ke, km = self._decay_grid
         else:
             kj = 1.0 - math.exp(-dt / TAU_JUNCTION_S)
@@ -211,9 +238,21 @@ class PackageModel:
             die.memory += (inst.target_memory - die.memory) * km
             die.gfx_acc += inst.demand.gfx * dt
             die.mem_acc += inst.demand.mem * dt
+            if inst.ppt:
+                die.ppt_s += dt
+            if inst.thermal:
+                die.thermal_s += dt
+            if die.memory >= self._hbm_limit:
+                die.hbm_thermal_s += dt
+            for p, part in enumerate(inst.partition_demands):
+                die.part_gfx_acc[p] += part.gfx * dt
+                if part.gfx < LOW_UTILIZATION_PERCENT:
+                    die.part_low_s[p] += dt
             die.pcie_gb_acc += inst.pcie_rate / 1e9 * dt
             kb = inst.xgmi_rate / 1024.0 * dt
             for link in range(self.xgmi_active_links[i]):
+                if self.scenario.xgmi_down and self.scenario.xgmi_link_down(self.dies[i].index, link, state.t):
+                    continue  # a link that is down carries nothing
                 die.xgmi_read_kb[link] += kb
                 die.xgmi_write_kb[link] += kb * 0.985
         state.t += dt
@@ -236,7 +275,10 @@ class PackageModel:
         m = self.model
         n = len(self.dies)
         a, b, c = self.weights
-        demands = [demand(self.scenario, self.seed, d.index, t) for d in self.dies]
+        if self.scenario.load != 1.0:
+            a, b, c = a * self.scenario.load, b * self.scenario.load, c * self.scenario.load
+        partition_demands = [self._partition_demands(d, t) for d in self.dies]
+        demands = [_average(parts) for parts in partition_demands]
         offsets = [self._excess_heat(d.index, t, st.junction) for d, st in zip(self.dies, state.dies, strict=True)]
         sclk_max = m.sclk_range[1]
         sclks, gfx_dyn, other_dyn, thermal = [], [], [], []
@@ -274,6 +316,7 @@ class PackageModel:
             result.append(
                 _Instant(
                     demand=dem,
+                    partition_demands=partition_demands[i],
                     busy=dem.gfx >= 5.0,
                     sclk=sclks[i],
                     power_die=p_die,
@@ -289,6 +332,13 @@ class PackageModel:
                 )
             )
         return result
+
+    def _partition_demands(self, die: GcdLayout, t: float) -> tuple[Demand, ...]:
+        """What each compute partition of a die runs. Partition 0 keeps the die's own workload key,
+        so an unpartitioned die (SPX, MI200) is asked exactly what it always was."""
+        count = max(1, len(die.partitions))
+        keys = [die.index] + [100_000 + 8 * die.index + p for p in range(1, count)]
+        return tuple(demand(self.scenario, self.seed, key, t) for key in keys)
 
     # ---------------------------------------------------------------- reading
     def readings(self, t: float) -> list[DieReading]:
@@ -312,9 +362,10 @@ class PackageModel:
         def noisy(value: float, stream: int) -> int:
             return round(value + 0.45 * smooth_noise(seed, stream, g, t, 2.3))
 
-        junction = noisy(st.junction + off, 30)
+        swing = self.scenario.hotspot_swing(seed, g, t)
+        junction = noisy(st.junction + off + swing, 30)
         edge = noisy(st.edge + 0.6 * off, 31)
-        memory = noisy(st.memory + 0.4 * off, 32)
+        memory = noisy(st.memory + 0.4 * off + 0.3 * swing, 32)
         temps: dict[str, int] = {}
         if m.has_edge_sensor:
             temps["edge"] = edge
@@ -387,7 +438,10 @@ class PackageModel:
             naks_received = replays // 2
             xgmi_read = tuple(int(v) for v in st.xgmi_read_kb)
             xgmi_write = tuple(int(v) for v in st.xgmi_write_kb)
-            links_up = tuple(k < self.xgmi_active_links[i] for k in range(NUM_XGMI_LINKS))
+            links_up = tuple(
+                k < self.xgmi_active_links[i] and not self.scenario.xgmi_link_down(g, k, t)
+                for k in range(NUM_XGMI_LINKS)
+            )
 
         ecc = {block: (0, 0) for block in m.ras_blocks}
         retired: tuple[int, ...] = ()
@@ -431,4 +485,34 @@ class PackageModel:
             retired_pages=retired,
             system_clock_ns=BOOT_NS + round(t * 1e9),
             firmware_timestamp=FIRMWARE_TS0 + round(t * 1e8),
+            partition_gfx_busy=tuple(max(0, min(100, round(d.gfx))) for d in inst.partition_demands),
+            partition_gfx_acc=tuple(int(a) for a in st.part_gfx_acc),
+            partition_low_utilization_ticks=tuple(_ticks(s) for s in st.part_low_s),
+            residency_ticks={
+                "prochot": 0,
+                "ppt": _ticks(st.ppt_s),
+                "socket_thm": _ticks(st.thermal_s),
+                "vr_thm": 0,
+                "hbm_thm": _ticks(st.hbm_thermal_s),
+            },
+            below_host_limit_ppt_ticks=_ticks(st.ppt_s),
+            below_host_limit_thm_ticks=_ticks(st.thermal_s),
         )
+
+
+def _ticks(seconds: float) -> int:
+    """Seconds as the firmware's 1 ms accumulation ticks (u32 counters wrap)."""
+    return round(seconds * 1000) & 0xFFFFFFFF
+
+
+def _average(demands: tuple[Demand, ...]) -> Demand:
+    """The socket-wide demand of its partitions (one partition: itself, unchanged)."""
+    if len(demands) == 1:
+        return demands[0]
+    n = len(demands)
+    return Demand(
+        sum(d.gfx for d in demands) / n,
+        sum(d.mem for d in demands) / n,
+        sum(d.comm for d in demands) / n,
+        max(d.load for d in demands),
+    )

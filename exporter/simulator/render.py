@@ -88,22 +88,34 @@ def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
     files[f"{hw}/{m.hwmon_power_file}"] = f"{power_uw}\n"
     if r.vddgfx_mv is not None:
         files[f"{hw}/in0_input"] = f"{r.vddgfx_mv}\n"
+    if gcd.xcp_metrics_version is not None:
+        for part in gcd.partitions:
+            home = dev if part.index == 0 else part.platform_relpath
+            values = partition_metrics_values(gcd, r, part.index)
+            files[f"{home}/xcp/xcp_metrics"] = gpu_metrics_writer.encode_partition_metrics(
+                gcd.xcp_metrics_version, values
+            )
     return {path: (c.encode() if isinstance(c, str) else c) for path, c in files.items()}
 
 
 def gpu_metrics_blob(gcd: GcdLayout, r: DieReading) -> bytes:
-    version = gcd.metrics_version
-    if version == (1, 3):
+    return gpu_metrics_writer.encode(gcd.metrics_version, gpu_metrics_values(gcd, r))
+
+
+def gpu_metrics_values(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
+    """Every field the driver sets in this GCD's table, in the table's own units (the rest stays
+    all-ones). Fixed layouts take `xcp_stats` as a list of per-partition dicts; v1.9 is flat."""
+    if gcd.metrics_version == (1, 3):
         return _v1_3(gcd, r)
     return _mi300(gcd, r)
 
 
-def _v1_3(gcd: GcdLayout, r: DieReading) -> bytes:
+def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     m = gcd.model
     t = r.temps
     # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill, and
     # reports socket power and energy on the primary die only (the secondary die reads 0).
-    values: dict[str, gpu_metrics_writer.Value] = {
+    return {
         "temperature_edge": t["edge"],
         "temperature_hotspot": t["junction"],
         "temperature_mem": t["memory"],
@@ -135,10 +147,50 @@ def _v1_3(gcd: GcdLayout, r: DieReading) -> bytes:
         "firmware_timestamp": r.firmware_timestamp,
         "indep_throttle_status": r.indep_throttle_status,
     }
-    return gpu_metrics_writer.encode((1, 3), values)
 
 
-def _mi300(gcd: GcdLayout, r: DieReading) -> bytes:
+NUM_VCN = 4  # video decoders of an MI300-class socket (one per AID)
+
+
+def _jpeg_rings(gcd: GcdLayout) -> int:
+    """JPEG rings per decoder: 32 over 4 VCNs on MI300X/MI325X, 40 on MI350-class (v1_8's block)."""
+    return 10 if gcd.model.asic == "gfx950" else 8
+
+
+def partition_vcns(gcd: GcdLayout, partition: int) -> list[int]:
+    """The VCN instances a partition owns. In CPX two partitions of one AID share its decoder."""
+    count = max(1, len(gcd.partitions))
+    if count <= NUM_VCN:
+        each = NUM_VCN // count
+        return list(range(partition * each, (partition + 1) * each))
+    return [partition * NUM_VCN // count]
+
+
+def _xcp_block(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
+    """One xcp_stats[] entry: the driver fills index 0..n-1 of each array with this partition's
+    own XCC / VCN instances and leaves the rest all-ones."""
+    xccs = gcd.partitions[p].xcc_count if gcd.partitions else gcd.model.num_xcc
+    vcns = len(partition_vcns(gcd, p))
+    busy, acc = r.partition_gfx_busy[p], r.partition_gfx_acc[p]
+    block: dict[str, gpu_metrics_writer.Value] = {
+        "gfx_busy_inst": [busy] * xccs,
+        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+        "vcn_busy": [0] * vcns,
+        "gfx_busy_acc": [acc] * xccs,
+    }
+    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
+    if gcd.metrics_version == (1, 7):
+        block["gfx_below_host_limit_acc"] = [ppt + thm] * xccs
+    elif gcd.metrics_version == (1, 8):
+        low = r.partition_low_utilization_ticks[p]
+        block["gfx_below_host_limit_ppt_acc"] = [ppt] * xccs
+        block["gfx_below_host_limit_thm_acc"] = [thm] * xccs
+        block["gfx_low_utilization_acc"] = [low] * xccs
+        block["gfx_below_host_limit_total_acc"] = [ppt + thm + low] * xccs
+    return block
+
+
+def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     m = gcd.model
     version = gcd.metrics_version
     assert r.xgmi_read_kb is not None and r.xgmi_write_kb is not None and r.xgmi_links_up is not None
@@ -186,24 +238,66 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> bytes:
         values.update(
             {
                 "accumulation_counter": ticks & 0xFFFFFFFF,
-                "prochot_residency_acc": 0,
-                "ppt_residency_acc": 0,
-                "socket_thm_residency_acc": 0,
-                "vr_thm_residency_acc": 0,
-                "hbm_thm_residency_acc": 0,
-                "num_partition": 1,
+                "prochot_residency_acc": r.residency_ticks["prochot"],
+                "ppt_residency_acc": r.residency_ticks["ppt"],
+                "socket_thm_residency_acc": r.residency_ticks["socket_thm"],
+                "vr_thm_residency_acc": r.residency_ticks["vr_thm"],
+                "hbm_thm_residency_acc": r.residency_ticks["hbm_thm"],
                 "pcie_lc_perf_other_end_recovery": 0,
             }
         )
-        xcp: dict[str, gpu_metrics_writer.Value] = {
-            "gfx_busy_inst": [r.gfx_busy] * 8,
-            "jpeg_busy": [0] * 32,
-            "vcn_busy": [0] * 4,
-            "gfx_busy_acc": [r.gfx_activity_acc] * 8,
-        }
-        if version == (1, 7):
-            xcp["gfx_below_host_limit_acc"] = [0] * 8
-            values["mem_max_bandwidth"] = 5300
+        if version >= (1, 7):
+            values["mem_max_bandwidth"] = MEM_MAX_BANDWIDTH_GBS.get(m.name, 5300)
             values["xgmi_link_status"] = [1 if up else 0 for up in r.xgmi_links_up]
-        values["xcp_stats"] = [xcp]
-    return gpu_metrics_writer.encode(version, values)
+        blocks = [_xcp_block(gcd, r, p) for p in range(max(1, len(gcd.partitions)))]
+        if version == (1, 9):
+            # one device-wide set of per-XCC arrays, the partitions' XCCs in order; no num_partition
+            for name in ("gfx_busy_inst", "gfx_busy_acc"):
+                flat: list[int] = []
+                for block in blocks:
+                    entry = block[name]
+                    assert isinstance(entry, list)
+                    flat.extend(entry)
+                values[name] = flat
+            values["jpeg_busy"] = [0] * (NUM_VCN * _jpeg_rings(gcd))
+            values["vcn_busy"] = [0] * NUM_VCN
+            values["gfx_below_host_limit_ppt_acc"] = [r.below_host_limit_ppt_ticks] * m.num_xcc
+            values["gfx_below_host_limit_thm_acc"] = [r.below_host_limit_thm_ticks] * m.num_xcc
+            low = [
+                r.partition_low_utilization_ticks[part.index] for part in gcd.partitions for _ in range(part.xcc_count)
+            ]
+            values["gfx_low_utilization_acc"] = low
+            limited = r.below_host_limit_ppt_ticks + r.below_host_limit_thm_ticks
+            values["gfx_below_host_limit_total_acc"] = [limited + ticks for ticks in low]
+        else:
+            values["num_partition"] = len(blocks)
+            values["xcp_stats"] = blocks
+    return values
+
+
+def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
+    """One partition's xcp_metrics: its own XCCs' clocks and busy, its decoders, its host-limit counters."""
+    part = gcd.partitions[p]
+    vcns = len(partition_vcns(gcd, p))
+    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
+    low = r.partition_low_utilization_ticks[p]
+    xccs = part.xcc_count
+    return {
+        "current_gfxclk": [r.sclk] * xccs,
+        "current_socclk": [r.socclk] * vcns,
+        "current_vclk0": [r.vclk] * vcns,
+        "current_dclk0": [r.dclk] * vcns,
+        "current_uclk": r.mclk,
+        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
+        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+        "vcn_busy": [0] * vcns,
+        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
+        "gfx_below_host_limit_ppt_acc": [ppt] * xccs,
+        "gfx_below_host_limit_thm_acc": [thm] * xccs,
+        "gfx_low_utilization_acc": [low] * xccs,
+        "gfx_below_host_limit_total_acc": [ppt + thm + low] * xccs,
+    }
+
+
+# HBM peak bandwidth at the top memory clock (GB/s): MI300X 5.3 TB/s, MI325X 6 TB/s, MI350 8 TB/s
+MEM_MAX_BANDWIDTH_GBS = {"MI300X": 5300, "MI325X": 6000, "MI350X": 8000, "MI355X": 8000}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -11,9 +12,17 @@ from pathlib import Path
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
 from exporter.simulator.physics import DieReading, PackageModel
-from exporter.simulator.render import dynamic_files, hwmon_dir
+from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.tree import write_static
-from exporter.simulator.truth import SimulatedDevice, identity, sample, to_jsonable
+from exporter.simulator.truth import (
+    SimulatedDevice,
+    identity,
+    partition_sample,
+    partition_truth,
+    sample,
+    to_jsonable,
+)
+from exporter.simulator.windows import WindowHistory, window_point
 from exporter.simulator.workload import Scenario, parse_scenario
 
 
@@ -21,7 +30,9 @@ class Simulator:
     """Writes DIR (standing for /sys) for `fleet` running `scenario`.
 
     write_tree() creates everything for t=0; tick(elapsed) rewrites the files whose content
-    changed; truth() says what the tree currently says, in the exporter's data model.
+    changed; truth() says what the tree currently says, in the exporter's data model. For a
+    sub-second scenario ("alternating") every tick is also kept for `scenario.window` seconds so
+    windows() can give the min / max / mean of what the tree showed over that window.
     """
 
     def __init__(
@@ -45,6 +56,8 @@ class Simulator:
         self._written_at = 0.0
         self._started_wall: float | None = None
         self._identities: list | None = None
+        self._truth_cache: tuple[list[DieReading], tuple[SimulatedDevice, ...]] | None = None
+        self.history: WindowHistory | None = WindowHistory(self.scenario.window) if self.scenario.fast else None
 
     @property
     def elapsed(self) -> float:
@@ -75,6 +88,9 @@ class Simulator:
             self._readings = readings
             self._elapsed = float(elapsed)
             self._written_at = time.time()
+        if self.history is not None:
+            points = [window_point(d, self._readings_by_gpu[d.gpu]) for d in self.truth()]
+            self.history.add(float(elapsed), self._written_at, points)
 
     def truth(self) -> list[SimulatedDevice]:
         """Per GCD in BDF order: identity as discovery should find it and the current sample."""
@@ -82,34 +98,69 @@ class Simulator:
             readings, written_at = self._readings, self._written_at
         if not readings:
             raise RuntimeError("write_tree() must run before truth()")
+        cached = self._truth_cache
+        if cached is not None and cached[0] is readings:
+            return list(cached[1])
         if self._identities is None:
-            self._identities = [
-                identity(
-                    gcd,
-                    self.gcds,
-                    os.path.realpath(self.root / gcd.device_relpath),
-                    os.path.realpath(self.root / hwmon_dir(gcd)),
-                )
-                for gcd in self.gcds
-            ]
-        return [
-            SimulatedDevice(gcd.index, ident, sample(gcd, reading, written_at))
-            for gcd, ident, reading in zip(self.gcds, self._identities, readings, strict=True)
-        ]
+            self._identities = []
+            for gcd in self.gcds:
+                for part in gcd.partitions:
+                    primary = part.index == 0
+                    device_dir = gcd.device_relpath if primary else part.platform_relpath
+                    self._identities.append(
+                        identity(
+                            gcd,
+                            self.gcds,
+                            os.path.realpath(self.root / device_dir),
+                            os.path.realpath(self.root / hwmon_dir(gcd)) if primary else "",
+                            part.index,
+                        )
+                    )
+        devices: list[SimulatedDevice] = []
+        for gcd, reading in zip(self.gcds, readings, strict=True):
+            socket_sample = sample(gcd, reading, written_at)
+            mi300 = bool(gcd.model.compute_partitions)
+            metrics = gpu_metrics_values(gcd, reading) if mi300 else None
+            socket_gpu = len(devices)
+            for part in gcd.partitions:
+                gpu = len(devices)
+                ident = self._identities[gpu]
+                if not mi300:
+                    devices.append(SimulatedDevice(gpu, ident, socket_sample))
+                    continue
+                info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
+                if gcd.xcp_metrics_version is not None:
+                    info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
+                if part.index == 0:
+                    devices.append(SimulatedDevice(gpu, ident, socket_sample, info, metrics))
+                else:
+                    devices.append(SimulatedDevice(gpu, ident, partition_sample(info.gfx_busy, written_at), info))
+        self._truth_cache = (readings, tuple(devices))
+        return devices
+
+    @property
+    def _readings_by_gpu(self) -> list[DieReading]:
+        """The reading behind each device of truth(), in `gpu` order (partitions share their socket's)."""
+        return [r for gcd, r in zip(self.gcds, self._readings, strict=True) for _ in gcd.partitions]
+
+    def windows(self) -> dict | None:
+        """min / max / time-weighted mean of every value the tree showed over the last window, per
+        device (None unless the scenario keeps a window)."""
+        return self.history.stats() if self.history is not None else None
 
     def write_truth_json(self, path: Path) -> None:
         """Atomically write truth() as JSON (truth.load_truth_json reads it back)."""
         path = Path(path)
-        data = json.dumps(
-            {
-                "fleet": str(self.fleet),
-                "scenario": str(self.scenario),
-                "seed": self.seed,
-                "elapsed": self._elapsed,
-                "devices": to_jsonable(self.truth()),
-            },
-            indent=1,
-        )
+        document = {
+            "fleet": str(self.fleet),
+            "scenario": str(self.scenario),
+            "seed": self.seed,
+            "elapsed": self._elapsed,
+            "devices": to_jsonable(self.truth()),
+        }
+        if self.history is not None:
+            document["windows"] = self.history.stats()
+        data = json.dumps(document, indent=1)
         temp = path.with_name(f".{path.name}.tmp")
         temp.write_text(data, encoding="utf-8")
         os.replace(temp, path)
@@ -121,11 +172,17 @@ class Simulator:
         """
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
+        # a sub-second workload is written fast enough to show every phase, whatever was asked
+        interval = min(interval, self.scenario.tick_interval)
         self.write_tree()
         start = time.monotonic()
         if truth_file is not None:
             self.write_truth_json(truth_file)
         beat = 0
+        # the truth file of a fast scenario is rewritten at most 4 times a second (its windows
+        # already cover every tick): rewriting 60 KB of JSON 25 times a second costs a core's tenth
+        truth_every = 0.25 if self.scenario.fast else 0.0
+        truth_written = time.monotonic()
         while True:
             beat += 1
             # sleep to the next beat; a slow tick skips beats instead of drifting
@@ -136,5 +193,6 @@ class Simulator:
             if stop.wait(max(0.0, delay)):
                 return
             self.tick(time.monotonic() - start)
-            if truth_file is not None:
+            if truth_file is not None and time.monotonic() - truth_written >= truth_every:
                 self.write_truth_json(truth_file)
+                truth_written = time.monotonic()

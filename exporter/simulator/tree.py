@@ -5,13 +5,18 @@ real readers need (see reference/real-tools-on-fake-sysfs.md): class/drm/cardN a
 symlinks whose target contains the BDF, cards are numbered from 0 without gaps, every KFD node
 (CPU nodes too) has an io_links/ folder, GPU<->GPU io_links are XGMI (type 11) only, and hwmon
 labels are exactly edge/junction/mem with in0_label = vddgfx.
+
+A partitioned MI300-class socket (DPX/QPX/CPX) keeps partition 0 on its PCI device; partitions
+1..N-1 are platform devices (devices/platform/amdgpu_xcp_<n>) holding only their DRM minors,
+uevent and modalias; KFD has one node per partition (location_id = partition << 28 | BDF bits,
+its share of XCCs and CUs, its render minor, the socket's unique_id). mem_info_* stay device-wide.
 """
 
 from __future__ import annotations
 
 from exporter.simulator.asics import RAS_BLOCK_BITS
 from exporter.simulator.atomic_tree import AtomicTree
-from exporter.simulator.fleet import CPU_SOCKETS, GcdLayout, xgmi_hops
+from exporter.simulator.fleet import _COMPATIBLE_NPS, CPU_SOCKETS, GcdLayout, PartitionLayout, xgmi_hops
 from exporter.simulator.render import hwmon_dir, pp_dpm_pcie
 
 DRIVER_VERSION = "6.7.0"  # amdgpu DKMS module version of ROCm 6.2
@@ -22,6 +27,7 @@ KFD_IO_LINK_QPI = 5  # CPU<->CPU links of the virtual CRAT
 KFD_IO_LINK_XGMI = 11
 KFD_PCIE_WEIGHT = 20  # GPU <-> its CPU node
 KFD_XGMI_WEIGHT = 15  # per XGMI hop
+KFD_INTRA_SOCKET_WEIGHT = 13  # between two partitions of one socket (KFD_CRAT_INTRA_SOCKET_WEIGHT)
 CPU_NODE_DISTANCE = 32  # SLIT distance between the two sockets
 CPU_CORES_PER_SOCKET = 64
 CPU_NODE_MEMORY = 256 * 1024**3
@@ -40,6 +46,7 @@ def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
         _write_pci_device(tree, gcd)
         _write_amdgpu_attributes(tree, gcd, gcds)
         _write_drm_minors(tree, gcd)
+        _write_partition_devices(tree, gcd)
         _write_hwmon(tree, gcd)
     _write_kfd(tree, gcds)
 
@@ -127,9 +134,9 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
     if m.pp_dpm_pcie:
         files["pp_dpm_pcie"] = pp_dpm_pcie(m.pcie_gts, m.pcie_width)
     if m.compute_partitions:
-        files["current_compute_partition"] = "SPX\n"
-        files["available_compute_partition"] = f"{m.compute_partitions}\n"
-        files["current_memory_partition"] = "NPS1\n"
+        files["current_compute_partition"] = f"{gcd.compute_partition}\n"
+        files["available_compute_partition"] = f"{available_compute_modes(gcd)}\n"
+        files["current_memory_partition"] = f"{gcd.memory_partition}\n"
         files["available_memory_partition"] = f"{m.memory_partitions}\n"
     for name, content in files.items():
         tree.write(f"{dev}/{name}", content)
@@ -142,15 +149,40 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
             tree.symlink(f"{dev}/xgmi_hive_info", f"{first.device_relpath}/xgmi_hive_info")
 
 
-def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
-    dev = gcd.device_relpath
-    for name, minor in ((gcd.card, gcd.index), (f"renderD{gcd.render_minor}", gcd.render_minor)):
+def available_compute_modes(gcd: GcdLayout) -> str:
+    """available_compute_partition: the ASIC's modes that the current memory mode allows."""
+    modes = [mode.strip() for mode in gcd.model.compute_partitions.split(",")]
+    return ", ".join(mode for mode in modes if gcd.memory_partition in _COMPATIBLE_NPS[mode])
+
+
+def _write_minors(tree: AtomicTree, dev: str, part: PartitionLayout) -> None:
+    for name, minor in ((part.card, part.card_minor), (part.render, part.render_minor)):
         node = f"{dev}/drm/{name}"
         tree.write(f"{node}/dev", f"{DRM_MAJOR}:{minor}\n")
         tree.write(f"{node}/uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
         tree.symlink(f"{node}/device", dev)
         tree.symlink(f"{node}/subsystem", "class/drm")
         tree.symlink(f"class/drm/{name}", node)
+
+
+def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
+    _write_minors(tree, gcd.device_relpath, gcd.partitions[0])
+
+
+def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
+    """Partitions 1..N-1: bare platform devices holding only their DRM minors (the driver redirects
+    their ioctls to the socket's PCI device and gives them no sysfs attributes of their own)."""
+    for part in gcd.partitions[1:] + gcd.idle_xcp_nodes:
+        dev = part.platform_relpath
+        # platform_device_register_simple("amdgpu_xcp", id): the modalias carries the bare name;
+        # the DKMS spelling registers "amdgpu_xcp_<n>" as the name itself.
+        name = part.platform_device.partition(".")[0]
+        tree.write(f"{dev}/uevent", f"MODALIAS=platform:{name}\n")
+        tree.write(f"{dev}/modalias", f"platform:{name}\n")
+        tree.write(f"{dev}/driver_override", "(null)\n")
+        tree.symlink(f"{dev}/subsystem", "bus/platform")
+        tree.symlink(f"bus/platform/devices/{part.platform_device}", dev)
+        _write_minors(tree, dev, part)
 
 
 def _write_hwmon(tree: AtomicTree, gcd: GcdLayout) -> None:
@@ -194,6 +226,24 @@ def kfd_peers(gcd: GcdLayout, gcds: list[GcdLayout]) -> list[tuple[GcdLayout, in
     ]
 
 
+def kfd_partition_peers(
+    gcd: GcdLayout, part: PartitionLayout, gcds: list[GcdLayout]
+) -> list[tuple[GcdLayout, PartitionLayout, int]]:
+    """The XGMI io_links of one partition's KFD node, in KFD node order: every other partition of
+    its own socket (intra-socket weight) and every partition of each hive peer (15 per hop)."""
+    peers: list[tuple[GcdLayout, PartitionLayout, int]] = []
+    weights = dict((peer.index, weight) for peer, weight in kfd_peers(gcd, gcds))
+    weights[gcd.index] = KFD_INTRA_SOCKET_WEIGHT
+    for other in gcds:
+        if other.index not in weights:
+            continue
+        for other_part in other.partitions:
+            if other.index == gcd.index and other_part.index == part.index:
+                continue
+            peers.append((other, other_part, weights[other.index]))
+    return peers
+
+
 def _io_link(node_from: int, node_to: int, link_type: int, weight: int, min_bw: int, max_bw: int) -> str:
     return (
         f"type {link_type}\nversion_major 0\nversion_minor 0\nnode_from {node_from}\nnode_to {node_to}\n"
@@ -222,9 +272,10 @@ def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
             if other != socket
         ]
         links += [
-            _io_link(socket, g.kfd_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(g))
+            _io_link(socket, part.kfd_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(g))
             for g in gcds
             if g.numa_node == socket
+            for part in g.partitions
         ]
         _write_kfd_node(tree, node, 0, "", _cpu_properties(socket, len(links)), links)
         tree.write(
@@ -232,21 +283,23 @@ def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
             f"heap_type 0\nsize_in_bytes {CPU_NODE_MEMORY}\nflags 0\nwidth 72\nmem_clk_max 3200\n",
         )
     for gcd in gcds:
-        node = f"{topo}/nodes/{gcd.kfd_node}"
-        links = [
-            _io_link(gcd.kfd_node, gcd.numa_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(gcd))
-        ]
-        bandwidth = gcd.model.xgmi_max_bandwidth_mbs
-        links += [
-            _io_link(gcd.kfd_node, peer.kfd_node, KFD_IO_LINK_XGMI, weight, bandwidth // 4, bandwidth)
-            for peer, weight in kfd_peers(gcd, gcds)
-        ]
-        _write_kfd_node(tree, node, gcd.gpu_id, gcd.model.kfd_name, _gpu_properties(gcd, len(links)), links)
-        tree.write(
-            f"{node}/mem_banks/0/properties",
-            f"heap_type 1\nsize_in_bytes {gcd.model.vram_bytes}\nflags 0\nwidth 4096\n"
-            f"mem_clk_max {gcd.model.mclk_levels[-1]}\n",
-        )
+        for part in gcd.partitions:
+            node = f"{topo}/nodes/{part.kfd_node}"
+            links = [
+                _io_link(part.kfd_node, gcd.numa_node, KFD_IO_LINK_PCIE, KFD_PCIE_WEIGHT, 312, _pcie_bandwidth_mbs(gcd))
+            ]
+            bandwidth = gcd.model.xgmi_max_bandwidth_mbs
+            links += [
+                _io_link(part.kfd_node, peer_part.kfd_node, KFD_IO_LINK_XGMI, weight, bandwidth // 4, bandwidth)
+                for _peer, peer_part, weight in kfd_partition_peers(gcd, part, gcds)
+            ]
+            properties = _gpu_properties(gcd, part, len(links))
+            _write_kfd_node(tree, node, part.gpu_id, gcd.model.kfd_name, properties, links)
+            tree.write(
+                f"{node}/mem_banks/0/properties",
+                f"heap_type 1\nsize_in_bytes {part.memory_bytes}\nflags 0\nwidth 4096\n"
+                f"mem_clk_max {gcd.model.mclk_levels[-1]}\n",
+            )
 
 
 def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, properties: str, links: list[str]) -> None:
@@ -294,23 +347,26 @@ def _cpu_properties(socket: int, io_links: int) -> str:
     return "".join(f"{k} {v}\n" for k, v in props.items())
 
 
-def _gpu_properties(gcd: GcdLayout, io_links: int) -> str:
+def _gpu_properties(gcd: GcdLayout, part: PartitionLayout, io_links: int) -> str:
     m = gcd.model
+    share = part.count
+    # a partition owns its XCCs' CUs and its share of the SDMA engines (two per partition in CPX)
+    sdma_total = m.num_sdma_engines + m.num_sdma_xgmi_engines
     props = {
         "cpu_cores_count": 0,
-        "simd_count": m.simd_count,
+        "simd_count": m.simd_count // share,
         "mem_banks_count": 1,
         "caches_count": 0,
         "io_links_count": io_links,
         "p2p_links_count": 0,
         "cpu_core_id_base": 0,
-        "simd_id_base": 2147487744 + 4096 * gcd.index,
+        "simd_id_base": 2147487744 + 4096 * gcd.index + 256 * part.index,
         "max_waves_per_simd": 8,
         "lds_size_in_kb": 64,
         "gds_size_in_kb": 0,
         "num_gws": 64,
         "wave_front_size": 64,
-        "array_count": m.array_count,
+        "array_count": m.array_count // share,
         "simd_arrays_per_engine": 1,
         "cu_per_simd_array": m.cu_per_simd_array,
         "simd_per_cu": 4,
@@ -318,12 +374,12 @@ def _gpu_properties(gcd: GcdLayout, io_links: int) -> str:
         "gfx_target_version": m.gfx_target_version,
         "vendor_id": 0x1002,
         "device_id": m.device_id,
-        "location_id": gcd.location_id,
+        "location_id": gcd.partition_location_id(part.index),
         "domain": 0,
-        "drm_render_minor": gcd.render_minor,
+        "drm_render_minor": part.render_minor,
         "hive_id": gcd.hive_id,
         "num_sdma_engines": m.num_sdma_engines,
-        "num_sdma_xgmi_engines": m.num_sdma_xgmi_engines,
+        "num_sdma_xgmi_engines": max(0, sdma_total // share - m.num_sdma_engines),
         "num_sdma_queues_per_engine": 8,
         "num_cp_queues": 24,
         "max_engine_clk_fcompute": m.sclk_range[1],
@@ -333,7 +389,7 @@ def _gpu_properties(gcd: GcdLayout, io_links: int) -> str:
         "debug_prop": 1495,
         "sdma_fw_version": m.firmware.get("sdma", 0),
         "unique_id": gcd.unique_id,
-        "num_xcc": m.num_xcc,
+        "num_xcc": part.xcc_count,
         "max_engine_clk_ccompute": 3700,
     }
     return "".join(f"{k} {v}\n" for k, v in props.items())

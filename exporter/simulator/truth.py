@@ -13,6 +13,17 @@ correct reader of the tree reproduces it exactly. Conventions where the tree lea
 - PCIe bandwidth: MI200 (received + sent) x max payload from pcie_bw; MI300X pcie_bandwidth_inst
   GB/s x 1e9. XGMI link bits/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9;
   XGMI bytes = KB x 1024.
+- Partitions (MI300-class in DPX/QPX/CPX): one device per partition, `gpu` numbered socket by
+  socket in BDF order, partition 0 first (the order amd-smi lists them). Partition 0's identity and
+  sample are the socket's (exactly what an SPX socket reports); partitions 1..N-1 carry only their
+  own values: busy["gfx"] from their xcp_stats block (v1_6+; nothing on v1_4/v1_5, whose table has
+  no per-partition data). `partition` says where each partition lives and what it reports
+  (per-XCC busy and accumulators); `gpu_metrics` (partition 0 only) is every value the driver
+  wrote into the table, in the table's own units, so tests can hold a decoder to all of them.
+- Accumulators: gfx/mem_activity_acc and gfx_busy_acc count %·s of simulated time (a mean busy
+  over a window is Δacc / Δt / 100); the throttler residencies, host-limit and low-utilisation
+  counters count accumulation_counter ticks (1 ms), so their ratio to Δaccumulation_counter is
+  the share of the window spent in that state.
 """
 
 from __future__ import annotations
@@ -26,30 +37,67 @@ from typing import Any
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
-from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_peers
+from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers, kfd_peers
 
 MHZ = 1_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionTruth:
+    """Where one compute partition lives in the tree and what its xcp_stats block says."""
+
+    index: int  # 0..count-1
+    count: int
+    compute_partition: str
+    memory_partition: str
+    socket_gpu: int  # `gpu` of partition 0 of the same socket
+    card: str
+    render_node: str  # "renderD129"
+    render_minor: int
+    kfd_node: int
+    gpu_id: int
+    location_id: int  # KFD: partition << 28 | bus << 8 | device << 3 | function
+    platform_device: str  # "amdgpu_xcp_0" ("" for partition 0: the PCI device)
+    device_dir: str  # resolved: the PCI device (partition 0) or the platform device
+    xcc_count: int
+    simd_count: int
+    memory_bytes: int  # KFD memory bank of the partition (VRAM / NPS count)
+    gfx_busy: float | None  # ratio, from xcp_stats; None when the table has no partition blocks
+    gfx_busy_per_xcc: tuple[float, ...] = ()
+    gfx_busy_acc_per_xcc: tuple[int, ...] = ()
+    xcp_metrics: Mapping[str, Any] | None = None  # the partition's xcp/xcp_metrics values, when written
+
+
+@dataclass(frozen=True, slots=True)
 class SimulatedDevice:
-    gpu: int  # index in PCI BDF order
+    gpu: int  # index in the order ROCm tools list devices: BDF order, partitions of a socket in a row
     identity: DeviceIdentity
     sample: Sample
+    partition: PartitionTruth | None = None  # on partitionable (MI300-class) sockets
+    gpu_metrics: Mapping[str, Any] | None = None  # partition 0 of MI300-class: the table's raw values
 
 
-def topology(gcd: GcdLayout, gcds: list[GcdLayout]) -> tuple[TopologyLink, ...]:
-    """The GCD's KFD io_links: PCIe to its CPU node (peer ""), then XGMI to each hive peer."""
+def topology(gcd: GcdLayout, gcds: list[GcdLayout], partition: int = 0) -> tuple[TopologyLink, ...]:
+    """The KFD io_links of a GCD (of one of its partitions): PCIe to its CPU node (peer ""), then
+    XGMI to each hive peer; a partitioned socket's node also links to every other partition of its
+    own socket (weight 13) and to every partition of each peer, one link per KFD node, in node order."""
     links = [TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT)]
-    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
+    if not gcd.partitions:
+        links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
+        return tuple(links)
+    part = gcd.partitions[partition]
+    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, _p, weight in kfd_partition_peers(gcd, part, gcds)]
     return tuple(links)
 
 
-def identity(gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: str) -> DeviceIdentity:
+def identity(
+    gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: str, partition: int = 0
+) -> DeviceIdentity:
     m = gcd.model
+    part = gcd.partitions[partition] if gcd.partitions else None
     return DeviceIdentity(
         pci_bus_id=gcd.bdf,
-        card=gcd.card,
+        card=part.card if part is not None else gcd.card,
         device_dir=device_dir,
         unique_id=f"{gcd.unique_id:016x}",
         hwmon_dir=hwmon_dir,
@@ -62,15 +110,60 @@ def identity(gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: 
         driver_version=DRIVER_VERSION,
         package=gcd.serial,
         die=gcd.die,
-        compute_partition="SPX" if m.compute_partitions else "",
-        memory_partition="NPS1" if m.memory_partitions else "",
+        compute_partition=gcd.compute_partition,
+        memory_partition=gcd.memory_partition,
         xgmi_hive_id=str(gcd.hive_id) if gcd.hive_id else "",
         xgmi_physical_id=gcd.xgmi_physical_id,
         numa_node=gcd.numa_node,
         firmware=frozen_map({block: f"0x{v:08x}" for block, v in m.firmware.items() if v}),
-        topology=topology(gcd, gcds),
+        topology=topology(gcd, gcds, partition),
         gpu_metrics_version=f"{gcd.metrics_version[0]}.{gcd.metrics_version[1]}",
     )
+
+
+def partition_truth(
+    gcd: GcdLayout, p: int, r: DieReading, socket_gpu: int, device_dir: str, gpu_metrics: Mapping[str, Any] | None
+) -> PartitionTruth:
+    part = gcd.partitions[p]
+    busy: float | None = None
+    per_xcc: tuple[float, ...] = ()
+    acc: tuple[int, ...] = ()
+    if gcd.metrics_version >= (1, 6) and gpu_metrics is not None:
+        if "xcp_stats" in gpu_metrics:
+            block = gpu_metrics["xcp_stats"][p]
+            per_xcc = tuple(v / 100 for v in block["gfx_busy_inst"])
+            acc = tuple(block["gfx_busy_acc"])
+        else:  # v1.9: one device-wide per-XCC array
+            span = slice(part.xcc_first, part.xcc_first + part.xcc_count)
+            per_xcc = tuple(v / 100 for v in gpu_metrics["gfx_busy_inst"][span])
+            acc = tuple(gpu_metrics["gfx_busy_acc"][span])
+        busy = r.partition_gfx_busy[p] / 100
+    return PartitionTruth(
+        index=p,
+        count=part.count,
+        compute_partition=gcd.compute_partition,
+        memory_partition=gcd.memory_partition,
+        socket_gpu=socket_gpu,
+        card=part.card,
+        render_node=part.render,
+        render_minor=part.render_minor,
+        kfd_node=part.kfd_node,
+        gpu_id=part.gpu_id,
+        location_id=gcd.partition_location_id(p),
+        platform_device=part.platform_device,
+        device_dir=device_dir,
+        xcc_count=part.xcc_count,
+        simd_count=gcd.model.simd_count // part.count,
+        memory_bytes=part.memory_bytes,
+        gfx_busy=busy,
+        gfx_busy_per_xcc=per_xcc,
+        gfx_busy_acc_per_xcc=acc,
+    )
+
+
+def partition_sample(busy: float | None, timestamp: float) -> Sample:
+    """What a partition 1..N-1 reports of its own: its gfx busy (socket-wide values live on partition 0)."""
+    return Sample(timestamp=timestamp, busy=frozen_map({"gfx": busy} if busy is not None else {}))
 
 
 def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
@@ -175,14 +268,20 @@ def _plain(value: Any, name: str = "") -> Any:
 
 
 def to_jsonable(devices: list[SimulatedDevice]) -> list[dict[str, Any]]:
-    return [
-        {
+    result = []
+    for d in devices:
+        entry: dict[str, Any] = {
             "gpu": d.gpu,
             "identity": {f.name: _plain(getattr(d.identity, f.name), f.name) for f in fields(d.identity)},
             "sample": {f.name: _plain(getattr(d.sample, f.name), f.name) for f in fields(d.sample)},
         }
-        for d in devices
-    ]
+        # only where there is something to say, so MI200 truth files read as they always did
+        if d.partition is not None:
+            entry["partition"] = {f.name: _plain(getattr(d.partition, f.name)) for f in fields(d.partition)}
+        if d.gpu_metrics is not None:
+            entry["gpu_metrics"] = d.gpu_metrics
+        result.append(entry)
+    return result
 
 
 def _restore(cls: type, data: Mapping[str, Any]) -> Any:
@@ -203,9 +302,25 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def _restore_partition(data: Mapping[str, Any] | None) -> PartitionTruth | None:
+    if data is None:
+        return None
+    values = dict(data)
+    for name in ("gfx_busy_per_xcc", "gfx_busy_acc_per_xcc"):
+        values[name] = tuple(values.get(name, ()))
+    return PartitionTruth(**values)
+
+
 def from_jsonable(data: list[Mapping[str, Any]]) -> list[SimulatedDevice]:
     return [
-        SimulatedDevice(d["gpu"], _restore(DeviceIdentity, d["identity"]), _restore(Sample, d["sample"])) for d in data
+        SimulatedDevice(
+            d["gpu"],
+            _restore(DeviceIdentity, d["identity"]),
+            _restore(Sample, d["sample"]),
+            _restore_partition(d.get("partition")),
+            d.get("gpu_metrics"),
+        )
+        for d in data
     ]
 
 

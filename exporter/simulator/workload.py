@@ -10,10 +10,13 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-SCENARIOS: tuple[str, ...] = ("idle", "training", "thermal-excursion")
+SCENARIOS: tuple[str, ...] = ("idle", "training", "thermal-excursion", "alternating")
 
 TRAINING_WARMUP_S = 3.0  # model load before the first step
 COMPUTE_FRACTION = 0.72  # share of a training step spent computing; the rest is all-reduce
+ALTERNATING_WARMUP_S = 1.0
+ALTERNATING_PERIOD_S = 0.8  # default step of the "alternating" scenario: compute, then communicate
+HOTSPOT_TAU_S = 0.12  # how fast the hotspot follows the die power within a step
 
 _MASK64 = (1 << 64) - 1
 
@@ -58,10 +61,37 @@ class Scenario:
     hot: float = 120.0  # thermal-excursion: how long it stays degraded, s
     peak: float = 92.0  # thermal-excursion: junction peak, °C
     gpus: tuple[int, ...] = field(default=(0,))  # thermal-excursion: affected GCD indices
+    duty: float = 0.6  # alternating: share of each step spent computing
+    swing: float = 6.0  # alternating: junction swing within a step, peak to peak, °C
+    window: float = 15.0  # alternating: the truth keeps min/max/mean over this many seconds
+    tick: float = 0.0  # alternating: seconds between tree updates (0: period / 20)
+    load: float = 1.0  # training kinds: dynamic power x load (above ~1.07 an MI300X runs into its PPT limit)
+    xgmi_down: tuple[tuple[int, int], ...] = ()  # (GCD, link) XGMI links that go down at `down_at`
+    down_at: float = 0.0
 
     @property
     def trains(self) -> bool:
-        return self.name in ("training", "thermal-excursion")
+        return self.name in ("training", "thermal-excursion", "alternating")
+
+    @property
+    def fast(self) -> bool:
+        """Values change within a second: the tree must be rewritten faster than once a second."""
+        return self.name == "alternating"
+
+    @property
+    def compute_fraction(self) -> float:
+        return self.duty if self.name == "alternating" else COMPUTE_FRACTION
+
+    @property
+    def warmup(self) -> float:
+        return ALTERNATING_WARMUP_S if self.name == "alternating" else TRAINING_WARMUP_S
+
+    @property
+    def tick_interval(self) -> float:
+        """Longest update interval that still shows every phase of the workload (inf: any)."""
+        if not self.fast:
+            return math.inf
+        return self.tick if self.tick > 0 else self.period / 20.0
 
     def __str__(self) -> str:
         if self.name == "idle":
@@ -70,7 +100,54 @@ class Scenario:
         if self.name == "thermal-excursion":
             opts += [f"start={self.start:g}", f"hot={self.hot:g}", f"peak={self.peak:g}"]
             opts.append("gpus=" + "+".join(str(g) for g in self.gpus))
+        if self.name == "alternating":
+            opts += [f"duty={self.duty:g}", f"swing={self.swing:g}", f"window={self.window:g}"]
+            if self.tick > 0:
+                opts.append(f"tick={self.tick:g}")
+        if self.load != 1.0:
+            opts.append(f"load={self.load:g}")
+        if self.xgmi_down:
+            opts.append("xgmi_down=" + "+".join(f"{g}.{link}" for g, link in self.xgmi_down))
+            opts.append(f"down_at={self.down_at:g}")
         return f"{self.name}:{','.join(opts)}"
+
+    def xgmi_link_down(self, gcd: int, link: int, t: float) -> bool:
+        return t >= self.down_at and (gcd, link) in self.xgmi_down
+
+    def step_phase(self, seed: int, gcd: int, t: float) -> float | None:
+        """0..1 position within the current training step (None before the first step)."""
+        if not self.trains or t < self.warmup:
+            return None
+        # all ranks step together (a collective ends each step); a rank's skew is tens of ms
+        skew = 0.08 * (hash_unit(seed, 7, gcd) * 2.0 - 1.0)
+        if self.fast:
+            # a short step: skew by whole ticks, so every phase edge falls on a tree update and a
+            # value written at a tick holds, unchanged in phase, until the next one
+            tick = self.tick_interval
+            skew = round(skew * min(1.0, self.period / 4.0) / tick) * tick
+        return ((t - self.warmup + skew) % self.period) / self.period
+
+    def hotspot_swing(self, seed: int, gcd: int, t: float) -> float:
+        """°C the hotspot sits above (or below) its slow temperature at time t: the periodic
+        first-order response (time constant HOTSPOT_TAU_S) to the compute/communication square
+        wave, scaled so its peak-to-peak is `swing`. 0 outside the alternating scenario."""
+        if self.name != "alternating":
+            return 0.0
+        phase = self.step_phase(seed, gcd, t)
+        if phase is None:
+            return 0.0
+        high = self.duty * self.period
+        low = self.period - high
+        k_high, k_low = math.exp(-high / HOTSPOT_TAU_S), math.exp(-low / HOTSPOT_TAU_S)
+        top = (1.0 - k_high) / (1.0 - k_high * k_low)  # response at the end of the compute phase
+        bottom = top * k_low  # ... and at the end of the communication phase
+        s = phase * self.period
+        if s < high:
+            y = 1.0 - (1.0 - bottom) * math.exp(-s / HOTSPOT_TAU_S)
+        else:
+            y = top * math.exp(-(s - high) / HOTSPOT_TAU_S)
+        span = top - bottom
+        return self.swing * ((y - bottom) / span - 0.5) if span > 0 else 0.0
 
     def excursion_weight(self, gcd: int, t: float) -> float:
         """0..1: how far a GCD's cooling has degraded under the thermal excursion at time t."""
@@ -92,13 +169,15 @@ def _smoothstep(x: float) -> float:
 
 _OPTIONS = {
     "idle": (),
-    "training": ("period",),
-    "thermal-excursion": ("period", "start", "hot", "peak", "gpus"),
+    "training": ("period", "load", "xgmi_down", "down_at"),
+    "thermal-excursion": ("period", "start", "hot", "peak", "gpus", "load", "xgmi_down", "down_at"),
+    "alternating": ("period", "duty", "swing", "window", "tick", "load", "xgmi_down", "down_at"),
 }
 
 
 def parse_scenario(spec: str) -> Scenario:
-    """Parse "idle", "training", "thermal-excursion:start=10,hot=60,gpus=0+3"; ValueError if bad."""
+    """Parse "idle", "training", "thermal-excursion:start=10,hot=60,gpus=0+3",
+    "alternating:period=0.6,duty=0.5,swing=8"; ValueError if bad."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty scenario: expected one of {', '.join(SCENARIOS)}")
     name, _, opts = spec.strip().partition(":")
@@ -121,13 +200,34 @@ def parse_scenario(spec: str) -> Scenario:
                 raise ValueError(f"bad gpus={raw}: indices must be 0 or more")
             values[key] = gpus
             continue
+        if key == "xgmi_down":
+            try:
+                links = tuple((int(gcd), int(link)) for gcd, link in (item.split(".") for item in raw.split("+")))
+            except ValueError:
+                raise ValueError(f"bad xgmi_down={raw}: expected GCD.LINK joined by '+', e.g. 0.3+2.5") from None
+            if not links or any(g < 0 or not 0 <= link < 8 for g, link in links):
+                raise ValueError(f"bad xgmi_down={raw}: GCD 0 or more, link 0..7")
+            values[key] = links
+            continue
         try:
             number = float(raw)
         except ValueError:
             raise ValueError(f"bad {key}={raw} for scenario {name!r}: expected a number") from None
-        if not math.isfinite(number) or number < 0 or (key in ("period", "hot") and number <= 0):
+        if not math.isfinite(number) or number < 0 or (key in ("period", "hot", "window") and number <= 0):
             raise ValueError(f"bad {key}={raw} for scenario {name!r}: out of range")
+        if key == "duty" and not 0.05 <= number <= 0.95:
+            raise ValueError(f"bad duty={raw}: the compute share of a step must be between 0.05 and 0.95")
+        if key == "swing" and number > 30:
+            raise ValueError(f"bad swing={raw}: a swing within one step is at most 30 °C")
+        if name == "alternating" and key == "period" and not 0.1 <= number <= 60:
+            raise ValueError(f"bad period={raw}: an alternating step lasts 0.1 to 60 s")
+        if key == "load" and not 0.1 <= number <= 2:
+            raise ValueError(f"bad load={raw}: the power factor must be 0.1 to 2")
+        if key == "tick" and number != 0 and not 0.01 <= number <= 1:
+            raise ValueError(f"bad tick={raw}: the update interval must be 0.01 to 1 s (0 = period / 20)")
         values[key] = number
+    if name == "alternating" and "period" not in values:
+        values["period"] = ALTERNATING_PERIOD_S
     scenario = Scenario(name, **values)  # type: ignore[arg-type]
     if scenario.peak <= 60 or scenario.peak >= 105:
         raise ValueError(f"bad peak={scenario.peak:g}: a junction peak must be between 60 and 105 °C")
@@ -150,14 +250,14 @@ IDLE = Demand(0.0, 0.0, 0.0, 0.0)
 def demand(scenario: Scenario, seed: int, gcd: int, t: float) -> Demand:
     if not scenario.trains or t < 0:
         return IDLE
-    if t < TRAINING_WARMUP_S:
+    warmup = scenario.warmup
+    if t < warmup:
         # loading the model and the first batches: host-to-device copies
-        return Demand(8.0 + 4.0 * smooth_noise(seed, 1, gcd, t, 0.7), 22.0, 0.35, t / TRAINING_WARMUP_S)
-    # all ranks step together (a collective ends each step); a rank's skew is tens of ms
-    skew = 0.08 * (hash_unit(seed, 7, gcd) * 2.0 - 1.0)
-    phase = ((t - TRAINING_WARMUP_S + skew) % scenario.period) / scenario.period
+        return Demand(8.0 + 4.0 * smooth_noise(seed, 1, gcd, t, 0.7), 22.0, 0.35, t / warmup)
+    phase = scenario.step_phase(seed, gcd, t)
+    assert phase is not None
     n_gfx = smooth_noise(seed, 2, gcd, t, 0.9)
     n_mem = smooth_noise(seed, 3, gcd, t, 1.3)
-    if phase < COMPUTE_FRACTION:
+    if phase < scenario.compute_fraction:
         return Demand(97.5 + 2.5 * n_gfx, 38.0 + 6.0 * n_mem, 0.04, 1.0)
     return Demand(30.0 + 12.0 * n_gfx, 72.0 + 8.0 * n_mem, 1.0, 1.0)

@@ -1,7 +1,7 @@
 """What a device is, independent of the source that found it: known device ids and package/die pairing.
 
-Devices are keyed by (pci_bus_id, unique_id) (DeviceIdentity.key): card and hwmon numbers are not
-stable across boots. Both sources (sysfs, rocm_smi) name products and pair dies through here.
+Devices are keyed by (pci_bus_id, unique_id, partition) (DeviceIdentity.key): card and hwmon numbers
+are not stable across boots. Both sources (sysfs, rocm_smi) name products and pair dies through here.
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ def _pieces(*pieces: str) -> st.SearchStrategy[str]:
 
 _FLEET_TEXT = _pieces(
     "MI210", "MI250X", "mi300x", "MI999", "x", "X", "0", "2", "32", "65", "\u0663", ",", ":", ";", "=",
-    " ", "gpu_metrics", "1.6", "1.3", "1.", "\u00b2", "\n",
+    " ", "gpu_metrics", "1.6", "1.3", "1.", "\u00b2", "\n", "CPX", "dpx", "QPX", "TPX", "NPS4", "NPS1", "MI355X",
+    "MI325X", "xcp_names", "dot", "xcp_nodes", "all", "xcp_metrics", "1.1",
 )  # fmt: skip
 _SCENARIO_TEXT = _pieces(
     "idle", "training", "thermal-excursion", ":", ",", "=", "+", "period", "start", "hot", "peak", "gpus",
@@ -119,7 +120,7 @@ def test_parse_fleet_never_fails_any_other_way(text: str) -> None:
     except ValueError as error:
         assert str(error)
         return
-    assert 1 <= fleet.gcd_count <= 128
+    assert 1 <= fleet.gcd_count <= 128 and fleet.gcd_count <= fleet.device_count <= 128
     assert parse_fleet(str(fleet)) == fleet
 
 
@@ -147,7 +148,7 @@ def test_parse_scenario_never_fails_any_other_way(text: str) -> None:
 
 
 def test_parse_scenario() -> None:
-    assert SCENARIOS == ("idle", "training", "thermal-excursion")
+    assert SCENARIOS == ("idle", "training", "thermal-excursion", "alternating")
     ex = parse_scenario("thermal-excursion:start=10,hot=60,gpus=0+3")
     assert (ex.name, ex.start, ex.hot, ex.gpus) == ("thermal-excursion", 10.0, 60.0, (0, 3))
     assert parse_scenario(str(ex)) == ex
@@ -602,7 +603,9 @@ _REFERENCE_OFFSETS = {
         "pcie_lc_perf_other_end_recovery": 2200,
     },
 }
-_REFERENCE_SIZES = {(1, 3): 120, (1, 4): 288, (1, 5): 360, (1, 6): 1664, (1, 7): 2208}
+# v1_8 differs from v1_7 only in its per-partition block (amdgpu_xcp_metrics_v1_2, 440 bytes)
+_REFERENCE_OFFSETS[(1, 8)] = {**_REFERENCE_OFFSETS[(1, 7)], "pcie_lc_perf_other_end_recovery": 3864}
+_REFERENCE_SIZES = {(1, 3): 120, (1, 4): 288, (1, 5): 360, (1, 6): 1664, (1, 7): 2208, (1, 8): 3872}
 
 
 @pytest.mark.parametrize("version", sorted(_REFERENCE_SIZES))
@@ -613,6 +616,17 @@ def test_gpu_metrics_layouts_match_the_driver(version: tuple[int, int]) -> None:
         assert layout.offset(name) == offset, name
     assert gm.XCP_V1_0.size == 168 and gm.XCP_V1_1.size == 232
     assert gm.XCP_V1_1.offset("gfx_below_host_limit_acc") == 168
+    assert gm.XCP_V1_2.size == 440
+    assert [gm.XCP_V1_2.offset(n) for n in ("jpeg_busy", "vcn_busy", "gfx_busy_acc")] == [32, 112, 120]
+    assert [
+        gm.XCP_V1_2.offset(n)
+        for n in (
+            "gfx_below_host_limit_ppt_acc",
+            "gfx_below_host_limit_thm_acc",
+            "gfx_low_utilization_acc",
+            "gfx_below_host_limit_total_acc",
+        )
+    ] == [184, 248, 312, 376]
 
 
 _CTYPES = {"B": ctypes.c_uint8, "H": ctypes.c_uint16, "I": ctypes.c_uint32, "Q": ctypes.c_uint64}
@@ -649,7 +663,7 @@ def test_encoder_fills_unset_fields_with_all_ones() -> None:
     with pytest.raises(ValueError):
         gm.encode((1, 3), {"temperature_hbm": [1, 2, 3, 4, 5]})
     with pytest.raises(ValueError):
-        gm.encode((1, 9), {})
+        gm.encode((1, 10), {})
 
 
 def test_aldebaran_table_carries_the_truth_and_its_quirks(sysfs: Path) -> None:
