@@ -62,6 +62,8 @@ class DeviceIdentity:
     firmware: Mapping[str, str] = field(default_factory=frozen_map)  # block -> "0x0000001a"
     topology: tuple[TopologyLink, ...] = ()
     gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
+    secondary_die: bool = False  # an MI250X's second die by its own signals (power cap and its default 0)
+    complete: bool = True  # False: discovery could not read this card in time (a hung read); not polled
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -106,6 +108,9 @@ class Sample:
     # (block, type) -> count, type in ("correctable", "uncorrectable", "deferred")
     ecc_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
     ras_retired_pages: int | None = None
+    # (file, reason) -> how many times this read found the file unreadable or its value rejected
+    # (file = the attribute's name, "temp2_input"; reason in exporter.sources.errors.REASONS)
+    file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +118,14 @@ class DeviceState:
     """A device as the poller last saw it: identity, latest good sample, and whether it is up."""
 
     identity: DeviceIdentity
-    gpu: int  # index in PCI BDF order: the `gpu` label
+    gpu: int  # the `gpu` label: given once per device key, never changed while the process runs
     sample: Sample | None  # the latest sample that was read in full; None before the first
     up: bool
-    down_reason: str = ""  # "timeout" | "read_error" | "not_found" | ... when not up
+    down_reason: str = ""  # "timeout" | "stuck" | "gone" | "read_error" | ... when not up
     read_errors: Mapping[str, int] = field(default_factory=frozen_map)  # reason -> total
     read_timeouts: int = 0
+    present: bool = True  # False once a discovery no longer finds the device (down_reason "gone")
+    file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (file, reason) -> total
 
 
 @dataclass(frozen=True, slots=True)

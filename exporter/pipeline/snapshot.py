@@ -11,18 +11,20 @@ from exporter.pipeline.discovery import KnownDevices
 def freeze(
     devices: KnownDevices, *, duration: float, source_name: str, cycle: int, source_stats: SourceStats
 ) -> Snapshot:
-    """One Snapshot of every known device, `gpu` numbered in PCI order."""
+    """One Snapshot of every known device (gone ones included), in `gpu` order."""
     states = tuple(
         DeviceState(
             identity=t.identity,
-            gpu=index,
+            gpu=t.gpu,
             sample=t.sample,
             up=t.up,
             down_reason=t.down_reason,
             read_errors=frozen_map(t.read_errors),
             read_timeouts=t.read_timeouts,
+            present=t.present,
+            file_errors=frozen_map(t.file_errors),
         )
-        for index, t in enumerate(devices.in_pci_order())
+        for t in devices.in_gpu_order()
     )
     return Snapshot(
         taken_at=time.time(),

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
-from exporter.sources.identity import KNOWN_DEVICES, assign_packages
+from exporter.sources.errors import record
+from exporter.sources.identity import DUAL_DIE_DEVICE_IDS, KNOWN_DEVICES, assign_packages, is_secondary_die
+from exporter.sources.labels import clean_label
 from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -18,28 +21,48 @@ _CARD = re.compile(r"^card(\d+)$")
 _KFD_LINK_TYPES = {2: "pcie", 11: "xgmi"}
 
 
-def discover_devices(root: str) -> list[DeviceIdentity]:
-    """Every PCI card under root/class/drm driven by amdgpu (vendor 0x1002), in PCI order."""
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A DRM card found by listing class/drm (no attribute file read yet: listing never blocks)."""
+
+    name: str  # "card3"
+    device_dir: str
+    bdf: str
+
+
+def list_cards(root: str) -> list[Card]:
+    """Every PCI DRM card under root/class/drm, by card name; MI300 partition platform devices skipped."""
     drm = os.path.join(root, "class", "drm")
-    try:
-        names = os.listdir(drm)
-    except OSError:
-        return []
-    kfd = read_kfd_topology(root)
-    driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
-    found: list[DeviceIdentity] = []
-    for name in names:
+    cards = []
+    for name in listdir(drm):
         if not _CARD.match(name):
             continue
         device_dir = os.path.realpath(os.path.join(drm, name, "device"))
         bdf = _bdf_from_path(device_dir)
         if bdf is None:  # MI300 partition platform devices (amdgpu_xcp_N) and other non-PCI cards
             continue
-        uevent = read_parsed(os.path.join(device_dir, "uevent"), tf.parse_uevent) or {}
-        vendor = read_parsed(os.path.join(device_dir, "vendor"), tf.parse_hex_id)
-        if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
-            continue
-        found.append(read_identity(name, device_dir, bdf, driver_version, kfd))
+        cards.append(Card(name, device_dir, bdf))
+    return sorted(cards, key=lambda c: int(c.name[4:]))
+
+
+def read_driver_version(root: str) -> str:
+    return read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
+
+
+def identify(card: Card, driver_version: str, kfd: dict[str, tuple[TopologyLink, ...]]) -> DeviceIdentity | None:
+    """The card's identity, or None when it is not an amdgpu device (vendor 0x1002, DRIVER=amdgpu)."""
+    uevent = read_parsed(os.path.join(card.device_dir, "uevent"), tf.parse_uevent) or {}
+    vendor = read_parsed(os.path.join(card.device_dir, "vendor"), tf.parse_hex_id)
+    if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
+        return None
+    return read_identity(card.name, card.device_dir, card.bdf, driver_version, kfd)
+
+
+def discover_devices(root: str) -> list[DeviceIdentity]:
+    """Every PCI card under root/class/drm driven by amdgpu (vendor 0x1002), in PCI order (no deadlines)."""
+    kfd = read_kfd_topology(root)
+    driver_version = read_driver_version(root)
+    found = [d for card in list_cards(root) if (d := identify(card, driver_version, kfd)) is not None]
     return assign_packages(sorted(found, key=lambda d: d.pci_bus_id))
 
 
@@ -56,7 +79,11 @@ def read_identity(
     kfd: dict[str, tuple[TopologyLink, ...]],
 ) -> DeviceIdentity:
     def text(name: str) -> str:
-        return read_parsed(os.path.join(device_dir, name), str.strip) or ""
+        path = os.path.join(device_dir, name)
+        cleaned, changed = clean_label(read_parsed(path, str) or "")
+        if changed:
+            record(path, "label", "cut to length or cleaned of control characters")
+        return cleaned
 
     device_id = read_parsed(os.path.join(device_dir, "device"), tf.parse_hex_id) or ""
     asic, default_product = KNOWN_DEVICES.get(device_id, ("", ""))
@@ -73,6 +100,10 @@ def read_identity(
         if read_parsed(os.path.join(candidate, "name"), str.strip) == "amdgpu":
             hwmon_dir = os.path.realpath(candidate)
             break
+    cap = cap_default = None
+    if hwmon_dir and device_id in DUAL_DIE_DEVICE_IDS:
+        cap = read_parsed(os.path.join(hwmon_dir, "power1_cap"), tf.parse_unsigned)
+        cap_default = read_parsed(os.path.join(hwmon_dir, "power1_cap_default"), tf.parse_unsigned)
     blob = read_file_bytes(os.path.join(device_dir, "gpu_metrics"))
     metrics_version = f"{blob[2]}.{blob[3]}" if blob is not None and len(blob) >= 4 else ""
     numa = read_parsed(os.path.join(device_dir, "numa_node"), tf.parse_signed)
@@ -82,6 +113,7 @@ def read_identity(
         card=card,
         device_dir=device_dir,
         unique_id=read_parsed(os.path.join(device_dir, "unique_id"), tf.parse_unique_id) or "",
+        secondary_die=is_secondary_die(device_id, cap, cap_default),
         hwmon_dir=hwmon_dir,
         vendor_id="0x1002",
         device_id=device_id,
