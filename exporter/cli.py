@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -63,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _run_event_loop(serve(settings))
         # A read stuck in a hung GPU's driver never returns, and Python joins executor threads at
         # exit: leave now (after flushing) rather than hang until systemd's SIGKILL.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a reader that has gone must not change the exit
+                stream.flush()
         os._exit(0)
     except ConfigError as error:
         return _fail(str(error))
@@ -98,7 +100,15 @@ def _snapshot(settings: Settings) -> int:
         source, name, _ = select_source(settings, settings.path_sysfs)
         poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name=name)
         try:
-            if not poller.discover():
+            # A stuck read costs at most the read deadline (at discovery or in the one cycle): the
+            # device is reported down, and the reader threads are daemon threads, never joined.
+            found = await poller.discover_within(poller.discovery_deadline)
+            if found is None:
+                raise StartupError(
+                    f"device discovery under {settings.path_sysfs} did not finish within "
+                    f"{poller.discovery_deadline:g} s: a GPU or its driver may be hung (see dmesg)"
+                )
+            if not found:
                 raise StartupError(f"no AMD GPU found under {settings.path_sysfs}/class/drm")
             snapshot = await poller.poll_once()
         finally:

@@ -20,6 +20,7 @@ import uvicorn
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
+from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
@@ -27,6 +28,8 @@ from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
 
 log = get_logger("exporter.daemon")
+
+SHUTDOWN_GRACE_SECONDS = 0.5
 
 
 class StartupError(RuntimeError):
@@ -61,12 +64,12 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             yield str(root)
         finally:
             stop.set()
-            thread.join(timeout=5)
+            thread.join(timeout=SHUTDOWN_GRACE_SECONDS)
 
 
 def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str]:
     """Returns (source, name, why). rocm-smi only where the library can read this root."""
-    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
+    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval, read_timeout=settings.read_timeout)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "chosen by --source"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
@@ -121,17 +124,18 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        # A hung GPU can block a discovery read as it can any read: bound it, and say so.
-        discovery_deadline = max(10.0, settings.read_timeout * 5)
-        try:
-            devices = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(None, poller.discover), discovery_deadline
-            )
-        except TimeoutError as error:
+        # Start-up with a hung GPU: each card's identity is read against the read deadline, so a
+        # card that hangs is served as down (amdgpu_up 0, reason identify_timeout) with the others
+        # up, and identified by a later discovery. Serving is the better choice here: exiting would
+        # have systemd restart us into the same hang in a loop, leaving the node's healthy GPUs
+        # unmonitored exactly when something is wrong. Only a discovery that cannot even list the
+        # cards by the deadline (nothing to serve) ends start-up, in one line and non-zero.
+        devices = await poller.discover_within(poller.discovery_deadline)
+        if devices is None:
             raise StartupError(
-                f"device discovery under {sysfs_root} did not finish within {discovery_deadline:g} s: "
+                f"device discovery under {sysfs_root} did not finish within {poller.discovery_deadline:g} s: "
                 "a GPU or its driver may be hung (see dmesg)"
-            ) from error
+            )
         if not devices:
             raise StartupError(
                 f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
@@ -147,10 +151,19 @@ async def serve(settings: Settings) -> None:
                 )
             except ValueError as error:
                 raise ConfigError(f"--alertmanager.url: {error}") from error
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher)
+        health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
+        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, health=health)
         poller.on_snapshot = pipeline.on_snapshot
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
+        app = create_app(lambda: pipeline.state, settings.web_telemetry_path, health)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            # SIGTERM must end the process within a second, slow clients or not.
+            timeout_graceful_shutdown=0,  # seconds (an int): connections are dropped, not drained
+        )
         server = uvicorn.Server(config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -177,5 +190,9 @@ async def serve(settings: Settings) -> None:
         for task in done:
             if task is not stopper and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
-        await asyncio.wait(tasks, timeout=5)
-        log.info("stopped")
+        # Whatever is stuck (a read in a hung driver, a slow client), leave within the grace period:
+        # reader threads are daemon threads, and cli.main exits without joining anything.
+        _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        for task in pending:
+            task.cancel()
+        log.info("stopped", abandoned_tasks=len(pending))

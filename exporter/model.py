@@ -130,7 +130,11 @@ class DeviceState:
 
 @dataclass(frozen=True, slots=True)
 class AlertState:
-    """One in-daemon alert on one device (see alerting/state.py)."""
+    """One in-daemon alert on one device (see alerting/state.py).
+
+    Keyed by (device_key, alert): the device's DeviceIdentity.key, so nothing that renumbers `gpu`
+    could ever move an alert to another physical GPU.
+    """
 
     gpu: int
     alert: str
@@ -147,6 +151,7 @@ class AlertState:
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None
     clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step
+    device_key: tuple[str, str, int] = ("", "", 0)  # DeviceIdentity.key of the device
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +200,8 @@ class AlertmanagerStats:
 
     sent: int = 0
     failed: int = 0
+    sender_failures: int = 0  # sender tasks that died (and were restarted)
+    sender_failing: bool = False  # a sender died and has not completed a pass since
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +220,8 @@ class ExporterStats:
     poll_durations: Histogram = Histogram()
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
+    stage_failures: Mapping[str, int] = field(default_factory=frozen_map)  # stage -> failures so far
+    failing_stages: tuple[str, ...] = ()  # stages whose latest run failed ("rules", "render", "alertmanager")
 
 
 @dataclass(frozen=True, slots=True)

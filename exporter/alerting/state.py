@@ -78,14 +78,14 @@ def evaluate(
     and the transitions this cycle caused, in the same order. `snapshot.taken_at` is "now".
     """
     now = snapshot.taken_at
-    by_key = {(state.gpu, state.alert): state for state in previous}
+    by_key = {(state.device_key, state.alert): state for state in previous}
     configured = {rule.alert for rule in rules}
     smi_indices = rocm_smi_indices(snapshot.devices)
-    states: dict[tuple[int, str], AlertState] = {}
+    states: dict[tuple[tuple[str, str, int], str], AlertState] = {}
     transitions: list[Transition] = []
     for device in snapshot.devices:
         for rule in rules:
-            key = (device.gpu, rule.alert)
+            key = (device.identity.key, rule.alert)
             old = by_key.get(key)
             value = rule.read(device.sample) if device.up and device.sample is not None else None
             if value is None:
@@ -102,7 +102,7 @@ def evaluate(
     for key, state in by_key.items():
         if key not in states and state.alert in configured:
             states[key] = state
-    ordered = tuple(states[key] for key in sorted(states))
+    ordered = tuple(sorted(states.values(), key=lambda s: (s.gpu, s.alert, s.device_key)))
     transitions.sort(key=lambda t: (t.gpu, t.alert))
     return ordered, tuple(transitions)
 
@@ -140,8 +140,15 @@ class _Context:
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:
     rule, now, value = ctx.rule, ctx.now, ctx.value
     if old is None:
-        old = AlertState(gpu=ctx.device.gpu, alert=rule.alert, severity=rule.severity, firing=False, since=now)
-    state = dataclasses.replace(old, value=value, severity=rule.severity)
+        old = AlertState(
+            gpu=ctx.device.gpu,
+            alert=rule.alert,
+            severity=rule.severity,
+            firing=False,
+            since=now,
+            device_key=ctx.device.identity.key,
+        )
+    state = dataclasses.replace(old, value=value, severity=rule.severity, gpu=ctx.device.gpu)
     if state.firing:
         if rule.clears(value):
             return _clear(ctx, state)

@@ -16,8 +16,9 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot
+from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot, frozen_map
 from exporter.pipeline.enrich import enrich
+from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
@@ -47,29 +48,56 @@ class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
     def __init__(
-        self, *, source_name: str, source_reason: str, rules: Sequence[Rule], pusher: AlertSink | None = None
+        self,
+        *,
+        source_name: str,
+        source_reason: str,
+        rules: Sequence[Rule],
+        pusher: AlertSink | None = None,
+        health: Health | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.health = health if health is not None else Health()
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        self.health.progress()
         snapshot = enrich(snapshot)
-        alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        try:
+            alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+        except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
+            if self.health.failed("rules", f"{type(error).__name__}: {error}"):
+                log.exception("stage_failed", stage="rules")
+            alerts, transitions = self._alerts, ()
+        else:
+            if self.health.ok("rules"):
+                log.info("stage_recovered", stage="rules")
         self._alerts = alerts
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
         self._poll_durations = self._poll_durations.observe(snapshot.poll_duration_seconds)
+        pusher_stats = None
         if self.pusher is not None:
             self.pusher.update(snapshot, alerts)
+            pusher_stats = self.pusher.stats
+            if pusher_stats.sender_failing:
+                self.health.failed("alertmanager", "an Alertmanager sender died (restarted)")
+            elif self.health.ok("alertmanager"):
+                log.info("stage_recovered", stage="alertmanager")
+        failures = self.health.failures
+        if pusher_stats is not None and pusher_stats.sender_failures:
+            failures["alertmanager"] = pusher_stats.sender_failures  # the pusher counts its own deaths
         stats = ExporterStats(
             source=self.state.source,
             source_reason=self.state.source_reason,
             poll_durations=self._poll_durations,
-            alertmanager=self.pusher.stats if self.pusher is not None else None,
+            alertmanager=pusher_stats,
             process=read_process_stats(),
+            stage_failures=frozen_map(failures),
+            failing_stages=tuple(sorted(self.health.failing)),
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import html
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -19,9 +20,13 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from exporter import __version__
+from exporter.log import get_logger
 from exporter.model import AlertState, DeviceState
+from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
+
+log = get_logger("exporter.web")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -34,10 +39,11 @@ OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charse
 class MetricsFastPath:
     """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
-    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
+    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str, health: Health) -> None:
         self.app = app
         self.state_ref = state_ref
         self.path = path
+        self.health = health
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,7 +69,15 @@ class MetricsFastPath:
             # First scrape of this snapshot in this format: render off the event loop, on one
             # thread, so other requests keep being served meanwhile.
             loop = asyncio.get_running_loop()
-            body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+            try:
+                body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+            except Exception as error:  # a rendering bug: a 500 and a failing readiness, never stale bytes
+                if self.health.failed("render", f"{type(error).__name__}: {error}"):
+                    log.exception("stage_failed", stage="render")
+                await _send(send, 500, b"text/plain; charset=utf-8", b"rendering /metrics failed\n", [])
+                return
+            if self.health.ok("render"):
+                log.info("stage_recovered", stage="render")
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
         if scope["method"] == "HEAD":
@@ -142,18 +156,22 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
     return data
 
 
-def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics") -> Any:
+def create_app(
+    state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", health: Health | None = None
+) -> Any:
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url="/api/docs", redoc_url=None)
+    # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
+    checks = health if health is not None else Health(interval=math.inf)
 
     @app.get("/healthz", response_class=PlainTextResponse)
-    async def healthz() -> str:
-        return "ok\n"
+    async def healthz() -> PlainTextResponse:
+        alive, why = checks.liveness()
+        return PlainTextResponse(f"{why}\n", status_code=200 if alive else 503)
 
     @app.get("/readyz", response_class=PlainTextResponse)
     async def readyz() -> PlainTextResponse:
-        if state_ref().published is None:
-            return PlainTextResponse("waiting for the first poll cycle\n", status_code=503)
-        return PlainTextResponse("ready\n")
+        ready, why = checks.readiness(state_ref().published)
+        return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
@@ -200,4 +218,4 @@ def create_app(state_ref: Callable[[], PublishedState], telemetry_path: str = "/
             "</ul></body></html>"
         )
 
-    return MetricsFastPath(app, state_ref, telemetry_path)
+    return MetricsFastPath(app, state_ref, telemetry_path, checks)

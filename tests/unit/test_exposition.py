@@ -141,6 +141,7 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_info",
         "_pages",
         "_firing",  # a 0/1 state, unitless like _up and _active
+        "_present",  # a 0/1 state: amdgpu_device_present
         "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
     )
     # Every family of the one table: the per-device ones and the exporter's own (identity, alerts, self-metrics).
