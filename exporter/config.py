@@ -11,10 +11,9 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
+from exporter import safeyaml
 
 
 class ConfigError(ValueError):
@@ -184,16 +183,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_file(path: str) -> dict[str, Any]:
+    # Bounded: size, UTF-8, nesting depth and alias expansion are checked before YAML builds anything.
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(error, 'problem', error)}") from error
+        data = safeyaml.safe_load(safeyaml.read_text(path, "config file"), f"config file {path}")
+    except safeyaml.YamlLimitError as error:
+        raise ConfigError(str(error)) from error
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -16,6 +16,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from exporter import safeyaml
 from exporter.alerting.rules import COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
@@ -37,14 +38,19 @@ def default_rules() -> tuple[Rule, ...]:
 def load_rules(path: Path) -> tuple[Rule, ...]:
     """Read and validate a rule file; any problem is a RulesConfigError naming the file and line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RulesConfigError(f"{path}: cannot read rule file: {exc}") from exc
+        text = safeyaml.read_text(path, "rule file")
+    except safeyaml.YamlLimitError as exc:
+        raise RulesConfigError(str(exc)) from exc
     return parse_rules(text, str(path))
 
 
 def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
     """Pure: YAML text -> rules. `source` is the file name used in error messages."""
+    try:
+        # Size, depth and alias limits first (a RecursionError or an alias bomb is no error message).
+        safeyaml.check_limits(text, source)
+    except safeyaml.YamlLimitError as exc:
+        raise RulesConfigError(str(exc)) from exc
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:

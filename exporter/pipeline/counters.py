@@ -25,24 +25,24 @@ from typing import Any
 from exporter.model import DeviceIdentity, Sample, frozen_map
 
 _TICK = 2.0**-16  # J per energy_accumulator tick
-_U32 = float(2**32)
-_U64 = float(2**64)
+_U32 = 2**32  # ints: exact arithmetic near the top of a u64 (a float cannot tell 2^64 - 5 from 2^64)
+_U64 = 2**64
 
 
 @dataclass(frozen=True, slots=True)
 class CounterRule:
     """How one counter field wraps: its register width in the field's unit, the fastest it can climb."""
 
-    width: Callable[[DeviceIdentity], float | None]  # None: never wraps (accumulated in software)
+    width: Callable[[DeviceIdentity], int | float | None]  # None: never wraps (accumulated in software)
     max_rate_per_second: float | None = None  # None: a wrap is only believed from the top quarter
 
 
-def _energy_width(identity: DeviceIdentity) -> float:
+def _energy_width(identity: DeviceIdentity) -> int | float:
     # v1_0 has a u32 energy accumulator; v1_1 and later (and rocm_smi's u64 counter) a u64.
     return _U32 * _TICK if identity.gpu_metrics_version == "1.0" else _U64 * _TICK
 
 
-def _fixed(width: float | None) -> Callable[[DeviceIdentity], float | None]:
+def _fixed(width: int | None) -> Callable[[DeviceIdentity], int | float | None]:
     return lambda identity: width
 
 
@@ -65,8 +65,8 @@ _MAPPING_COUNTERS = frozenset(
 
 @dataclass(slots=True)
 class _Track:
-    raw: float
-    offset: float = 0.0
+    raw: int | float
+    offset: int | float = 0
 
 
 @dataclass(slots=True)
@@ -99,8 +99,13 @@ def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sam
 
 
 def _step(
-    state: CounterState, key: tuple[str, Any], raw: float, width: float | None, rule: CounterRule, dt: float | None
-) -> float:
+    state: CounterState,
+    key: tuple[str, Any],
+    raw: int | float,
+    width: int | float | None,
+    rule: CounterRule,
+    dt: float | None,
+) -> int | float:
     track = state.tracks.get(key)
     if track is None:
         state.tracks[key] = _Track(raw)
@@ -110,14 +115,14 @@ def _step(
             track.offset += width
             state.wraps += 1
         else:
-            track.offset = 0.0
+            track.offset = 0
             state.resets += 1
     track.raw = raw
     return raw + track.offset
 
 
-def _is_wrap(last: float, raw: float, width: float, rule: CounterRule, dt: float | None) -> bool:
-    increment = raw + width - last
+def _is_wrap(last: int | float, raw: int | float, width: int | float, rule: CounterRule, dt: float | None) -> bool:
+    increment = (raw - last) + width
     if increment <= 0:
         return False
     if rule.max_rate_per_second is not None and dt is not None and dt > 0:
