@@ -171,6 +171,8 @@ class Snapshot:
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0
     source_stats: SourceStats = SourceStats()
+    discoveries: int = 0  # discoveries merged so far
+    discovery_failures: int = 0  # discoveries that failed or overran their deadline
 
 
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

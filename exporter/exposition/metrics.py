@@ -184,6 +184,11 @@ def _down_reason(state: DeviceState) -> Iterable[LabelledValue]:
         yield (state.down_reason or "unknown",), 1.0
 
 
+def _discoveries(published: Published) -> Iterator[LabelledValue]:
+    yield ("failed",), float(published.snapshot.discovery_failures)
+    yield ("ok",), float(published.snapshot.discoveries)
+
+
 def _stage_failures(published: Published) -> Iterator[LabelledValue]:
     failures = published.stats.stage_failures
     for stage in STAGES:
@@ -606,6 +611,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Alert pushes to Alertmanager by result.",
         ("result",),
         _alertmanager_notifications,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_discoveries",
+        "counter",
+        "",
+        "Device discoveries by result (ok, failed: an error or past its deadline).",
+        ("result",),
+        _discoveries,
     ),
     MetricSpec(
         "amdgpu_exporter_stage_failures",

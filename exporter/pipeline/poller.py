@@ -225,6 +225,8 @@ class Poller:
             source_name=self.source_name,
             cycle=self._cycle,
             source_stats=self.source.stats(),
+            discoveries=self.discoveries,
+            discovery_failures=self.discovery_failures,
         )
 
     # -- the loop --------------------------------------------------------------------------

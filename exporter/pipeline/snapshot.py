@@ -9,7 +9,14 @@ from exporter.pipeline.discovery import KnownDevices
 
 
 def freeze(
-    devices: KnownDevices, *, duration: float, source_name: str, cycle: int, source_stats: SourceStats
+    devices: KnownDevices,
+    *,
+    duration: float,
+    source_name: str,
+    cycle: int,
+    source_stats: SourceStats,
+    discoveries: int = 0,
+    discovery_failures: int = 0,
 ) -> Snapshot:
     """One Snapshot of every known device (gone ones included), in `gpu` order."""
     states = tuple(
@@ -33,4 +40,6 @@ def freeze(
         source=source_name,
         cycle=cycle,
         source_stats=source_stats,
+        discoveries=discoveries,
+        discovery_failures=discovery_failures,
     )

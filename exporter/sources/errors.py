@@ -16,6 +16,8 @@ import os
 import threading
 from collections.abc import Iterator
 
+from exporter.sources.labels import clean_name
+
 REASONS = (
     "parse",  # the text or blob is not what the driver writes
     "implausible",  # parsed, but outside the field's plausible range (plausible.py)
@@ -72,7 +74,7 @@ class FileErrors:
         return os.path.basename(path)
 
     def add(self, path_or_file: str, reason: str, detail: str = "") -> None:
-        key = (self.name_of(path_or_file) if "/" in path_or_file else path_or_file, reason)
+        key = (clean_name(self.name_of(path_or_file) if "/" in path_or_file else path_or_file), reason)
         self.counts[key] = self.counts.get(key, 0) + 1
         if detail and key not in self.details:
             self.details[key] = detail[:200]
@@ -80,7 +82,7 @@ class FileErrors:
     def ok_files(self) -> set[str]:
         """Files read and accepted this read."""
         failed = {file for file, _ in self.counts}
-        return {name for name in (self.name_of(path) for path in self.read_ok) if name not in failed}
+        return {name for name in (clean_name(self.name_of(path)) for path in self.read_ok) if name not in failed}
 
     def failed_files(self) -> dict[str, str]:
         """file -> its (first) reason this read."""

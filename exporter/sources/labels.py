@@ -19,3 +19,13 @@ def clean_label(text: str) -> tuple[str, bool]:
     if len(cleaned) > MAX_LABEL_CHARS:
         cleaned = cleaned[:MAX_LABEL_CHARS]
     return cleaned, cleaned != stripped
+
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_./:-]")
+MAX_NAME_CHARS = 64
+
+
+def clean_name(name: str) -> str:
+    """A file or directory name used as a label value (firmware block, RAS block, file): a name from a
+    listing can hold any byte but '/' and NUL, and one that is not UTF-8 would break rendering."""
+    return _NAME_UNSAFE.sub("_", name)[:MAX_NAME_CHARS]

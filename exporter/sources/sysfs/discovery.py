@@ -13,7 +13,7 @@ from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
 from exporter.sources.identity import DUAL_DIE_DEVICE_IDS, KNOWN_DEVICES, assign_packages, is_secondary_die
-from exporter.sources.labels import clean_label
+from exporter.sources.labels import clean_label, clean_name
 from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -93,7 +93,7 @@ def read_identity(
         if entry.endswith("_fw_version"):
             version = read_parsed(os.path.join(fw_dir, entry), tf.parse_fw_version)
             if version is not None:
-                firmware[entry.removesuffix("_fw_version")] = version
+                firmware[clean_name(entry.removesuffix("_fw_version"))] = version
     hwmon_dir = ""
     for entry in sorted(listdir(os.path.join(device_dir, "hwmon"))):
         candidate = os.path.join(device_dir, "hwmon", entry)

@@ -14,6 +14,7 @@ from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
 from exporter.sources.errors import record
+from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.files import listdir, read_parsed
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
@@ -46,7 +47,7 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
             counts = read_parsed(f"{ras_dir}/{entry}", tf.parse_ras_err_count)
             if counts is None:
                 continue
-            block = entry.removesuffix("_err_count")
+            block = clean_name(entry.removesuffix("_err_count"))
             origin = f"ras/{entry}"
             values.set("ecc_errors", (block, "correctable"), counts.correctable, origin)
             values.set("ecc_errors", (block, "uncorrectable"), counts.uncorrectable, origin)

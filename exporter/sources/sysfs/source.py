@@ -82,18 +82,22 @@ class SysfsSource:
         cards = list_cards(self.root)
         self._identify_pool.resize(len(cards) + 2)
         pending: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
+        stuck_before: set[str] = set()
         for card in cards:
             running = self._identifying.get(card.bdf)
             if running is None or running.done():
                 running = self._identify_pool.submit(self._identify, card, driver_version, kfd)
                 self._identifying[card.bdf] = running
+            else:
+                stuck_before.add(card.bdf)  # still in the read that hung last time: not read again
             pending[card.bdf] = running
         concurrent.futures.wait(pending.values(), timeout=self.read_timeout)
         found: list[DeviceIdentity] = []
         for card in cards:
             future = pending[card.bdf]
             if not future.done():
-                log.warning("identify_timeout", card=card.name, pci_bus_id=card.bdf, timeout=self.read_timeout)
+                if card.bdf not in stuck_before:  # logged once per hang, not once per discovery
+                    log.warning("identify_timeout", card=card.name, pci_bus_id=card.bdf, timeout=self.read_timeout)
                 found.append(
                     DeviceIdentity(pci_bus_id=card.bdf, card=card.name, device_dir=card.device_dir, complete=False)
                 )
@@ -105,9 +109,10 @@ class SysfsSource:
                 log.warning("identify_failed", card=card.name, pci_bus_id=card.bdf, error=str(error))
                 continue
             if errors.counts:
-                pending_errors = self._discovery_errors.setdefault(card.bdf, {})
-                for key, count in errors.counts.items():
-                    pending_errors[key] = pending_errors.get(key, 0) + count
+                with self._file_state_lock:
+                    pending_errors = self._discovery_errors.setdefault(card.bdf, {})
+                    for key, count in errors.counts.items():
+                        pending_errors[key] = pending_errors.get(key, 0) + count
             if identity is not None:
                 found.append(identity)
         complete = assign_packages(sorted((d for d in found if d.complete), key=lambda d: d.pci_bus_id))
