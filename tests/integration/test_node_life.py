@@ -458,3 +458,59 @@ def test_energy_counter_stays_monotonic_across_a_u32_wrap_in_prometheus(tmp_path
             stop_writer.set()
             prom.terminate()
             prom.wait(10)
+
+
+# --- readiness and liveness --------------------------------------------------------------------------------
+
+
+def test_readyz_goes_503_on_each_failing_stage_and_back_and_healthz_on_a_stuck_loop(tmp_path: Path) -> None:
+    import sys
+
+    from tests.realtools import free_port, start_listening
+
+    root, _ = tree(tmp_path, fleet="1xMI210")
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    dead_alertmanager = f"http://127.0.0.1:{free_port()}"
+    proc, port = start_listening(
+        lambda p: [sys.executable, "-m", "tests.integration.faulty_exporter", str(flags), f"--path.sysfs={root}",
+                   "--interval=100ms", "--read-timeout=200ms", f"--alertmanager.url={dead_alertmanager}",
+                   f"--web.listen-address=127.0.0.1:{p}", "--log.format=json"],
+        stdout=subprocess.DEVNULL, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def status(path: str) -> tuple[int, str]:
+        response = httpx.get(base + path, timeout=2)
+        return response.status_code, response.text
+
+    def until(path: str, code: int, timeout: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            got, text = status(path)
+            if got == code:
+                return text
+            assert time.monotonic() < deadline, f"{path} stayed {got}: {text}"
+            time.sleep(0.05)
+
+    try:
+        wait_ready(port, proc)  # type: ignore[arg-type]
+        for stage, flag in (("rules", "rules"), ("alertmanager", "sender")):
+            (flags / flag).touch()
+            assert f"stage {stage} is failing" in until("/readyz", 503)
+            assert (value(scrape(port), "amdgpu_exporter_stage_failures_total", stage=stage) or 0) >= 1
+            assert status("/metrics")[0] == 200 and status("/healthz")[0] == 200
+            (flags / flag).unlink()
+            until("/readyz", 200)
+        (flags / "publish").touch()  # polled but no longer published: the snapshot ages
+        assert "old" in until("/readyz", 503)
+        assert status("/healthz")[0] == 200
+        (flags / "publish").unlink()
+        until("/readyz", 200)
+        (flags / "loop").touch()  # the poll loop stops making progress
+        assert "no progress" in until("/healthz", 503)
+        (flags / "loop").unlink()
+        until("/healthz", 200)
+        until("/readyz", 200)
+    finally:
+        stop(proc)  # type: ignore[arg-type]
