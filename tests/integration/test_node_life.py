@@ -514,3 +514,44 @@ def test_readyz_goes_503_on_each_failing_stage_and_back_and_healthz_on_a_stuck_l
         until("/readyz", 200)
     finally:
         stop(proc)  # type: ignore[arg-type]
+
+
+MISSING_ANNOTATIONS = {
+    "summary": "node:9442 sees fewer GPUs than it did",
+    "description": "amdgpu-exporter on node:9442 sees 3 GPU(s), fewer than at some point in the last day: a GPU has"
+    " dropped off the bus or failed to initialise since.",
+    "runbook": "lspci -d 1002: and dmesg for the missing device (PCIe link down, amdgpu init failure). Compare with"
+    " amdgpu_device_info from a day ago to identify it. If a GPU was removed on purpose, silence this alert for a day.",
+}
+
+
+def test_device_missing_fires_on_what_the_exporter_serves_for_a_vanished_gcd(tmp_path: Path) -> None:
+    """A real scrape before and after a GCD falls off the bus, replayed through promtool with the shipped rules."""
+    from tests.realtools import require_tool
+
+    promtool = require_tool("promtool")
+    root, simulator = tree(tmp_path)
+    with exporter(f"--path.sysfs={root}", "--interval=100ms", "--discovery-interval=200ms") as (proc, port):
+        wait_ready(port, proc)
+        before = scrape(port)
+        shutil.rmtree(simulator.truth()[2].identity.device_dir)
+        after = wait_for(port, lambda s: 0 in {v for k, v in s.items() if k[0] == "amdgpu_device_present"})
+    lines = []
+    for name in ("amdgpu_up", "amdgpu_device_present"):
+        for key in sorted(k for k in before if k[0] == name):
+            labels = ",".join(f'{k}="{v}"' for k, v in (*key[1], ("instance", "node:9442"), ("job", "amdgpu-exporter")))
+            lines.append(
+                f"      - series: '{name}{{{labels}}}'\n        values: '{before[key]:g}x30 {after[key]:g}x30'"
+            )
+    rules = Path(__file__).parents[2] / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
+    test = tmp_path / "missing.yml"
+    test.write_text(
+        f"rule_files: ['{rules}']\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+        + "\n".join(lines)
+        + "\n    alert_rule_test:\n      - eval_time: 30m\n        alertname: AMDGPUDeviceMissing\n"
+        "      - eval_time: 40m\n        alertname: AMDGPUDeviceMissing\n        exp_alerts:\n"
+        "          - exp_labels: {instance: 'node:9442', job: amdgpu-exporter, severity: critical}\n"
+        f"            exp_annotations: {json.dumps(MISSING_ANNOTATIONS)}\n"
+    )
+    result = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
