@@ -93,6 +93,12 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_read_errors_total": {**_GPU, "reason": None},
     "amdgpu_exporter_read_timeouts_total": {**_GPU, "reason": None},
     "amdgpu_exporter_worker_restarts_total": {},
+    # a node's life (issue 10): vanished devices, why a device is down, errors as data, stages
+    "amdgpu_device_present": _GPU,
+    "amdgpu_device_down_info": {**_GPU, "reason": None},
+    "amdgpu_exporter_file_errors_total": {**_GPU, "file": None, "reason": None},
+    "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
+    "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
     # The exporter process itself (prometheus-client's process collector, through the metric table).
     "process_cpu_seconds_total": {},
