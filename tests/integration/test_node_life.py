@@ -555,3 +555,35 @@ def test_device_missing_fires_on_what_the_exporter_serves_for_a_vanished_gcd(tmp
     )
     result = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- dies and packages ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fleet", ["2xMI250X", "2xMI250X:serial=unique_id", "1xMI210,1xMI250X:serial=unique_id"])
+def test_mi250x_dies_pair_with_either_serial_style(tmp_path: Path, fleet: str) -> None:
+    from tests.realtools import require_tool
+
+    root, simulator = tree(tmp_path, fleet=fleet)
+    truth = {t.identity.pci_bus_id: t.identity for t in simulator.truth()}
+    if "unique_id" in fleet:
+        mi250x = [i for i in truth.values() if i.device_id == "0x740c"]
+        assert len({i.serial for i in mi250x}) == len(mi250x), "no FRU: every die has its own serial"
+    with exporter(f"--path.sysfs={root}", "--interval=100ms") as (proc, port):
+        wait_ready(port, proc)
+        series = scrape(port)
+    info = {dict(k[1])["pci_bus_id"]: dict(k[1]) for k in series if k[0] == "amdgpu_device_info"}
+    for bdf, expected in truth.items():
+        assert (info[bdf]["package"], info[bdf]["die"]) == (expected.package, str(expected.die)), bdf
+        power = value(series, "amdgpu_power_watts", gpu=info[bdf]["gpu"])
+        assert (power is None) == (expected.die == 1), f"{bdf}: die 1 has no power reading of its own"
+    packages = [i["package"] for i in info.values() if i["product"].startswith("AMD Instinct MI250X")]
+    assert all(packages.count(p) == 2 for p in packages), "each MI250X package has two dies"
+    # rocm-smi says "Secondary die" on exactly the dies we call die 1
+    result = run_in_sysfs_namespace(root, [require_tool("rocm-smi"), "--showpower", "--json"], timeout=60)
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    smi_secondary = {
+        name for name, card in report.items() if "Secondary die" in card.get("Average Graphics Package Power (W)", "")
+    }
+    ours = {f"card{i['gpu']}" for i in info.values() if i["die"] == "1"}
+    assert smi_secondary == ours and ours
