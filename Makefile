@@ -3,9 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Real tools the integration tests run against the simulator (Debian bookworm package names).
+# Real tools the integration tests run against the simulator (Debian bookworm package names);
+# mmdebstrap and gcc build the cached trixie/sid chroots with rocm-smi 6.x and amd-smi (tests/oracles).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
-	prometheus-alertmanager systemd util-linux procps python3-venv
+	prometheus-alertmanager systemd util-linux procps python3-venv \
+	mmdebstrap gcc
 DEBIAN_BENCH_PACKAGES := wrk strace
 LISTEN ?= 127.0.0.1:9442
 

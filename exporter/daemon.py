@@ -12,12 +12,14 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rules import Rule
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.health import Health
@@ -26,6 +28,9 @@ from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
+
+if TYPE_CHECKING:
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
 
@@ -108,6 +113,50 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
+    """The first discovery, bounded; the device count.
+
+    With a hung GPU: each card's identity is read against the read deadline, so a card that hangs
+    is served as down (amdgpu_up 0, reason identify_timeout) with the others up, and identified by
+    a later discovery. Serving is the better choice: exiting would have systemd restart us into the
+    same hang in a loop, leaving the node's healthy GPUs unmonitored exactly when something is
+    wrong. Only a discovery that cannot even list the cards by the deadline (nothing to serve) ends
+    start-up, in one line and non-zero.
+    """
+    devices = await poller.discover_within(poller.discovery_deadline)
+    if devices is None:
+        raise StartupError(
+            f"device discovery under {sysfs_root} did not finish within {poller.discovery_deadline:g} s: "
+            "a GPU or its driver may be hung (see dmesg)"
+        )
+    if not devices:
+        raise StartupError(
+            f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
+            "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
+        )
+    return len(devices)
+
+
+def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
+    """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
+    if not settings.alertmanager_url:
+        return None
+    from exporter.alerting.alertmanager import AlertmanagerPusher
+
+    try:
+        return AlertmanagerPusher(
+            list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+        )
+    except ValueError as error:
+        raise ConfigError(f"--alertmanager.url: {error}") from error
+
+
+def _shown_url(host: str, port: int, path: str) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
+    return f"http://{shown_host}:{port}{path}"
+
+
 async def serve(settings: Settings) -> None:
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     host, port = settings.web_listen_address
@@ -124,33 +173,8 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        # Start-up with a hung GPU: each card's identity is read against the read deadline, so a
-        # card that hangs is served as down (amdgpu_up 0, reason identify_timeout) with the others
-        # up, and identified by a later discovery. Serving is the better choice here: exiting would
-        # have systemd restart us into the same hang in a loop, leaving the node's healthy GPUs
-        # unmonitored exactly when something is wrong. Only a discovery that cannot even list the
-        # cards by the deadline (nothing to serve) ends start-up, in one line and non-zero.
-        devices = await poller.discover_within(poller.discovery_deadline)
-        if devices is None:
-            raise StartupError(
-                f"device discovery under {sysfs_root} did not finish within {poller.discovery_deadline:g} s: "
-                "a GPU or its driver may be hung (see dmesg)"
-            )
-        if not devices:
-            raise StartupError(
-                f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
-                "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
-            )
-        pusher = None
-        if settings.alertmanager_url:
-            from exporter.alerting.alertmanager import AlertmanagerPusher  # httpx only when paging
-
-            try:
-                pusher = AlertmanagerPusher(
-                    list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
-                )
-            except ValueError as error:
-                raise ConfigError(f"--alertmanager.url: {error}") from error
+        device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        pusher = alertmanager_pusher(settings, port, rules)
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, health=health)
         poller.on_snapshot = pipeline.on_snapshot
@@ -161,22 +185,17 @@ async def serve(settings: Settings) -> None:
             access_log=False,
             lifespan="off",
             server_header=False,
-            # SIGTERM must end the process within a second, slow clients or not.
-            timeout_graceful_shutdown=0,  # seconds (an int): connections are dropped, not drained
+            # SIGTERM must end the process within a second, slow clients or not: connections are
+            # dropped, not drained (uvicorn takes whole seconds here).
+            timeout_graceful_shutdown=0,
         )
         server = uvicorn.Server(config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        shown_host = f"[{host}]" if ":" in host else host
-        shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
-        log.info(
-            "listening",
-            url=f"http://{shown_host}:{port}{settings.web_telemetry_path}",
-            devices=len(devices),
-            interval=settings.interval,
-        )
+        url = _shown_url(host, port, settings.web_telemetry_path)
+        log.info("listening", url=url, devices=device_count, interval=settings.interval)
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),
             asyncio.create_task(server.serve(sockets=[listener]), name="http"),

@@ -45,21 +45,32 @@ def wait_until(port: int, predicate, timeout: float = 10.0) -> dict[tuple[str, s
 
 
 def hang(path: Path) -> bytes:
-    """Swap a named pipe in for `path` (atomically); returns the file's content for later."""
+    """Swap a named pipe in for `path` (atomically); returns the file's content for later.
+
+    The pipe keeps a second name (`.held`) so unhang can release a reader blocked on it after the
+    real file is back in place.
+    """
     content = path.read_bytes()
     fifo = path.with_name(path.name + ".fifo")
     os.mkfifo(fifo)
+    os.link(fifo, path.with_name(path.name + ".held"))
     os.replace(fifo, path)
     return content
 
 
 def unhang(path: Path, content: bytes) -> None:
-    """Release the blocked reader (a writer opens and closes the pipe), then restore the file."""
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-    os.close(fd)
+    """Restore the file, then release the blocked reader (a writer opens and closes the pipe).
+
+    In this order: released first, a reader's next open in the gap before the file is back would
+    block on the pipe again, with no writer ever coming (a race a loaded machine does hit).
+    """
     temp = path.with_name(path.name + ".tmp")
     temp.write_bytes(content)
     os.replace(temp, path)
+    held = path.with_name(path.name + ".held")
+    fd = os.open(held, os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)
+    held.unlink()
 
 
 def test_hung_gpu_goes_down_alone_and_comes_back(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,8 +12,9 @@ import pytest
 
 from exporter import config
 from exporter.alerting.rulefile import default_rules
-from exporter.daemon import StartupError, open_listener, select_source
+from exporter.daemon import StartupError, alertmanager_pusher, discover_at_start, open_listener, select_source
 from exporter.model import AlertmanagerStats, AlertState, Published, Snapshot, SourceStats
+from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.sysfs import SysfsSource
 from tests.unit.test_rules import device
@@ -99,3 +101,18 @@ def test_each_cycle_publishes_one_immutable_result_and_hands_alerts_on() -> None
     assert "amdgpu_exporter_poll_duration_seconds_count 1.0" in first.metrics.text.decode()
     assert "amdgpu_exporter_poll_duration_seconds_count 2.0" in second.metrics.text.decode()
     assert isinstance(second.published, Published)
+
+
+def test_start_up_discovery_with_no_gpu_says_how_to_try_the_demo(tmp_path: Path) -> None:
+    poller = Poller(SysfsSource(tmp_path), source_name="sysfs")
+    with pytest.raises(StartupError, match=f"no AMD GPU found: no card under {tmp_path}/class/drm .* --demo$"):
+        asyncio.run(discover_at_start(poller, str(tmp_path), read_timeout=1.0))
+    poller.close()
+
+
+def test_the_pusher_exists_only_with_an_alertmanager_url_and_checks_it() -> None:
+    assert alertmanager_pusher(settings(), 9442, default_rules()) is None
+    pusher = alertmanager_pusher(settings("--alertmanager.url=http://am:9093"), 9442, default_rules())
+    assert pusher is not None and pusher.endpoints == ("http://am:9093/api/v2/alerts",)
+    with pytest.raises(config.ConfigError, match=r"^--alertmanager\.url: .*not 'am:9093'"):
+        alertmanager_pusher(settings("--alertmanager.url=am:9093"), 9442, default_rules())

@@ -22,7 +22,7 @@ from exporter.simulator import Simulator, load_truth_json, parse_fleet, parse_sc
 from exporter.simulator import gpu_metrics_writer as gm
 from exporter.simulator.fleet import layout
 from exporter.sources.gpu_metrics import decode_gpu_metrics, read_v1_9_attributes
-from exporter.sources.gpu_metrics_layouts import FIXED_LAYOUTS, Layout, struct_format
+from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout, struct_format
 
 
 @pytest.fixture
