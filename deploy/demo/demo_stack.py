@@ -3,6 +3,10 @@
 
     python deploy/demo/demo_stack.py            # or: make demo-stack
     python deploy/demo/demo_stack.py --fast     # the alert's `for:` 30x shorter: pages within ~30 s
+    python deploy/demo/demo_stack.py --fleet 8xMI300X \
+        --scenario thermal-excursion:start=20,hot=600,peak=102,gpus=0+1+2+3+4+5+6+7
+        # a whole node's cooling fails: ~2.5 min later one page (AMDGPUTemperatureCritical) for the node,
+        # listing all eight GPUs; their warnings are inhibited
 
 Starts, all on 127.0.0.1 with their data in one temporary folder:
   - amdgpu-exporter --demo with a thermal excursion on one GCD, pushing its own alerts to Alertmanager
@@ -138,14 +142,22 @@ def alertmanager_config_for_webhook(config_text: str, webhook_url: str, group_wa
     return yaml.safe_dump(document, sort_keys=False, width=1000)
 
 
-def prometheus_config(exporter: str, alertmanager: str, rules_file: Path, interval: str = "1s") -> str:
-    """Prometheus scraping one exporter (host:port) and sending to one Alertmanager (host:port)."""
+def prometheus_config(
+    exporter: str, alertmanager: str, rules_file: Path, interval: str = "1s", node: str | None = None
+) -> str:
+    """Prometheus scraping one exporter (host:port) and sending to one Alertmanager (host:port).
+
+    Every alert names its node by the target label `node` (docs/alert-labels.md). The README's scrape
+    config takes it from the target's host name; here the target is 127.0.0.1, so it is a static
+    label: this machine's host name, the name the exporter's own push uses by default.
+    """
+    target: dict[str, Any] = {"targets": [exporter], "labels": {"node": node or socket.gethostname()}}
     return yaml.safe_dump(
         {
             "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
             "rule_files": [str(rules_file)],
             "alerting": {"alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager]}]}]},
-            "scrape_configs": [{"job_name": SCRAPE_JOB, "static_configs": [{"targets": [exporter]}]}],
+            "scrape_configs": [{"job_name": SCRAPE_JOB, "static_configs": [target]}],
         },
         sort_keys=False,
     )
@@ -172,7 +184,7 @@ class Page:
     def text(self) -> str:
         at = datetime.fromtimestamp(self.received_at).strftime("%H:%M:%S")
         name = self.labels.get("alertname", "?")
-        where = " ".join(f"{k}={self.labels[k]}" for k in ("gpu", "severity", "instance") if k in self.labels)
+        where = " ".join(f"{k}={self.labels[k]}" for k in ("node", "gpu", "severity", "instance") if k in self.labels)
         lines = [f"{at} PAGE {self.status.upper()} {name} {where} ({self.path}, receiver {self.receiver})"]
         for key in ("summary", "suggestion", "description"):
             value = " ".join(self.annotations.get(key, "").split())
@@ -181,11 +193,24 @@ class Page:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Notification:
+    """One webhook notification: one Alertmanager group (node and cause) and the alerts it lists."""
+
+    received_at: float
+    receiver: str
+    status: str  # firing | resolved: the group's
+    group_key: str
+    group_labels: dict[str, str]
+    alerts: tuple[Page, ...]
+
+
 class PageReceiver:
     """An HTTP server taking Alertmanager webhook notifications: records every alert, prints it to `out`."""
 
     def __init__(self, port: int = 0, out: TextIO | None = None) -> None:
         self.pages: list[Page] = []
+        self.notifications: list[Notification] = []
         self._lock = threading.Lock()
         self._out = out
         receiver = self
@@ -226,8 +251,17 @@ class PageReceiver:
             Page(received_at, notification["receiver"], alert["status"], alert["labels"], alert.get("annotations", {}))
             for alert in notification["alerts"]
         ]
+        sent = Notification(
+            received_at,
+            notification["receiver"],
+            notification["status"],
+            notification.get("groupKey", ""),
+            dict(notification.get("groupLabels", {})),
+            tuple(pages),
+        )
         with self._lock:
             self.pages.extend(pages)
+            self.notifications.append(sent)
             if self._out is not None:
                 for page in pages:
                     print(page.text(), file=self._out, flush=True)
@@ -271,7 +305,8 @@ class StackConfig:
     for_scale: float = 1.0
     fast_alerts: tuple[str, ...] | None = FAST_ALERTS
     push: bool = True  # the exporter also pages Alertmanager directly (--alertmanager.url)
-    group_wait: str = "1s"
+    # Long enough for the GPUs of one node that share a fault to land in one notification (shipped: 30 s).
+    group_wait: str = "3s"
     group_interval: str = "10s"
     exporter_port: int = 0  # 0: any free port
     prometheus_port: int = 0
@@ -298,6 +333,8 @@ class Stack:
         # The `instance` label of what the exporter pushes itself (its host name and port).
         self.push_instance = f"{socket.gethostname()}:{self.ports['exporter']}"
         self.scrape_instance = f"127.0.0.1:{self.ports['exporter']}"
+        # The `node` label of every alert on either path (docs/alert-labels.md).
+        self.node = socket.gethostname()
         self.receiver: PageReceiver | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.exporter_started_at: float | None = None
@@ -333,7 +370,11 @@ class Stack:
             )
         files["prometheus"].write_text(
             prometheus_config(
-                self.scrape_instance, f"127.0.0.1:{self.ports['alertmanager']}", files["prometheus_rules"], c.interval
+                self.scrape_instance,
+                f"127.0.0.1:{self.ports['alertmanager']}",
+                files["prometheus_rules"],
+                c.interval,
+                node=self.node,
             ),
             encoding="utf-8",
         )

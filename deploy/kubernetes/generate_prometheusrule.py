@@ -7,6 +7,10 @@ wraps its `groups` unchanged in a PrometheusRule object. Run it after editing th
     python3 deploy/kubernetes/generate_prometheusrule.py            # rewrite prometheusrule.yaml
     python3 deploy/kubernetes/generate_prometheusrule.py --check    # exit 1 if it is out of date
     python3 deploy/kubernetes/generate_prometheusrule.py --stdout   # print, write nothing
+    python3 deploy/kubernetes/generate_prometheusrule.py --stdout --runbook-base https://git.example.org/gpu/blob/v1/
+
+--runbook-base turns each alert's runbook_url (the repository path docs/runbooks.md#<alert>) into a
+link to your copy; the committed prometheusrule.yaml keeps the repository paths.
 
 tests/integration/test_kubernetes_manifests.py fails while the committed file differs from the output.
 """
@@ -38,11 +42,30 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _RuleDumper.add_representer(str, _represent_str)
 
 
-def render_prometheusrule(rules_text: str, source_name: str) -> str:
+def with_runbook_base(groups: list[Any], base: str) -> list[Any]:
+    """The groups with every alert's relative runbook_url prefixed by `base` (a URL ending in /)."""
+    if not base.endswith("/"):
+        raise ValueError(f"--runbook-base {base!r}: expected a URL ending in '/' (it is prefixed to docs/runbooks.md)")
+    result = []
+    for group in groups:
+        rules = []
+        for rule in group.get("rules", []):
+            annotations = rule.get("annotations", {})
+            url = annotations.get("runbook_url", "")
+            if url and "://" not in url:
+                rule = {**rule, "annotations": {**annotations, "runbook_url": base + url}}
+            rules.append(rule)
+        result.append({**group, "rules": rules})
+    return result
+
+
+def render_prometheusrule(rules_text: str, source_name: str, runbook_base: str | None = None) -> str:
     """The PrometheusRule manifest (YAML text) for a Prometheus rules file's text."""
     rules = yaml.safe_load(rules_text)
     if not isinstance(rules, dict) or not isinstance(rules.get("groups"), list) or not rules["groups"]:
         raise ValueError(f"{source_name}: expected a mapping with a non-empty 'groups' list")
+    if runbook_base is not None:
+        rules["groups"] = with_runbook_base(rules["groups"], runbook_base)
     manifest: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -64,10 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 if prometheusrule.yaml is out of date")
     mode.add_argument("--stdout", action="store_true", help="print the manifest instead of writing it")
+    parser.add_argument(
+        "--runbook-base", metavar="URL", help="prefix each runbook_url with URL (only with --stdout)", default=None
+    )
     args = parser.parse_args(argv)
+    if args.runbook_base is not None and not args.stdout:
+        parser.error("--runbook-base only with --stdout: the committed prometheusrule.yaml keeps repository paths")
 
     source_name = RULES_FILE.relative_to(HERE.parent.parent).as_posix()
-    rendered = render_prometheusrule(RULES_FILE.read_text(encoding="utf-8"), source_name)
+    try:
+        rendered = render_prometheusrule(RULES_FILE.read_text(encoding="utf-8"), source_name, args.runbook_base)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     if args.stdout:
         sys.stdout.write(rendered)
         return 0

@@ -339,3 +339,32 @@ def test_generator_rejects_a_rules_file_without_groups() -> None:
         generate_prometheusrule.render_prometheusrule("rules: []\n", "bad.yml")
     text = generate_prometheusrule.render_prometheusrule(PROMETHEUS_RULES.read_text(), "x.yml")
     assert yaml.safe_load(text)["spec"]["groups"] == yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"]
+
+
+def test_generator_prefixes_runbook_urls_with_a_base(tmp_path: Path) -> None:
+    """--runbook-base makes every alert's runbook_url a link to the given copy of docs/runbooks.md."""
+    base = "https://git.example.org/ops/amdgpu-exporter/blob/v1/"
+    result = subprocess.run(
+        [sys.executable, str(KUSTOMIZE_DIR / "generate_prometheusrule.py"), "--stdout", f"--runbook-base={base}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    groups = yaml.safe_load(result.stdout)["spec"]["groups"]
+    shipped = yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"]
+    urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
+    relative = [r["annotations"]["runbook_url"] for g in shipped for r in g["rules"] if "alert" in r]
+    assert urls == [base + url for url in relative] and all(url.startswith("docs/runbooks.md#") for url in relative)
+    # Nothing else changes; a base that is not a folder URL is one clear error.
+    strip = [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]} for g in groups]
+    assert strip == [
+        {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]} for g in shipped
+    ]
+    bad = subprocess.run(
+        [sys.executable, str(KUSTOMIZE_DIR / "generate_prometheusrule.py"), "--stdout", "--runbook-base=https://x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "ending in '/'" in bad.stderr

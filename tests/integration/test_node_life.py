@@ -516,42 +516,43 @@ def test_readyz_goes_503_on_each_failing_stage_and_back_and_healthz_on_a_stuck_l
         stop(proc)  # type: ignore[arg-type]
 
 
-MISSING_ANNOTATIONS = {
-    "summary": "node:9442 sees fewer GPUs than it did",
-    "description": "amdgpu-exporter on node:9442 sees 3 GPU(s), fewer than at some point in the last day: a GPU has"
-    " dropped off the bus or failed to initialise since.",
-    "runbook": "lspci -d 1002: and dmesg for the missing device (PCIe link down, amdgpu init failure). Compare with"
-    " amdgpu_device_info from a day ago to identify it. If a GPU was removed on purpose, silence this alert for a day.",
-}
-
-
 def test_device_missing_fires_on_what_the_exporter_serves_for_a_vanished_gcd(tmp_path: Path) -> None:
     """A real scrape before and after a GCD falls off the bus, replayed through promtool with the shipped rules."""
     from tests.realtools import require_tool
 
     promtool = require_tool("promtool")
     root, simulator = tree(tmp_path)
+    vanished = simulator.truth()[2].identity
     with exporter(f"--path.sysfs={root}", "--interval=100ms", "--discovery-interval=200ms") as (proc, port):
         wait_ready(port, proc)
         before = scrape(port)
-        shutil.rmtree(simulator.truth()[2].identity.device_dir)
+        shutil.rmtree(vanished.device_dir)
         after = wait_for(port, lambda s: 0 in {v for k, v in s.items() if k[0] == "amdgpu_device_present"})
+    gpu = gpu_of(after)[vanished.pci_bus_id]
     lines = []
-    for name in ("amdgpu_up", "amdgpu_device_present"):
-        for key in sorted(k for k in before if k[0] == name):
-            labels = ",".join(f'{k}="{v}"' for k, v in (*key[1], ("instance", "node:9442"), ("job", "amdgpu-exporter")))
-            lines.append(
-                f"      - series: '{name}{{{labels}}}'\n        values: '{before[key]:g}x30 {after[key]:g}x30'"
-            )
+    names = ("amdgpu_up", "amdgpu_device_present", "amdgpu_device_down_info", "amdgpu_device_info")
+    for key in sorted(k for k in {*before, *after} if k[0] in names):
+        labels = ",".join(f'{k}="{v}"' for k, v in (*key[1], ("instance", "node:9442"), ("job", "amdgpu-exporter")))
+        old = f"{before[key]:g}x30" if key in before else "_x30"
+        new = f"{after[key]:g}x30" if key in after else "_x30"
+        lines.append(f"      - series: '{key[0]}{{{labels}}}'\n        values: '{old} {new}'")
+    expected = {
+        "exp_labels": {"instance": "node:9442", "job": "amdgpu-exporter", "severity": "critical", "gpu": gpu,
+                       "pci_bus_id": vanished.pci_bus_id},
+        "exp_annotations": {
+            "summary": f"GPU {gpu} ({vanished.pci_bus_id}) has gone from node:9442",
+            "description": f"GPU {gpu} ({vanished.pci_bus_id}) has vanished from node node:9442: its device is no"
+            " longer on the bus or in the driver.",
+            "runbook_url": "docs/runbooks.md#amdgpudevicemissing",
+        },
+    }  # fmt: skip
     rules = Path(__file__).parents[2] / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
     test = tmp_path / "missing.yml"
     test.write_text(
         f"rule_files: ['{rules}']\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
         + "\n".join(lines)
         + "\n    alert_rule_test:\n      - eval_time: 30m\n        alertname: AMDGPUDeviceMissing\n"
-        "      - eval_time: 40m\n        alertname: AMDGPUDeviceMissing\n        exp_alerts:\n"
-        "          - exp_labels: {instance: 'node:9442', job: amdgpu-exporter, severity: critical}\n"
-        f"            exp_annotations: {json.dumps(MISSING_ANNOTATIONS)}\n"
+        f"      - eval_time: 40m\n        alertname: AMDGPUDeviceMissing\n        exp_alerts: [{json.dumps(expected)}]\n"
     )
     result = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -4,15 +4,23 @@ promtool (Debian `prometheus`, 2.42) checks and unit-tests the rules; amtool (De
 `prometheus-alertmanager`) checks the Alertmanager example and resolves its routes. Around the tools,
 this file holds the rules to the project's contract: every alert has a promtool case where it fires
 and one where it stays quiet, every metric and label it reads is one the exporter exports, every
-alert carries severity, summary, description and runbook, and a recording rule an alert depends on is
-evaluated before it in the same group (across groups the order is undefined and the alert would lag).
+alert carries severity, summary and description naming the node and the device, and a runbook_url to
+its section of docs/runbooks.md; every per-device alert carries the identifying labels of
+docs/alert-labels.md (node, gpu, pci_bus_id); and a recording rule an alert depends on is evaluated
+before it in the same group (across groups the order is undefined and the alert would lag).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import re
+import socket
 import subprocess
+import textwrap
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +37,12 @@ REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
 RULE_TESTS = sorted((REPO / "deploy" / "prometheus" / "tests").glob("*.yml"))
 ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOK_PREFIX = "docs/runbooks.md#"
+# Alerts about a node or its exporter as a whole: no gpu label.
+NODE_LEVEL_ALERTS = frozenset(
+    {"AMDGPUExporterDown", "AMDGPUExporterPollStalled", "AMDGPUExporterWorkerRestarts", "AMDGPUNodeBusyDrop"}
+)
 
 # The metric contract of DESIGN.md (plus the self-metrics the CLI brief adds): exposed name ->
 # labels besides the target's own (instance, job), with the allowed values where the contract
@@ -108,9 +122,29 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "process_open_fds": {},
     "process_max_fds": {},
 }
+# Series the rules read that the exporter does not export yet, planned by open issues (DESIGN.md's
+# metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
+# When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
+PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
+    # issue 13: the fast sampler's sliding windows
+    "amdgpu_temperature_window_celsius": {
+        **_GPU,
+        "sensor": _SENSORS,
+        "stat": frozenset({"min", "max", "mean"}),
+    },
+    # issue 12: who is on each GPU
+    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
+    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
+    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
+    # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
+    },
+}
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
-TARGET_LABELS = frozenset({"instance", "job"})
+TARGET_LABELS = frozenset({"instance", "job", "node"})
 
 SEVERITIES = frozenset({"critical", "warning", "info"})
 # Alerts on counted events (any new uncorrectable error, any page retired, ...) fire at once: the
@@ -319,7 +353,7 @@ def test_amtool_accepts_the_alertmanager_config() -> None:
 )
 def test_alertmanager_routes_by_severity(severity: str, receiver: str) -> None:
     amtool = require_tool("amtool")
-    labels = [f"severity={severity}", "alertname=AMDGPUDeviceDown", "instance=node1:9442", "gpu=0"]
+    labels = [f"severity={severity}", "alertname=AMDGPUDeviceDown", "node=gpu-node-1", "gpu=0"]
     result = run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER_CONFIG}", *labels])
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split() == [receiver]
@@ -341,17 +375,16 @@ def test_every_rule_severity_has_its_own_route() -> None:
         assert matched and matched[0]["receiver"] == receiver, severity
 
 
-def test_alertmanager_groups_by_gpu_and_inhibits_warnings_under_a_critical() -> None:
+def test_alertmanager_groups_by_node_and_cause_and_inhibits_on_the_identifying_labels() -> None:
     config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
-    assert config["route"]["group_by"] == ["alertname", "instance", "gpu"]
-    inhibitions = [
-        rule
-        for rule in config["inhibit_rules"]
-        if rule["source_matchers"] == ['severity="critical"']
-        and "warning" in rule["target_matchers"][0]
-        and {"instance", "gpu"} <= set(rule["equal"])
-    ]
-    assert len(inhibitions) == 1, config["inhibit_rules"]
+    assert config["route"]["group_by"] == ["node", "alertname"]
+    # Child routes inherit it (the info digest groups wider, by cause only).
+    for route in config["route"]["routes"]:
+        assert set(route.get("group_by", ["node", "alertname"])) <= {"node", "alertname"}, route
+    equal = {tuple(rule["equal"]) for rule in config["inhibit_rules"]}
+    assert equal <= {("node", "gpu"), ("node",)}, equal
+    used = {label for rule in config["inhibit_rules"] for label in rule["equal"]}
+    assert "instance" not in used, "instance differs between the two alert paths"
 
 
 # --- the contract around the tools ------------------------------------------------------
@@ -378,14 +411,58 @@ def test_every_test_file_loads_the_shipped_rules() -> None:
         assert loaded == [RULES.resolve()], path.name
 
 
-def test_every_alert_has_severity_summary_description_and_runbook() -> None:
+def test_every_alert_has_severity_summary_description_and_runbook_url() -> None:
+    headings = set(re.findall(r"^## (\w+)$", RUNBOOKS.read_text(encoding="utf-8"), flags=re.MULTILINE))
     for _, rule in alerting_rules():
+        name = rule["alert"]
         severity = rule.get("labels", {}).get("severity", "")
         # The forwarded daemon alerts keep the daemon's own severity label.
-        assert severity in SEVERITIES or severity == "{{ $labels.severity }}", rule["alert"]
+        assert severity in SEVERITIES or severity == "{{ $labels.severity }}", name
         annotations = rule.get("annotations", {})
-        for key in ("summary", "description", "runbook"):
-            assert len(annotations.get(key, "").split()) >= 4, f"{rule['alert']}: {key}"
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        for key in ("summary", "description"):
+            text = annotations[key]
+            assert len(text.split()) >= 4, f"{name}: {key}"
+            assert "{{ or $labels.node $labels.instance }}" in text, f"{name}: {key} does not name the node"
+            if name not in NODE_LEVEL_ALERTS:
+                assert "$labels.gpu" in text, f"{name}: {key} does not name the device"
+        # One configurable prefix (docs/runbooks.md explains it) and a section that exists.
+        assert annotations["runbook_url"] == RUNBOOK_PREFIX + name.lower(), name
+        assert name in headings, f"docs/runbooks.md has no section '## {name}'"
+    assert headings == {rule["alert"] for _, rule in alerting_rules()}, "runbook sections without an alert"
+
+
+def test_every_firing_case_carries_the_identifying_labels() -> None:
+    """What promtool checks the alerts fire with: node always, and gpu with pci_bus_id for a device
+    (docs/alert-labels.md); node-level alerts have no gpu."""
+    for path in RULE_TESTS:
+        for test in load_yaml(path)["tests"]:
+            for case in test.get("alert_rule_test", []):
+                for expected in case.get("exp_alerts") or []:
+                    labels = expected["exp_labels"]
+                    where = f"{path.name}: {case['alertname']} at {case['eval_time']}"
+                    assert labels.get("node"), where
+                    if case["alertname"] in NODE_LEVEL_ALERTS:
+                        assert "gpu" not in labels, where
+                    elif "gpu" in labels:
+                        assert labels.get("pci_bus_id"), where
+                    else:
+                        assert case["alertname"] == "AMDGPUDeviceMissing", where  # its after-restart shape
+
+
+def test_per_device_alerts_join_the_pci_address() -> None:
+    for _, rule in alerting_rules():
+        if rule["alert"] in NODE_LEVEL_ALERTS:
+            continue
+        assert "group_left (pci_bus_id) amdgpu_device_info" in rule["expr"], rule["alert"]
+
+
+def test_planned_metrics_are_not_exported_yet() -> None:
+    """A planned family the exporter now exports belongs in CONTRACT, with its real labels."""
+    from exporter.exposition.metrics import all_metric_names
+
+    landed = set(PLANNED) & set(all_metric_names())
+    assert not landed, f"move {sorted(landed)} from PLANNED to CONTRACT"
 
 
 def test_alerts_wait_before_firing() -> None:
@@ -401,7 +478,7 @@ def test_alerts_wait_before_firing() -> None:
 
 
 def test_rules_read_only_exported_metrics_and_labels() -> None:
-    known = {**CONTRACT, **PROMETHEUS_SERIES}
+    known = {**CONTRACT, **PLANNED, **PROMETHEUS_SERIES}
     recorded = recorded_names()
     problems = []
     for group in load_rules():
@@ -433,7 +510,7 @@ def test_rules_read_only_exported_metrics_and_labels() -> None:
 
 def test_promtool_inputs_are_exported_metrics() -> None:
     """The unit tests feed only series the exporter (or Prometheus) really produces."""
-    known = set(CONTRACT) | set(PROMETHEUS_SERIES) | recorded_names()
+    known = set(CONTRACT) | set(PLANNED) | set(PROMETHEUS_SERIES) | recorded_names()
     for path in RULE_TESTS:
         for test in load_yaml(path)["tests"]:
             for series in test.get("input_series", []):
@@ -480,3 +557,106 @@ def test_contract_names_are_the_exporters_metric_table() -> None:
     assert contract_families <= set(all_metric_names())
     missing = set(all_metric_names()) - contract_families
     assert missing <= {"amdgpu_exporter_alertmanager_notifications_total"}, missing
+
+
+# --- every target gets its node label (real Prometheus) ---------------------------------
+
+README = REPO / "README.md"
+SERVICE_MONITOR = REPO / "deploy" / "kubernetes" / "servicemonitor.yaml"
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+
+
+def readme_scrape_config() -> dict[str, Any]:
+    """The scrape config the README's Prometheus section shows (its first yaml block)."""
+    section = README.read_text(encoding="utf-8").split("## With Prometheus, Alertmanager and Grafana", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "no yaml block in the README's Prometheus section"
+    [job] = yaml.safe_load(textwrap.dedent(block.group(1)))["scrape_configs"]
+    return dict(job)
+
+
+def service_monitor_relabel_configs() -> list[dict[str, Any]]:
+    """The ServiceMonitor's relabelings as Prometheus relabel_configs (the Operator's translation)."""
+    [endpoint] = yaml.safe_load(SERVICE_MONITOR.read_text())["spec"]["endpoints"]
+    return [{_RELABEL_KEYS.get(k, k): v for k, v in rule.items()} for rule in endpoint["relabelings"]]
+
+
+def test_scrape_configs_give_every_target_its_node(tmp_path: Path) -> None:
+    """Real Prometheus applies the README's scrape config and the ServiceMonitor's relabelings; the
+    targets' labels are read back from its API (no scrape needs to succeed)."""
+    prometheus = require_tool("prometheus")
+    # What the Prometheus Operator's endpoints discovery gives a DaemonSet pod's endpoint, with the
+    # target labels the Operator itself adds before the ServiceMonitor's relabelings run.
+    kubernetes_target = {
+        "targets": ["10.42.7.19:9442"],
+        "labels": {
+            "__meta_kubernetes_endpoint_node_name": "gpu-node-7",
+            "__meta_kubernetes_pod_node_name": "gpu-node-7",
+            "__meta_kubernetes_pod_name": "amdgpu-exporter-x2k9q",
+            "__meta_kubernetes_namespace": "amdgpu-exporter",
+            "namespace": "amdgpu-exporter",
+            "pod": "amdgpu-exporter-x2k9q",
+            "container": "amdgpu-exporter",
+            "service": "amdgpu-exporter",
+            "endpoint": "metrics",
+        },
+    }
+    (tmp_path / "kubernetes.json").write_text(json.dumps([kubernetes_target]))
+    readme_job = readme_scrape_config()
+    config = {
+        "global": {"scrape_interval": "1h"},
+        "scrape_configs": [
+            readme_job,
+            {
+                "job_name": "servicemonitor",
+                "file_sd_configs": [{"files": [str(tmp_path / "kubernetes.json")]}],
+                "relabel_configs": service_monitor_relabel_configs(),
+            },
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        expected_count = sum(len(group["targets"]) for group in readme_job["static_configs"]) + 1
+        deadline = time.monotonic() + 30
+        targets: list[dict[str, Any]] = []
+        while len(targets) < expected_count:
+            assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
+            assert time.monotonic() < deadline, f"targets: {targets}\n{(tmp_path / 'prometheus.log').read_text()}"
+            time.sleep(0.2)
+            url = f"http://127.0.0.1:{port}/api/v1/targets"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+                targets = json.load(response)["data"]["activeTargets"]
+        node_of = {t["labels"]["instance"]: t["labels"].get("node") for t in targets}
+        # README: node from the host name, or the label set on an address.
+        assert node_of["gpu-node-1:9442"] == "gpu-node-1"
+        assert node_of["gpu-node-2:9442"] == "gpu-node-2"
+        assert node_of["10.0.0.3:9442"] == "gpu-node-3"
+        readme_targets = [t for t in targets if t["scrapePool"] == readme_job["job_name"]]
+        assert {t["labels"]["job"] for t in readme_targets} == {"amdgpu-exporter"}
+        # ServiceMonitor: the node, the exporter's pod aside, pod/namespace/container free.
+        [kubernetes] = [t["labels"] for t in targets if t["scrapePool"] == "servicemonitor"]
+        assert kubernetes["node"] == "gpu-node-7"
+        assert kubernetes["exporter_pod"] == "amdgpu-exporter-x2k9q"
+        assert kubernetes["exporter_namespace"] == "amdgpu-exporter"
+        assert not {"pod", "namespace", "container"} & set(kubernetes), kubernetes
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
