@@ -552,7 +552,8 @@ def test_device_missing_fires_on_what_the_exporter_serves_for_a_vanished_gcd(tmp
         f"rule_files: ['{rules}']\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
         + "\n".join(lines)
         + "\n    alert_rule_test:\n      - eval_time: 30m\n        alertname: AMDGPUDeviceMissing\n"
-        f"      - eval_time: 40m\n        alertname: AMDGPUDeviceMissing\n        exp_alerts: [{json.dumps(expected)}]\n"
+        f"      - eval_time: 40m\n        alertname: AMDGPUDeviceMissing\n"
+        f"        exp_alerts: [{json.dumps(expected)}]\n"
     )
     result = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -109,7 +109,11 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_worker_restarts_total": {},
     # a node's life (issue 10): vanished devices, why a device is down, errors as data, stages
     "amdgpu_device_present": _GPU,
-    "amdgpu_device_down_info": {**_GPU, "reason": None},
+    # a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet", "identify_timeout"}),
+    },
     "amdgpu_exporter_file_errors_total": {**_GPU, "file": None, "reason": None},
     "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
     "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
@@ -136,11 +140,6 @@ PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
     "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
     "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
-    # issue 10: a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
-    "amdgpu_device_down_info": {
-        **_GPU,
-        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
-    },
 }
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
