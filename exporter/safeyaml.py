@@ -33,13 +33,15 @@ class YamlLimitError(ValueError):
     """The file breaks a limit or is not YAML; the message is one line naming the file."""
 
 
-def read_text(path: str | Path, what: str) -> str:
-    """The file's text: at most MAX_FILE_BYTES, strict UTF-8."""
+def read_text(path: str | Path, what: str, cannot_read: str = "") -> str:
+    """The file's text: at most MAX_FILE_BYTES, strict UTF-8. `cannot_read`: the message for an
+    unreadable file, with {path} and {error} (default "cannot read <what> <path>: <error>")."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise YamlLimitError(f"cannot read {what} {path}: {error.strerror or error}") from error
+        template = cannot_read or f"cannot read {what} {{path}}: {{error}}"
+        raise YamlLimitError(template.format(path=path, error=error.strerror or error)) from error
     if len(data) > MAX_FILE_BYTES:
         raise YamlLimitError(f"{what} {path} is larger than {MAX_FILE_BYTES // 1024} KiB")
     try:
@@ -87,8 +89,8 @@ def check_limits(text: str, source: str) -> None:
                 raise YamlLimitError(
                     f"{source}{_line(event)}: aliases expand to more than {MAX_EXPANDED_NODES} values (an alias bomb?)"
                 )
-    except yaml.YAMLError as error:
-        raise YamlLimitError(f"{source}{_mark(error)} is not valid YAML: {_problem(error)}") from error
+    except yaml.YAMLError:
+        return  # not YAML at all: the caller's own parse reports it, in its own words
 
 
 def safe_load(text: str, source: str) -> Any:

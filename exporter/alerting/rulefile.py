@@ -38,7 +38,7 @@ def default_rules() -> tuple[Rule, ...]:
 def load_rules(path: Path) -> tuple[Rule, ...]:
     """Read and validate a rule file; any problem is a RulesConfigError naming the file and line."""
     try:
-        text = safeyaml.read_text(path, "rule file")
+        text = safeyaml.read_text(path, "rule file", "{path}: cannot read rule file: {error}")
     except safeyaml.YamlLimitError as exc:
         raise RulesConfigError(str(exc)) from exc
     return parse_rules(text, str(path))
