@@ -306,6 +306,8 @@ def _garbage(simulator: Simulator) -> dict[tuple[str, str], str]:
     (dev / "mem_busy_percent").unlink()
     os.symlink("mem_busy_percent", dev / "mem_busy_percent")  # a symlink loop
     (dev / "current_link_width").write_bytes(b"1" * 100_000)  # longer than any attribute
+    (dev / "xgmi_error").write_text("18446744073709551615\n")  # one absurd read must not poison the counter
+    (dev / "product_name").write_bytes(b"AMD\x00Instinct\x1b[2J" + b"X" * 300)  # NUL, escapes, too long
     return {
         ("gpu_busy_percent", "parse"): "text",
         ("mem_info_vram_used", "parse"): "text",
@@ -317,6 +319,7 @@ def _garbage(simulator: Simulator) -> dict[tuple[str, str], str]:
         ("pcie_replay_count", "eisdir"): "text",
         ("mem_busy_percent", "eloop"): "text",
         ("current_link_width", "too_large"): "text",
+        ("xgmi_error", "implausible"): "slow text",
     }
 
 
@@ -333,6 +336,13 @@ def test_garbage_in_every_file_kind_is_counted_by_reason_and_logged_once(tmp_pat
                        for f, r in expected)  # fmt: skip
 
         series = wait_for(port, counted, what="every garbage file counted, more than once")
+        # identity strings are read at discovery: counted once, and the label is clean and capped
+        assert value(series, "amdgpu_exporter_file_errors_total", gpu=gpu, file="product_name", reason="label") == 1
+        product = next(
+            dict(k[1])["product"] for k in series if k[0] == "amdgpu_device_info" and dict(k[1])["gpu"] == gpu
+        )
+        assert product.startswith("AMDInstinct[2J") and len(product) == 128
+        assert value(series, "amdgpu_xgmi_error_events_total", gpu=gpu) != float(2**64 - 1)
         assert value(series, "amdgpu_up", gpu=gpu) == 1, "the rest of the device is still read"
         # nothing impossible is exported as fact
         assert value(series, "amdgpu_temperature_celsius", gpu=gpu, sensor="junction") != 1e6
@@ -347,7 +357,7 @@ def test_garbage_in_every_file_kind_is_counted_by_reason_and_logged_once(tmp_pat
         _, err = proc.communicate(timeout=5)
     events = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
     file_errors = [(e["file"], e["reason"]) for e in events if e.get("event") == "file_error"]
-    assert sorted(file_errors) == sorted(expected), "each file's failure logged once, not once per cycle"
+    assert sorted(file_errors) == sorted([*expected, ("product_name", "label")]), "logged once, not per cycle"
 
 
 def test_a_vanished_log_reader_does_not_kill_it(tmp_path: Path) -> None:

@@ -296,3 +296,51 @@ def test_daemon_pool_threads_are_daemons_bounded_and_reused() -> None:
 
 def test_unused_helpers_keep_their_shape() -> None:
     assert replace(ident("0000:01:00.0", "card0"), partition=1).key == ("0000:01:00.0", "", 1)
+
+
+def test_permission_denied_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a non-root user `chmod 000` gives EACCES at open (root is never denied, so it is simulated)."""
+    (tmp_path / "gpu_metrics").write_bytes(b"x")
+    real_open = os.open
+
+    def denying_open(path: str, flags: int, *args: int) -> int:
+        if str(path).endswith("gpu_metrics"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(files.os, "open", denying_open)
+    errors = FileErrors(str(tmp_path))
+    with collecting(errors):
+        assert files.read_file_bytes(str(tmp_path / "gpu_metrics")) is None
+    assert errors.counts == {("gpu_metrics", "eperm"): 1}
+
+
+def test_a_hung_pcie_bw_reader_expires_its_value(tmp_path: Path) -> None:
+    from exporter.sources.sysfs.slow import PcieBandwidthReader
+
+    path = tmp_path / "pcie_bw"
+    path.write_text("1000 2000 256\n")
+    stop = threading.Event()
+    reader = PcieBandwidthReader(str(path), period=0.1, stop=stop)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 5
+        while reader.bytes_per_second is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert reader.bytes_per_second == (1000 + 2000) * 256
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, path)  # the next read blocks, as on a hung SMU
+        errors = FileErrors(str(tmp_path))
+        deadline = time.monotonic() + 5
+        with collecting(errors):
+            while reader.bytes_per_second is not None:
+                assert time.monotonic() < deadline, "the last figure was served forever"
+                time.sleep(0.05)
+            time.sleep(0.1)
+            assert reader.bytes_per_second is None
+        assert errors.counts == {("pcie_bw", "timeout"): 1}, "counted once per hang"
+    finally:
+        stop.set()
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))

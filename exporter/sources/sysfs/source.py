@@ -173,8 +173,11 @@ class SysfsSource:
                 if self._file_state.pop((bdf, file), None) is not None:
                     log.info("file_recovered", pci_bus_id=bdf, card=device.card, file=file)
             counts = dict(errors.counts)
-            for key, count in self._discovery_errors.pop(bdf, {}).items():
-                counts[key] = counts.get(key, 0) + count
+            for (file, reason), count in self._discovery_errors.pop(bdf, {}).items():
+                counts[(file, reason)] = counts.get((file, reason), 0) + count
+                if self._file_state.get((bdf, file)) != reason:  # identity files: read at discovery only
+                    self._file_state[(bdf, file)] = reason
+                    log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error="")
         return counts
 
     def _read_gpu_metrics(self, device: DeviceIdentity) -> GpuMetrics | None:
