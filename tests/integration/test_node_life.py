@@ -599,3 +599,42 @@ def test_mi250x_dies_pair_with_either_serial_style(tmp_path: Path, fleet: str) -
     }
     ours = {f"card{i['gpu']}" for i in info.values() if i["die"] == "1"}
     assert smi_secondary == ours and ours
+
+
+# --- hostile config and rules files --------------------------------------------------------------------------
+
+LAUGHS = (
+    "a: &a ["
+    + ",".join(['"lol"'] * 9)
+    + "]\n"
+    + "".join(f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (bytes(range(256)), "is not UTF-8 text"),
+        (b"[" * 100_000, "nested deeper than 64 levels"),
+        (("{a: " * 3000 + "1" + "}" * 3000).encode(), "nested deeper than 64 levels"),
+        (LAUGHS.encode(), "alias bomb"),
+        (b"x" * (2 << 20), "larger than 1024 KiB"),
+    ],
+)
+@pytest.mark.parametrize("flag", ["--config.file", "--rules.file"])
+def test_hostile_config_and_rules_files_fail_fast_in_one_line(
+    tmp_path: Path, flag: str, content: bytes, words: str
+) -> None:
+    path = tmp_path / "hostile.yaml"
+    path.write_bytes(content)
+    started = time.monotonic()
+    result = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", EXPORTER, f"{flag}={path}", "--path.sysfs=/nonexistent"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    *lines, max_rss_kib = [line for line in result.stderr.strip().splitlines() if not line.startswith("Command exited")]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("amdgpu-exporter: error: ") and words in lines[0], lines
+    assert "Traceback" not in result.stderr and len(lines[0]) < 300
+    assert took < 5 and int(max_rss_kib) < 200_000, (took, max_rss_kib)
