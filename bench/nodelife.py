@@ -38,6 +38,15 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def thread_names() -> str:
+    """Live threads by pool (the part of the name before the last '-' or ':')."""
+    counts: dict[str, int] = {}
+    for thread in threading.enumerate():
+        pool = re.split(r"[-:_]", thread.name, maxsplit=1)[0]
+        counts[pool] = counts.get(pool, 0) + 1
+    return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+
+
 def hang(path: Path) -> None:
     path.unlink()
     os.mkfifo(path, 0o444)
@@ -69,6 +78,8 @@ def soak(cycles: int, work: Path) -> list[str]:
         hang(Path(hung.device_dir) / "gpu_metrics")  # after discovery: the poll path gets stuck in it too
         warm = 1000
         marks: dict[str, tuple[int, int, int, float]] = {}
+        names: dict[str, str] = {}
+        most = 0
         started = time.monotonic()
         for cycle in range(cycles + warm):
             if cycle % 1000 == 999:
@@ -80,7 +91,11 @@ def soak(cycles: int, work: Path) -> list[str]:
                 pipeline.state.metrics.body(openmetrics=True, gzipped=True)
             if cycle == warm:
                 marks["start"] = (rss_bytes(pid), thread_count(pid), fd_count(pid), time.monotonic())
+                names["start"] = thread_names()
+            if cycle > warm:
+                most = max(most, thread_count(pid)) if cycle % 97 == 0 else most
         marks["end"] = (rss_bytes(pid), thread_count(pid), fd_count(pid), time.monotonic())
+        names["end"] = thread_names()
         up = sum(d.up for d in snapshot.devices)
         (rss0, threads0, fds0, t0), (rss1, threads1, fds1, t1) = marks["start"], marks["end"]
         took = time.monotonic() - started
@@ -90,7 +105,9 @@ def soak(cycles: int, work: Path) -> list[str]:
             f" /metrics rendered every 100th: {took:.0f} s, {1e3 * (t1 - t0) / cycles:.2f} ms per cycle",
             f"- RSS {rss0 / 2**20:.1f} MiB -> {rss1 / 2**20:.1f} MiB ({(rss1 - rss0) / 2**10:+.0f} KiB,"
             f" {(rss1 - rss0) / cycles:+.2f} B per cycle)",
-            f"- threads {threads0} -> {threads1}; open fds {fds0} -> {fds1}",
+            f"- threads {threads0} -> {threads1} (most seen {most}; bound: 8 + 2 readers, 8 + 2 identify, 1 discovery,"
+            f" 8 pcie_bw, main); open fds {fds0} -> {fds1}",
+            f"- threads at the start: {names['start']}; at the end: {names['end']}",
             f"- devices up at the end: {up} of {len(snapshot.devices)} (the hung one down: "
             f"{next(d.down_reason for d in snapshot.devices if d.identity.pci_bus_id == hung.pci_bus_id)})",
         ]
