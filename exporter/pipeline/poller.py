@@ -30,6 +30,7 @@ from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.discovery import KnownDevices, TrackedDevice
 from exporter.pipeline.snapshot import freeze
 from exporter.sources.base import Source, SourceError
+from exporter.sources.plausible import without_implausible
 from exporter.threads import DaemonPool
 
 log = get_logger("exporter.pipeline.poller")
@@ -197,6 +198,8 @@ class Poller:
     def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
         if isinstance(outcome, Sample):
             _add_counts(tracked.file_errors, outcome.file_errors)
+            outcome, rejected = without_implausible(outcome)
+            _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
             was_down = not tracked.up and tracked.sample is not None
             if tracked.counters is None:
                 tracked.counters = CounterState()

@@ -62,7 +62,8 @@ class FileErrors:
     """The (file, reason) failures of one device read; files named relative to the device's folders."""
 
     def __init__(self, *bases: str) -> None:
-        self._bases = tuple(b.rstrip("/") + "/" for b in bases if b)
+        # longest first: the hwmon folder lies inside the device's, and its files are named from it
+        self._bases = tuple(sorted((b.rstrip("/") + "/" for b in bases if b), key=len, reverse=True))
         self.counts: dict[tuple[str, str], int] = {}
         self.details: dict[tuple[str, str], str] = {}
         self.read_ok: set[str] = set()  # paths read without an error (a later check may still reject the value)
@@ -74,7 +75,7 @@ class FileErrors:
         return os.path.basename(path)
 
     def add(self, path_or_file: str, reason: str, detail: str = "") -> None:
-        key = (clean_name(self.name_of(path_or_file) if "/" in path_or_file else path_or_file), reason)
+        key = (clean_name(self.name_of(path_or_file) if path_or_file.startswith("/") else path_or_file), reason)
         self.counts[key] = self.counts.get(key, 0) + 1
         if detail and key not in self.details:
             self.details[key] = detail[:200]

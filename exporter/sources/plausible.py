@@ -8,8 +8,12 @@ can report, not what is merely unusual. Units are the Sample's (SI).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
+from typing import Any
+
+from exporter.model import Sample, frozen_map
 
 _INF = math.inf
 
@@ -64,3 +68,24 @@ def plausible(field: str, value: object) -> bool:
     if field in LOW_EXCLUSIVE and value <= low:
         return False
     return low <= value <= high
+
+
+def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
+    """The sample with every implausible value removed, and the fields it removed them from.
+
+    The sysfs source checks each value as it reads it (and names the file); this is the same check
+    for any source, applied by the poller to whatever a source returns (the rocm_smi library too).
+    """
+    changes: dict[str, Any] = {}
+    rejected: dict[str, int] = {}
+    for name in RANGES:
+        value = getattr(sample, name)
+        if isinstance(value, Mapping):
+            kept = {key: item for key, item in value.items() if plausible(name, item)}
+            if len(kept) != len(value):
+                changes[name] = frozen_map(kept)
+                rejected[name] = len(value) - len(kept)
+        elif value is not None and not plausible(name, value):
+            changes[name] = None
+            rejected[name] = 1
+    return (dataclasses.replace(sample, **changes) if changes else sample), rejected

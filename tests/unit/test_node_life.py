@@ -344,3 +344,33 @@ def test_a_hung_pcie_bw_reader_expires_its_value(tmp_path: Path) -> None:
     finally:
         stop.set()
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_files_are_named_from_their_own_folder() -> None:
+    errors = FileErrors("/sys/devices/x/0000:01:00.0", "/sys/devices/x/0000:01:00.0/hwmon/hwmon7")
+    errors.add("/sys/devices/x/0000:01:00.0/hwmon/hwmon7/temp2_input", "eperm")
+    errors.add("/sys/devices/x/0000:01:00.0/ras/umc_err_count", "parse")
+    errors.add("ras/umc_err_count", "implausible")
+    errors.add("/elsewhere/\udcff_fw_version", "eio")  # a name that is not UTF-8
+    assert set(errors.counts) == {
+        ("temp2_input", "eperm"),
+        ("ras/umc_err_count", "parse"),
+        ("ras/umc_err_count", "implausible"),
+        ("__fw_version", "eio"),
+    }
+
+
+def test_the_poller_drops_implausible_values_from_any_source() -> None:
+    from exporter.sources.plausible import without_implausible
+
+    sample = Sample(
+        timestamp=1.0,
+        power_watts=65534.0,
+        temperatures=frozen_map({"edge": 40.0, "junction": 65534.0}),
+        busy=frozen_map({"gfx": 0.5}),
+    )
+    cleaned, rejected = without_implausible(sample)
+    assert cleaned.power_watts is None and dict(cleaned.temperatures) == {"edge": 40.0}
+    assert dict(cleaned.busy) == {"gfx": 0.5}
+    assert rejected == {"power_watts": 1, "temperatures": 1}
+    assert without_implausible(cleaned)[0] is cleaned
