@@ -374,3 +374,24 @@ def test_the_poller_drops_implausible_values_from_any_source() -> None:
     assert dict(cleaned.busy) == {"gfx": 0.5}
     assert rejected == {"power_watts": 1, "temperatures": 1}
     assert without_implausible(cleaned)[0] is cleaned
+
+
+def test_simulator_serial_styles(tmp_path: Path) -> None:
+    from exporter.simulator import Simulator, parse_fleet
+
+    assert str(parse_fleet("2xMI250X:serial=unique_id")) == "2xMI250X:serial=unique_id"
+    assert str(parse_fleet("2xMI250X:serial=fru")) == "2xMI250X"
+    with pytest.raises(ValueError, match="expected fru or unique_id"):
+        parse_fleet("MI250X:serial=eeprom")
+    for style in ("fru", "unique_id"):
+        simulator = Simulator(tmp_path / style, fleet=f"1xMI250X:serial={style}", seed=1)
+        simulator.write_tree()
+        dies = [t.identity for t in simulator.truth()]
+        serials = [(Path(d.device_dir) / "serial_number").read_text().strip() for d in dies]
+        unique_ids = [int((Path(d.device_dir) / "unique_id").read_text(), 16) for d in dies]
+        if style == "fru":
+            assert serials[0] == serials[1] and dies[0].package == dies[1].package == serials[0]
+        else:
+            assert serials == [f"{u:x}" for u in unique_ids] and serials[0] != serials[1]
+            assert dies[0].package == dies[1].package == serials[0], "the package is die 0's"
+        assert [d.secondary_die for d in dies] == [False, True]
