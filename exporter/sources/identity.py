@@ -63,7 +63,8 @@ def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
             device = devices[i]
             siblings = by_serial.get(device.serial)
             if siblings and len(siblings) > 1:
-                result[i] = replace(device, package=device.serial, die=siblings.index(i))
+                die = siblings.index(i)
+                result[i] = replace(device, package=device.serial, die=die, secondary_die=die > 0)
             else:
                 result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
         return result
