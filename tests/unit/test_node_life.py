@@ -395,3 +395,24 @@ def test_simulator_serial_styles(tmp_path: Path) -> None:
             assert serials == [f"{u:x}" for u in unique_ids] and serials[0] != serials[1]
             assert dies[0].package == dies[1].package == serials[0], "the package is die 0's"
         assert [d.secondary_die for d in dies] == [False, True]
+
+
+def test_alert_state_follows_the_device_key_not_the_gpu_index() -> None:
+    from exporter.alerting.rulefile import default_rules
+    from exporter.alerting.state import evaluate
+    from exporter.model import DeviceState
+
+    rules = [r for r in default_rules() if r.key == "junction" and r.for_seconds > 0][:1]
+    assert rules, "the shipped rules watch the junction temperature with a for-duration"
+    hot = Sample(timestamp=1.0, temperatures=frozen_map({"junction": 150.0}))
+    a, b = ident("0000:01:00.0", "card0", "a"), ident("0000:02:00.0", "card1", "b")
+    first, _ = evaluate(rules, (), Snapshot(taken_at=1000.0, devices=(DeviceState(a, 0, hot, True),)))
+    (state,) = first
+    assert state.device_key == a.key and state.pending_since is not None
+    # were a device ever renumbered, its alert would move with it, and another device at its old index
+    # would start afresh
+    moved = (DeviceState(b, 0, hot, True), DeviceState(a, 1, hot, True))
+    second, _ = evaluate(rules, first, Snapshot(taken_at=1001.0, devices=moved))
+    by_key = {s.device_key: s for s in second}
+    assert by_key[a.key].pending_since == state.pending_since and by_key[a.key].gpu == 1
+    assert by_key[b.key].pending_since == 1001.0 and by_key[b.key].gpu == 0
