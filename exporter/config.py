@@ -71,6 +71,23 @@ def _telemetry_path(text: str) -> str:
     return text
 
 
+def _positive_int(text: str | int) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise ValueError(f"{text!r} must be at least 1")
+    return value
+
+
+def _resource_prefix(text: str) -> str:
+    text = str(text).strip()
+    if not text or any(c.isspace() for c in text):
+        raise ValueError(f"{text!r} is not a Kubernetes resource name prefix (example: amd.com/)")
+    return text
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # "web.listen-address": flag --web.listen-address, env AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS
@@ -94,7 +111,24 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("web.listen-address", parse_listen_address, ":9442", "address to serve HTTP on"),
+    # --- web (issue 14: --web.config.file, TLS, auth, listeners) ---
+    Option(
+        "web.listen-address",
+        parse_listen_address,
+        (":9442",),
+        "address to serve HTTP on; repeatable, [::]:9442 for IPv6",
+        repeatable=True,
+    ),
+    Option("web.config.file", str, "", "exporter-toolkit web configuration (TLS, basic auth, rate limit, headers)"),
+    Option(
+        "web.systemd-socket",
+        parse_bool,
+        False,
+        "serve on the sockets systemd passes (socket activation) instead of --web.listen-address",
+        is_flag=True,
+    ),
+    Option("web.max-connections", _positive_int, "512", "cap on open HTTP connections (lowered to the file budget)"),
+    # --- end web ---
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys (a simulator's tree in tests)"),
     Option("interval", parse_duration, "1s", "time between poll cycles"),
@@ -111,7 +145,7 @@ OPTIONS: tuple[Option, ...] = (
         "10s",
         "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
-    Option("source", _choice("auto", "sysfs", "rocm-smi"), "auto", "where values come from"),
+    Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
@@ -120,12 +154,59 @@ OPTIONS: tuple[Option, ...] = (
     Option("demo.fleet", str, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
     Option("demo.scenario", str, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
     Option("demo.truth-file", str, "", "with --demo: rewrite the simulator's true values as JSON here on every tick"),
+    Option(
+        "kubernetes",
+        parse_bool,
+        False,
+        "label every per-GPU series with the pod holding the GPU (pod, namespace, container), from the kubelet",
+        is_flag=True,
+    ),
+    Option(
+        "kubernetes.pod-resources-socket",
+        str,
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "the kubelet's pod-resources API socket, for --kubernetes",
+    ),
+    Option("kubernetes.interval", parse_duration, "10s", "with --kubernetes: time between two reads of the kubelet"),
+    Option(
+        "kubernetes.timeout",
+        parse_duration,
+        "2s",
+        "with --kubernetes: deadline for the kubelet's answer (late: amdgpu_exporter_attribution_up 0)",
+    ),
+    Option(
+        "kubernetes.resource-prefix",
+        _resource_prefix,
+        ("amd.com/",),
+        "device-plugin resource names counted as GPUs, by prefix (repeatable)",
+        repeatable=True,
+    ),
+    Option(
+        "slurm.state-dir",
+        str,
+        "",
+        "label every per-GPU series with the Slurm job holding it (job_id, job_user, job_partition), from the "
+        "files deploy/slurm/prolog.sh writes here (default folder: /run/amdgpu-exporter/slurm; AMD exporter's "
+        "/var/run/exporter works too), read every --interval; off when empty",
+    ),
+    Option(
+        "collector.processes",
+        parse_bool,
+        False,
+        "per-process VRAM, CU occupancy and SDMA time per GPU from the KFD (one series per process per GPU), "
+        "read every --slow-interval",
+        is_flag=True,
+    ),
+    Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
 )
 
 
 @dataclass(frozen=True)
 class Settings:
-    web_listen_address: tuple[str, int]
+    web_listen_address: tuple[tuple[str, int], ...]
+    web_config_file: str
+    web_systemd_socket: bool
+    web_max_connections: int
     web_telemetry_path: str
     path_sysfs: str
     interval: float
@@ -141,6 +222,14 @@ class Settings:
     demo_fleet: str
     demo_scenario: str
     demo_truth_file: str
+    kubernetes: bool = False
+    kubernetes_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    kubernetes_interval: float = 10.0
+    kubernetes_timeout: float = 2.0
+    kubernetes_resource_prefix: tuple[str, ...] = ("amd.com/",)
+    slurm_state_dir: str = ""
+    collector_processes: bool = False
+    collector_processes_top: int = 16
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 

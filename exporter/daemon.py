@@ -16,10 +16,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import uvicorn
-
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
+from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
 from exporter.pipeline.health import Health
@@ -54,6 +53,8 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
         except ValueError as error:
             raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
+        if settings.collector_processes:
+            simulator.simulate_processes()  # kfd/proc with processes coming and going
         stop = threading.Event()
         truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
         thread = threading.Thread(
@@ -72,24 +73,42 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             thread.join(timeout=SHUTDOWN_GRACE_SECONDS)
 
 
-def select_source(settings: Settings, sysfs_root: str) -> tuple[Source, str, str]:
-    """Returns (source, name, why). rocm-smi only where the library can read this root."""
+def select_source(
+    settings: Settings, sysfs_root: str, details: dict[str, str] | None = None
+) -> tuple[Source, str, str]:
+    """Returns (source, name, reason code). rocm-smi only where the library can read this root.
+
+    The code is what /metrics (build_info) and / show: short and stable, never a sentence with
+    host paths or library messages; the full explanation goes into `details` (for the log).
+    """
+    details = {} if details is None else details
     sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval, read_timeout=settings.read_timeout)
     if settings.source == "sysfs":
-        return sysfs, "sysfs", "chosen by --source"
+        return sysfs, "sysfs", "flag"
+    if settings.source == "amd-smi":
+        from exporter.sources.amd_smi import source as amd_smi
+
+        ok, reason = amd_smi.probe_amd_smi(sysfs_root)
+        if not ok:
+            raise StartupError(f"--source=amd-smi was asked for but the amdsmi module cannot be used: {reason}")
+        details["detail"] = reason
+        return amd_smi.AmdSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75), "amd-smi", "flag"
     if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
-        return sysfs, "sysfs", "auto: librocm_smi64 only reads /sys, and --path.sysfs points elsewhere"
+        details["detail"] = "librocm_smi64 only reads /sys"
+        return sysfs, "sysfs", "auto_sysfs_root_not_sys"
     from exporter.sources.rocm_smi import source as rocm_smi
 
     if settings.source == "rocm-smi":
         ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
         if not ok:
             raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", "chosen by --source"
+        return _rocm_smi_source(settings, sysfs), "rocm-smi", "flag"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
     if ok:
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", f"auto: {reason}"
-    return sysfs, "sysfs", f"auto: ROCm SMI library unusable ({reason})"
+        details["detail"] = reason
+        return _rocm_smi_source(settings, sysfs), "rocm-smi", "auto_rocm_smi_usable"
+    details["detail"] = reason
+    return sysfs, "sysfs", "auto_rocm_smi_unusable"
 
 
 def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
@@ -151,20 +170,35 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
         raise ConfigError(f"--alertmanager.url: {error}") from error
 
 
-def _shown_url(host: str, port: int, path: str) -> str:
-    shown_host = f"[{host}]" if ":" in host else host
-    shown_host = "localhost" if host in ("0.0.0.0", "::") else shown_host
-    return f"http://{shown_host}:{port}{path}"
-
-
 async def serve(settings: Settings) -> None:
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
-    host, port = settings.web_listen_address
-    listener = open_listener(host, port)
+    # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
+    from exporter.web import http_server, webconfig_reload
+    from exporter.web.http_listeners import ListenError, shown_address, systemd_sockets
+    from exporter.web.http_log import route_library_logs
+    from exporter.web.webconfig import WebConfigError
+
+    route_library_logs()
+    reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
+    try:
+        active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN
+    except WebConfigError as error:
+        raise ConfigError(str(error)) from None
+    nofile_soft, _ = http_server.raise_nofile_limit()
+    try:
+        listeners = (
+            systemd_sockets()
+            if settings.web_systemd_socket
+            else [open_listener(host, port) for host, port in settings.web_listen_address]
+        )
+    except ListenError as error:
+        raise StartupError(str(error)) from None
+    port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
+    # --- end web ---
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
-        source, source_name, reason = select_source(settings, sysfs_root)
-        log.info("source_selected", source=source_name, reason=reason)
+        details: dict[str, str] = {}
+        source, source_name, reason = select_source(settings, sysfs_root, details)
         poller = Poller(
             source,
             interval=settings.interval,
@@ -174,31 +208,57 @@ async def serve(settings: Settings) -> None:
         )
         stack.callback(poller.close)
         device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        # logged once devices are found: on a host without a GPU the one-sentence error is all there is
+        log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         pusher = alertmanager_pusher(settings, port, rules)
+        attribution = AttributionSources(settings, sysfs_root)
+        if attribution.enabled:
+            attribution.start()
+            stack.callback(attribution.close)
+        # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
+        from exporter.web.http_guard import WebGuard
+        from exporter.web.http_stats import HttpStats, web_stats
+
+        http_stats = HttpStats()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
-        pipeline = Pipeline(source_name=source_name, source_reason=reason, rules=rules, pusher=pusher, health=health)
+        pipeline = Pipeline(
+            source_name=source_name,
+            source_reason=reason,
+            rules=rules,
+            pusher=pusher,
+            web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
+            attribution=attribution if attribution.enabled else None,
+            health=health,
+        )
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path, health)
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            server_header=False,
-            # SIGTERM must end the process within a second, slow clients or not: connections are
-            # dropped, not drained (uvicorn takes whole seconds here).
-            timeout_graceful_shutdown=0,
+        current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
+        app = WebGuard(app, current_web, http_stats)
+        budget = http_server.connection_budget(
+            settings.web_max_connections, nofile_soft, http_server.open_descriptors(), device_count
         )
-        server = uvicorn.Server(config)
+        limits = http_server.HttpLimits(max_connections=budget)
+        server = http_server.GuardedServer(
+            http_server.uvicorn_config(app, limits), limits, http_stats, current_web, active_web.ssl_context is not None
+        )
+        # --- end web ---
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        url = _shown_url(host, port, settings.web_telemetry_path)
-        log.info("listening", url=url, devices=device_count, interval=settings.interval)
+        scheme = "https" if active_web.ssl_context is not None else "http"
+        log.info(
+            "listening",
+            urls=[f"{scheme}://{shown_address(sock)}{settings.web_telemetry_path}" for sock in listeners],
+            devices=device_count,
+            interval=settings.interval,
+            max_connections=budget,
+            open_files_limit=nofile_soft,
+            basic_auth=active_web.verifier.enabled,
+        )
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),
-            asyncio.create_task(server.serve(sockets=[listener]), name="http"),
+            asyncio.create_task(server.serve(sockets=listeners), name="http"),
         ]
         if pusher is not None:
             tasks.append(asyncio.create_task(pusher.run(stop), name="alertmanager"))

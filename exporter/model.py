@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from exporter.attribution.model import Attribution
+
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -29,6 +31,7 @@ class TopologyLink:
     link_type: str  # "xgmi" | "pcie" | other KFD type name
     hops: int
     weight: int
+    peer_partition: int = 0  # the peer's compute partition (MI300-class sockets in DPX/QPX/CPX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,8 @@ class Sample:
     clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
     voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
+    # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
+    throttle_residency_seconds: Mapping[str, float] = field(default_factory=frozen_map)
     pcie_link_transfers_per_second: float | None = None  # current, e.g. 16e9
     pcie_max_link_transfers_per_second: float | None = None
     pcie_link_width: int | None = None
@@ -100,7 +105,7 @@ class Sample:
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
-    xgmi_link_bits_per_second: float | None = None
+    xgmi_link_speed_bytes_per_second: float | None = None
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up
     xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
     xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
@@ -173,6 +178,8 @@ class Snapshot:
     source_stats: SourceStats = SourceStats()
     discoveries: int = 0  # discoveries merged so far
     discovery_failures: int = 0  # discoveries that failed or overran their deadline
+    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
+    attribution: Attribution = field(default_factory=Attribution)
 
 
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -214,6 +221,18 @@ class ProcessStats:
 
 
 @dataclass(frozen=True, slots=True)
+class WebStats:
+    """The HTTP layer's counters (issue 14), copied once per cycle; only with --web.config.file."""
+
+    config_reload_successes: int = 0
+    config_reload_failures: int = 0
+    config_last_reload_ok: bool = True
+    rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), every known reason
+    open_connections: int = 0
+    max_connections: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterStats:
     """What the exporter reports about itself besides the snapshot."""
 
@@ -224,6 +243,7 @@ class ExporterStats:
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
     stage_failures: Mapping[str, int] = field(default_factory=frozen_map)  # stage -> failures so far
     failing_stages: tuple[str, ...] = ()  # stages whose latest run failed ("rules", "render", "alertmanager")
+    web: WebStats | None = None  # None without --web.config.file
 
 
 @dataclass(frozen=True, slots=True)

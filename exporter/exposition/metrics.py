@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter import __version__
-from exporter.model import DeviceState, Histogram, Published, Sample
+from exporter.model import DeviceState, Histogram, Published, Sample, WebStats
 
 STAGES = ("rules", "render", "alertmanager")  # the stages readiness watches (pipeline/health.py)
 
@@ -45,6 +45,9 @@ class MetricSpec:
     sample_getter: SampleGetter | None = None
     histogram: Callable[[Published], Histogram] | None = None  # for kind "histogram" (values yields nothing)
     omit_when_empty: bool = False  # no family at all without series (it does not apply to this exporter)
+    # With attribution on, a family whose first label is `gpu` gets the attribution labels (pod, ...,
+    # job_id, ...) after its own; False for the families that carry them already.
+    attributed: bool = True
 
     @property
     def exposed_name(self) -> str:
@@ -103,6 +106,7 @@ IDENTITY_LABELS = (
     "asic",
     "package",
     "die",
+    "partition",
     "vbios",
     "driver",
     "compute_partition",
@@ -123,6 +127,7 @@ def _device_info(published: Published) -> Iterator[LabelledValue]:
             ident.asic,
             ident.package,
             str(ident.die),
+            str(ident.partition),
             ident.vbios,
             ident.driver_version,
             ident.compute_partition,
@@ -158,10 +163,19 @@ def _firmware(state: DeviceState) -> Iterable[LabelledValue]:
 
 def _topology(published: Published) -> Iterator[LabelledValue]:
     devices = published.snapshot.devices
-    gpu_by_bdf = {d.identity.pci_bus_id: str(d.gpu) for d in devices}
+    gpu_by_device = {(d.identity.pci_bus_id, d.identity.partition): str(d.gpu) for d in devices}
     for state in devices:
+        if state.identity.partition > 0:
+            continue
         for link in state.identity.topology:
-            peer = gpu_by_bdf.get(link.peer_pci_bus_id, "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id)
+            if link.peer_partition > 0 or (link.peer_pci_bus_id == state.identity.pci_bus_id):
+                # KFD links every partition to every other one (64 x 63 on a CPX node): they share
+                # their socket's links, so the socket's are exported once, from partition 0 to partition 0.
+                continue
+            peer = gpu_by_device.get(
+                (link.peer_pci_bus_id, link.peer_partition),
+                "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id,
+            )
             yield (str(state.gpu), peer, link.link_type, str(link.hops), str(link.weight)), 1.0
 
 
@@ -256,6 +270,56 @@ def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]
     return values
 
 
+def _web(get: Callable[[WebStats], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        if published.stats.web is not None:
+            yield from get(published.stats.web)
+
+    return values
+
+
+def _allocations(published: Published) -> Iterator[LabelledValue]:
+    seen: set[tuple[str, ...]] = set()
+    for allocation in published.snapshot.attribution.allocations:
+        if allocation.source == "kubernetes":
+            holder = dict(allocation.labels)
+            labels = (str(allocation.gpu), holder["pod"], holder["namespace"], holder["container"], allocation.resource)
+            if labels not in seen:  # one series per holder, whatever number of its devices map to the GPU
+                seen.add(labels)
+                yield labels, 1.0
+
+
+def _jobs(published: Published) -> Iterator[LabelledValue]:
+    seen: set[tuple[str, ...]] = set()
+    for allocation in published.snapshot.attribution.allocations:
+        if allocation.source == "slurm":
+            job = dict(allocation.labels)
+            labels = (str(allocation.gpu), job["job_id"], job["job_user"], job["job_partition"])
+            if labels not in seen:
+                seen.add(labels)
+                yield labels, 1.0
+
+
+def _attribution_up(published: Published) -> Iterator[LabelledValue]:
+    for source, up in sorted(published.snapshot.attribution.sources_up.items()):
+        yield (source,), 1.0 if up else 0.0
+
+
+def _process_value(attr: str) -> Callable[[Published], Iterator[LabelledValue]]:
+    def values(published: Published) -> Iterator[LabelledValue]:
+        for usage in published.snapshot.attribution.processes:
+            value = getattr(usage, attr)
+            if value is not None:
+                yield (str(usage.gpu), str(usage.pid), usage.comm), float(value)
+
+    return values
+
+
+def _web_reloads(web: WebStats) -> Iterator[LabelledValue]:
+    yield ("failure",), float(web.config_reload_failures)
+    yield ("success",), float(web.config_reload_successes)
+
+
 def _nothing(published: Published) -> Iterator[LabelledValue]:
     return iter(())
 
@@ -322,7 +386,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_busy_ratio",
         "gauge",
         "ratio",
-        "Fraction of time an engine was busy (0..1): gfx, memory, media." + _POLL_NOTE,
+        "Fraction of time an engine was busy (0..1): gfx, memory, media. A compute partition reports its own "
+        "gfx (and media) busy; memory busy is socket-wide, on partition 0." + _POLL_NOTE,
         ("engine",),
         _mapping("busy"),
     ),
@@ -338,7 +403,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_memory_total_bytes",
         "gauge",
         "bytes",
-        "Memory size by pool.",
+        "Memory size by pool: vram, visible_vram, gtt (socket-wide: partition 0 of a partitioned socket); "
+        "partition_vram on each compute partition, the VRAM it allocates from (its NPS memory partition, the "
+        "whole VRAM in NPS1: do not sum it over partitions).",
         ("pool",),
         _mapping("memory_total_bytes"),
     ),
@@ -370,9 +437,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_throttle_active",
         "gauge",
         "",
-        "1 while the SMU reports this throttler active (ASIC-independent SMU_THROTTLER reasons), else 0.",
+        "1 while the SMU reports this throttler active, else 0. MI200: the ASIC-independent SMU_THROTTLER "
+        "reasons of gpu_metrics; MI300 (gpu_metrics v1_6+): prochot, ppt, socket_thermal, vr_thermal, "
+        "hbm_thermal, active when its residency counter grew since the previous poll (no series on the first).",
         ("reason",),
         _mapping("throttle"),
+    ),
+    device(
+        "amdgpu_throttle_residency_seconds",
+        "counter",
+        "seconds",
+        "Time the firmware held the clocks back for a reason (MI300, gpu_metrics v1_6+ *_residency_acc "
+        "counters at 1 ms per tick; u32, they wrap after ~49.7 days). Socket-wide: partition 0 only.",
+        ("reason",),
+        _mapping("throttle_residency_seconds"),
     ),
     device(
         "amdgpu_pcie_current_link_transfers_per_second",
@@ -427,12 +505,12 @@ METRICS: tuple[MetricSpec, ...] = (
     device("amdgpu_pcie_naks", "counter", "", "PCIe NAKs by direction.", ("direction",), _pcie_naks),
     device("amdgpu_xgmi_link_width", "gauge", "", "XGMI link width in lanes.", (), _scalar("xgmi_link_width")),
     device(
-        "amdgpu_xgmi_link_bits_per_second",
+        "amdgpu_xgmi_link_speed_bytes_per_second",
         "gauge",
-        "bits_per_second",
-        "XGMI link rate: lane rate x width.",
+        "bytes_per_second",
+        "XGMI link rate in bytes per second: lane rate x width / 8 (the peak of one link).",
         (),
-        _scalar("xgmi_link_bits_per_second"),
+        _scalar("xgmi_link_speed_bytes_per_second"),
     ),
     device(
         "amdgpu_xgmi_link_up",
@@ -503,7 +581,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_device_info",
         "gauge",
         "",
-        "Identity of a device (always 1); join on gpu for labels.",
+        "Identity of a device (always 1); join on gpu for labels. A compute partition of an MI300-class socket "
+        "is its own device: partition 0..N-1, the socket's pci_bus_id and package; socket-wide values "
+        "(power, energy, temperatures, memory, PCIe, XGMI, ECC) are on partition 0 only.",
         IDENTITY_LABELS,
         _device_info,
     ),
@@ -527,7 +607,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_topology_link_info",
         "gauge",
         "",
-        "KFD io_link from a device to a peer (always 1).",
+        "KFD io_link from a device to a peer (always 1). A partitioned MI300-class socket's links are "
+        "exported once, between partition 0s: its other partitions share them (join on pci_bus_id).",
         ("gpu", "peer", "type", "hops", "weight"),
         _topology,
     ),
@@ -627,6 +708,109 @@ METRICS: tuple[MetricSpec, ...] = (
         "Failures of a pipeline stage (rules, render, alertmanager); /readyz is 503 while one is failing.",
         ("stage",),
         _stage_failures,
+    ),
+    # The HTTP layer (exporter/web), only with --web.config.file.
+    MetricSpec(
+        "amdgpu_exporter_web_config_reloads",
+        "counter",
+        "",
+        "Reloads of --web.config.file after a change, by result (failure: the last good one was kept).",
+        ("result",),
+        _web(_web_reloads),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_web_config_last_reload_successful",
+        "gauge",
+        "",
+        "1 if the web configuration on disk is the one in effect, 0 after an invalid edit.",
+        (),
+        _web(lambda web: [((), 1.0 if web.config_last_reload_ok else 0.0)]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_rejections",
+        "counter",
+        "",
+        "Connections and requests refused by the HTTP layer, by reason.",
+        ("reason",),
+        _web(lambda web: [((reason,), float(count)) for reason, count in web.rejections]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_connections",
+        "gauge",
+        "",
+        "Open HTTP connections (including TLS handshakes).",
+        (),
+        _web(lambda web: [((), float(web.open_connections))]),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_http_max_connections",
+        "gauge",
+        "",
+        "Cap on open HTTP connections (from the open-files budget).",
+        (),
+        _web(lambda web: [((), float(web.max_connections))]),
+        omit_when_empty=True,
+    ),
+    # Attribution (--kubernetes, --slurm.state-dir, --collector.processes): no family when off.
+    MetricSpec(
+        "amdgpu_allocation_info",
+        "gauge",
+        "",
+        "A Kubernetes container holding the device (always 1), from the kubelet's pod-resources API.",
+        ("gpu", "pod", "namespace", "container", "resource"),
+        _allocations,
+        omit_when_empty=True,
+        attributed=False,
+    ),
+    MetricSpec(
+        "amdgpu_job_info",
+        "gauge",
+        "",
+        "A Slurm job holding the device (always 1), from the prolog's state files.",
+        ("gpu", "job_id", "job_user", "job_partition"),
+        _jobs,
+        omit_when_empty=True,
+        attributed=False,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_attribution_up",
+        "gauge",
+        "",
+        "1 if the attribution source's last read succeeded (kubernetes: within its deadline), else 0.",
+        ("source",),
+        _attribution_up,
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_memory_bytes",
+        "gauge",
+        "bytes",
+        "VRAM a process has allocated on the device (KFD), for the top processes per device by VRAM.",
+        ("gpu", "pid", "comm"),
+        _process_value("vram_bytes"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_compute_unit_occupancy_ratio",
+        "gauge",
+        "ratio",
+        "Share of the device's compute units the process's waves occupy now (KFD cu_occupancy / CUs, 0..1).",
+        ("gpu", "pid", "comm"),
+        _process_value("cu_occupancy_ratio"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
+        "amdgpu_process_sdma_seconds",
+        "counter",
+        "seconds",
+        "Time the process's SDMA (copy engine) queues on the device have been busy (KFD).",
+        ("gpu", "pid", "comm"),
+        _process_value("sdma_seconds"),
+        omit_when_empty=True,
     ),
     # The process collector's families under their conventional names (dashboards and alerts for
     # any Prometheus exporter use them); no series where /proc cannot be read.

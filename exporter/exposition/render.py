@@ -83,16 +83,30 @@ def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
 
 
 def families(published: Published) -> Iterator[Metric]:
-    """The families of the metric table for one Published, in table order."""
+    """The families of the metric table for one Published, in table order.
+
+    With attribution on, every per-GPU family (first label `gpu`) also carries the attribution labels,
+    with the values of the snapshot they are rendered from ("" for a device nobody holds).
+    """
+    attribution = published.snapshot.attribution
+    by_gpu: dict[str, tuple[str, ...]] = {}
     for spec in METRICS:
         if spec.kind == "histogram":
             assert spec.histogram is not None
             yield _histogram_family(spec, spec.histogram(published))
             continue
         family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-        family = family_type(spec.name, spec.help, labels=spec.labels)
-        for labels, value in spec.values(published):
-            family.add_metric(labels, value)
+        if attribution.label_names and spec.attributed and spec.labels[:1] == ("gpu",):
+            family = family_type(spec.name, spec.help, labels=(*spec.labels, *attribution.label_names))
+            for labels, value in spec.values(published):
+                holder = by_gpu.get(labels[0])
+                if holder is None:
+                    holder = by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
+                family.add_metric((*labels, *holder), value)
+        else:
+            family = family_type(spec.name, spec.help, labels=spec.labels)
+            for labels, value in spec.values(published):
+                family.add_metric(labels, value)
         if family.samples or not spec.omit_when_empty:
             yield family
 

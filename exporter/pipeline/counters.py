@@ -57,6 +57,8 @@ COUNTERS: Mapping[str, CounterRule] = {
     "xgmi_write_bytes": CounterRule(_fixed(_U64 * 1024)),
     "xgmi_error_events": CounterRule(_fixed(None)),
     "ecc_errors": CounterRule(_fixed(_U64)),
+    # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
+    "throttle_residency_seconds": CounterRule(_fixed(None)),
 }
 _MAPPING_COUNTERS = frozenset(
     f.name for f in dataclasses.fields(Sample) if f.name in COUNTERS and "Mapping" in str(f.type)

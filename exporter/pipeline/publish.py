@@ -8,7 +8,7 @@ the web layer reads; nothing downstream writes back into anything upstream.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,12 +16,27 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertmanagerStats, AlertState, ExporterStats, Histogram, Published, Snapshot, frozen_map
-from exporter.pipeline.enrich import enrich
+from exporter.model import (
+    AlertmanagerStats,
+    AlertState,
+    ExporterStats,
+    Histogram,
+    Published,
+    Snapshot,
+    WebStats,
+    frozen_map,
+)
+from exporter.pipeline.enrich import AttributionInputs, enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
+
+
+class AttributionSource(Protocol):
+    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
+
+    def inputs(self) -> AttributionInputs: ...
 
 
 class AlertSink(Protocol):
@@ -54,10 +69,14 @@ class Pipeline:
         source_reason: str,
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
+        attribution: AttributionSource | None = None,
+        web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.pusher = pusher
+        self.attribution = attribution
+        self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
@@ -65,7 +84,7 @@ class Pipeline:
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.health.progress()
-        snapshot = enrich(snapshot)
+        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
         except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
@@ -98,6 +117,7 @@ class Pipeline:
             process=read_process_stats(),
             stage_failures=frozen_map(failures),
             failing_stages=tuple(sorted(self.health.failing)),
+            web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).

@@ -11,14 +11,18 @@ from pathlib import Path
 
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
+from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
 from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.tree import write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
     identity,
+    partition_busy,
+    partition_memory,
     partition_sample,
     partition_truth,
+    partition_zero_sample,
     sample,
     to_jsonable,
 )
@@ -58,6 +62,11 @@ class Simulator:
         self._identities: list | None = None
         self._truth_cache: tuple[list[DieReading], tuple[SimulatedDevice, ...]] | None = None
         self.history: WindowHistory | None = WindowHistory(self.scenario.window) if self.scenario.fast else None
+        # kfd/proc/<pid>/ (processes coming and going): off unless asked for, see kfd_proc.py.
+        self.kfd_proc: KfdProcWriter | None = None
+
+    def simulate_processes(self) -> None:
+        self.kfd_proc = KfdProcWriter(self.root, self.gcds, self.seed)
 
     @property
     def elapsed(self) -> float:
@@ -84,6 +93,8 @@ class Simulator:
         for gcd, reading in zip(self.gcds, readings, strict=True):
             for rel, content in dynamic_files(gcd, reading).items():
                 self._tree.write(rel, content)
+        if self.kfd_proc is not None:
+            self.kfd_proc.write(float(elapsed))
         with self._lock:
             self._readings = readings
             self._elapsed = float(elapsed)
@@ -131,10 +142,12 @@ class Simulator:
                 info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
                 if gcd.xcp_metrics_version is not None:
                     info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
+                own, memory = partition_busy(gcd, info), partition_memory(info)
                 if part.index == 0:
-                    devices.append(SimulatedDevice(gpu, ident, socket_sample, info, metrics))
+                    first = partition_zero_sample(socket_sample, own, memory) if part.count > 1 else socket_sample
+                    devices.append(SimulatedDevice(gpu, ident, first, info, metrics))
                 else:
-                    devices.append(SimulatedDevice(gpu, ident, partition_sample(info.gfx_busy, written_at), info))
+                    devices.append(SimulatedDevice(gpu, ident, partition_sample(own, written_at, memory), info))
         self._truth_cache = (readings, tuple(devices))
         return devices
 

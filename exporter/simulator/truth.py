@@ -10,9 +10,13 @@ correct reader of the tree reproduces it exactly. Conventions where the tree lea
   link per hive peer (hops 1, weight 15 per PSP hop: 15 or 30). rocm-smi's GPU-pair view (PCIe
   pairs via the CPU: hops 2 on one NUMA node, 3 across, weights summed) follows from these.
 - throttle: Aldebaran's reasons named after the kernel's SMU_THROTTLER_* bits (ppt0, temp_gpu..);
-  MI300X v1_4..v1_7 tables carry no throttle reasons -> empty.
+  MI300-class tables carry no throttle bits -> empty (a reader derives "active" from two reads of
+  the v1_6+ residency counters, which a single truth cannot say); throttle_residency_seconds =
+  the v1_6+ *_residency_acc counters x 1 ms (socket_thm -> socket_thermal, vr_thm, hbm_thm alike).
+- Partitioned sockets (v1_6+): every partition's busy gfx is its own (its xcp_stats XCCs), partition
+  0's included; fixed layouts (v1_6..v1_8) also give each partition its media (VCN) busy.
 - PCIe bandwidth: MI200 (received + sent) x max payload from pcie_bw; MI300X pcie_bandwidth_inst
-  GB/s x 1e9. XGMI link bits/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9;
+  GB/s x 1e9. XGMI link bytes/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9 / 8;
   XGMI bytes = KB x 1024.
 - Partitions (MI300-class in DPX/QPX/CPX): one device per partition, `gpu` numbered socket by
   socket in BDF order, partition 0 first (the order amd-smi lists them). Partition 0's identity and
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
@@ -41,6 +45,14 @@ from exporter.simulator.physics import ENERGY_TICK_J, DieReading
 from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers, kfd_peers
 
 MHZ = 1_000_000.0
+# gpu_metrics residency accumulator -> the exporter's throttle `reason` (ticks are 1 ms)
+RESIDENCY_LABELS = {
+    "prochot": "prochot",
+    "ppt": "ppt",
+    "socket_thm": "socket_thermal",
+    "vr_thm": "vr_thermal",
+    "hbm_thm": "hbm_thermal",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +99,10 @@ def topology(gcd: GcdLayout, gcds: list[GcdLayout], partition: int = 0) -> tuple
         links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
         return tuple(links)
     part = gcd.partitions[partition]
-    links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, _p, weight in kfd_partition_peers(gcd, part, gcds)]
+    links += [
+        TopologyLink(peer.bdf, "xgmi", 1, weight, peer_partition=peer_part.index)
+        for peer, peer_part, weight in kfd_partition_peers(gcd, part, gcds)
+    ]
     return tuple(links)
 
 
@@ -111,6 +126,7 @@ def identity(
         driver_version=DRIVER_VERSION,
         package=gcd.package_id or gcd.serial,
         die=gcd.die,
+        partition=partition,
         compute_partition=gcd.compute_partition,
         memory_partition=gcd.memory_partition,
         xgmi_hive_id=str(gcd.hive_id) if gcd.hive_id else "",
@@ -163,9 +179,35 @@ def partition_truth(
     )
 
 
-def partition_sample(busy: float | None, timestamp: float) -> Sample:
-    """What a partition 1..N-1 reports of its own: its gfx busy (socket-wide values live on partition 0)."""
-    return Sample(timestamp=timestamp, busy=frozen_map({"gfx": busy} if busy is not None else {}))
+def partition_busy(gcd: GcdLayout, info: PartitionTruth) -> dict[str, float]:
+    """A partition's own busy: gfx from its xcp_stats block (v1_6+) and, in fixed layouts (v1_6..v1_8),
+    media from its block's VCN instances (which read 0)."""
+    busy: dict[str, float] = {}
+    if info.gfx_busy is not None:
+        busy["gfx"] = info.gfx_busy
+        if gcd.metrics_version != (1, 9):
+            busy["media"] = 0.0
+    return busy
+
+
+def partition_memory(info: PartitionTruth) -> dict[str, float]:
+    """A partitioned socket's partition: memory_total_bytes["partition_vram"] = its KFD memory bank."""
+    return {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
+
+
+def partition_sample(busy: Mapping[str, float], timestamp: float, memory: Mapping[str, float]) -> Sample:
+    """What a partition 1..N-1 reports of its own: its busy and the VRAM it allocates from
+    (socket-wide values live on partition 0)."""
+    return Sample(timestamp=timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+
+
+def partition_zero_sample(socket: Sample, busy: Mapping[str, float], memory: Mapping[str, float]) -> Sample:
+    """Partition 0 of a partitioned socket: the socket's values, with its own partition's busy and VRAM."""
+    return replace(
+        socket,
+        busy=frozen_map({**socket.busy, **busy}),
+        memory_total_bytes=frozen_map({**socket.memory_total_bytes, **memory}),
+    )
 
 
 def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
@@ -222,6 +264,11 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
         ),
         voltages_volts=frozen_map({"gfx": r.vddgfx_mv / 1000.0} if r.vddgfx_mv is not None else {}),
         throttle=frozen_map(r.throttlers),
+        throttle_residency_seconds=frozen_map(
+            {RESIDENCY_LABELS[name]: ticks * 1e-3 for name, ticks in r.residency_ticks.items()}
+            if gcd.metrics_version >= (1, 6)
+            else {}
+        ),
         pcie_link_transfers_per_second=m.pcie_gts * 1e9,
         pcie_max_link_transfers_per_second=m.pcie_gts * 1e9,
         pcie_link_width=m.pcie_width,
@@ -232,7 +279,7 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
         pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,
         pcie_naks_received=r.pcie_naks_received if gcd.metrics_version >= (1, 5) else None,
         xgmi_link_width=m.xgmi_link_width if mi300 else None,
-        xgmi_link_bits_per_second=m.xgmi_link_speed_gbps * m.xgmi_link_width * 1e9 if mi300 else None,
+        xgmi_link_speed_bytes_per_second=m.xgmi_link_speed_gbps * m.xgmi_link_width * 1e9 / 8 if mi300 else None,
         xgmi_link_up=frozen_map(
             dict(enumerate(r.xgmi_links_up)) if r.xgmi_links_up and gcd.metrics_version >= (1, 7) else {}
         ),

@@ -42,11 +42,12 @@ def window_point(device: SimulatedDevice, reading: DieReading) -> WindowPoint:
     part = device.partition
     if s.energy_joules is not None:
         acc["energy_joules"] = s.energy_joules
-    if part is None or part.index == 0:
-        if device.gpu_metrics is not None:  # MI300-class: the table's socket accumulators
-            acc["gfx_acc"] = float(reading.gfx_activity_acc)
-            acc["mem_acc"] = float(reading.mem_activity_acc)
-    elif part.gfx_busy_acc_per_xcc:
+    if (part is None or part.index == 0) and device.gpu_metrics is not None:
+        # MI300-class: the table's socket accumulators
+        acc["gfx_acc"] = float(reading.gfx_activity_acc)
+        acc["mem_acc"] = float(reading.mem_activity_acc)
+    if part is not None and part.count > 1 and part.gfx_busy_acc_per_xcc:
+        # a partitioned socket: every partition's gfx busy is its own, partition 0's too
         acc["gfx_acc"] = float(part.gfx_busy_acc_per_xcc[0])
     return WindowPoint(values, acc)
 

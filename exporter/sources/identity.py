@@ -19,6 +19,8 @@ KNOWN_DEVICES: dict[str, tuple[str, str]] = {
     "0x74a0": ("aqua_vanjaram", "AMD Instinct MI300A"),
     "0x74a5": ("aqua_vanjaram", "AMD Instinct MI325X"),
     "0x74a9": ("aqua_vanjaram", "AMD Instinct MI300X HF"),
+    "0x75a0": ("gfx950", "AMD Instinct MI350X"),
+    "0x75a3": ("gfx950", "AMD Instinct MI355X"),
 }
 # Dual-die packages: each die is its own PCI function; only die 0 measures package power.
 DUAL_DIE_DEVICE_IDS = frozenset({"0x740c", "0x7408"})

@@ -41,12 +41,13 @@ RANGES: Mapping[str, tuple[float, float]] = {
     "pcie_naks_sent": (0.0, 2.0**32),
     "pcie_naks_received": (0.0, 2.0**32),
     "xgmi_link_width": (0.0, 64.0),
-    "xgmi_link_bits_per_second": (0.0, 1e13),
+    "xgmi_link_speed_bytes_per_second": (0.0, 2e12),
     "xgmi_read_bytes": (0.0, 2.0**74),  # u64 KB counters
     "xgmi_write_bytes": (0.0, 2.0**74),
     "xgmi_error_events": (0.0, 2.0**62),
     "ecc_errors": (0.0, 2.0**62),
     "ras_retired_pages": (0.0, 2.0**32),
+    "throttle_residency_seconds": (0.0, _INF),
 }
 # Fields where the lowest value itself is implausible (a power cap of 0 W is "no cap", handled by
 # the parser; a 0 °C GPU is a sensor that read nothing).

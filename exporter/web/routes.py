@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
 from exporter.log import get_logger
@@ -159,9 +160,16 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 def create_app(
     state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", health: Health | None = None
 ) -> Any:
-    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url="/api/docs", redoc_url=None)
+    # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
+    # API to anyone); unknown paths and methods get a bare status line, no detail.
+    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
     checks = health if health is not None else Health(interval=math.inf)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def bare_error(_request: Any, error: StarletteHTTPException) -> PlainTextResponse:
+        text = {404: "not found", 405: "method not allowed"}.get(error.status_code, "error")
+        return PlainTextResponse(text + "\n", status_code=error.status_code)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> PlainTextResponse:
@@ -214,7 +222,6 @@ def create_app(
             '<li><a href="/api/v1/devices">/api/v1/devices</a> — latest samples as JSON</li>'
             '<li><a href="/api/v1/alerts">/api/v1/alerts</a> — in-daemon alerts and clock-down suggestions</li>'
             '<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>'
-            '<li><a href="/api/docs">/api/docs</a> — API reference</li>'
             "</ul></body></html>"
         )
 

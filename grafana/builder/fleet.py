@@ -323,6 +323,68 @@ def energy_row() -> Row:
     )
 
 
+def _gpu_hours_by(info: str, label: str, present: str) -> str:
+    """GCD-hours per `label` over the dashboard's range: allocated GCDs counted each minute, / 60."""
+    held = f'count by ({label}, instance, gpu) ({info}{{{FLEET}, {present}!=""}})'
+    return f"sum by ({label}) (sum_over_time(({held})[$__range:1m])) / 60"
+
+
+def _energy_by(label: str) -> str:
+    # Every per-GCD series carries the attribution labels, so each holder's share is its series' increase.
+    return (
+        f'sum by ({label}) (increase(amdgpu_energy_joules_total{{{FLEET}, {label}!=""}}[$__range])) / {JOULES_PER_KWH}'
+    )
+
+
+def usage_row() -> Row:
+    """GPU-hours and energy by Kubernetes namespace and by Slurm user (needs --kubernetes / --slurm.state-dir)."""
+    on_kubernetes = "the exporters run without --kubernetes, or no pod held a GCD in the range"
+    on_slurm = "the exporters run without --slurm.state-dir, or no job held a GCD in the range"
+    return Row(
+        "Usage by namespace and user",
+        (
+            Panel(
+                "bargauge",
+                "GCD-hours by namespace",
+                "GCD-hours each Kubernetes namespace held over the dashboard's range (allocated GCDs counted "
+                "once a minute).",
+                Query(_gpu_hours_by("amdgpu_allocation_info", "namespace", "pod"), "{{namespace}}"),
+                unit="h",
+                width=6,
+                may_be_empty=on_kubernetes,
+            ),
+            Panel(
+                "bargauge",
+                "Energy by namespace",
+                "GPU energy used by each namespace's pods over the range, from the energy counters of the GCDs "
+                "they held (die 0 of an MI250X counts the whole package).",
+                Query(_energy_by("namespace"), "{{namespace}}"),
+                unit="kwatth",
+                width=6,
+                may_be_empty=on_kubernetes,
+            ),
+            Panel(
+                "bargauge",
+                "GCD-hours by Slurm user",
+                "GCD-hours each Slurm user's jobs held over the range (allocated GCDs counted once a minute).",
+                Query(_gpu_hours_by("amdgpu_job_info", "job_user", "job_id"), "{{job_user}}"),
+                unit="h",
+                width=6,
+                may_be_empty=on_slurm,
+            ),
+            Panel(
+                "bargauge",
+                "Energy by Slurm user",
+                "GPU energy used by each Slurm user's jobs over the range, from the GCDs' energy counters.",
+                Query(_energy_by("job_user"), "{{job_user}}"),
+                unit="kwatth",
+                width=6,
+                may_be_empty=on_slurm,
+            ),
+        ),
+    )
+
+
 def devices_where(title: str, description: str, condition: str, may_be_empty: str) -> Panel:
     """A table of the GCDs where `<metric> <op> <value>` holds, with product and PCI address; a row opens the GCD."""
     metric, comparison = condition.split(" ", 1)
@@ -506,6 +568,7 @@ def fleet_dashboard(t: Thresholds) -> Dashboard:
             temperatures_row(t),
             utilisation_row(),
             energy_row(),
+            usage_row(),
             errors_row(),
             stale_row(),
         ),

@@ -180,6 +180,20 @@ def thermals_row(t: Thresholds) -> Row:
                 options={"showValue": "auto"},
                 may_be_empty="no GCD throttled in the range",
             ),
+            Panel(
+                "timeseries",
+                "Time held back per throttler (MI300)",
+                "Share of time the firmware held a socket's clocks back, by reason (prochot, ppt, socket_thermal, "
+                "vr_thermal, hbm_thermal), from the gpu_metrics v1_6+ residency counters.",
+                Query(
+                    f"rate(amdgpu_throttle_residency_seconds_total{{{NODE}}}[$__rate_interval]) > 0",
+                    "gpu {{gpu}} {{reason}}",
+                ),
+                unit="percentunit",
+                width=24,
+                height=8,
+                may_be_empty="only MI300-class gpu_metrics v1_6+ has residency counters; none throttled in the range",
+            ),
         ),
     )
 
@@ -403,15 +417,15 @@ def xgmi_row() -> Row:
             Panel(
                 "stat",
                 "XGMI link width and rate",
-                "Lanes per XGMI link and the link rate (lane rate x width).",
+                "Lanes per XGMI link (x16) and the link rate in bytes per second (lane rate x width / 8).",
                 (
                     Query(f"amdgpu_xgmi_link_width{{{NODE}}}", "gpu {{gpu}} width"),
-                    Query(f"amdgpu_xgmi_link_bits_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
+                    Query(f"amdgpu_xgmi_link_speed_bytes_per_second{{{NODE}}}", "gpu {{gpu}} rate"),
                 ),
                 unit="prefix:x",
                 width=6,
                 height=9,
-                column_units={"B": "bps"},
+                column_units={"B": "Bps"},
                 may_be_empty="MI200's gpu_metrics has no XGMI link fields",
                 options={"graphMode": "none"},
             ),
@@ -553,6 +567,83 @@ def firmware_row() -> Row:
     )
 
 
+OFF_OR_FREE = "the exporter runs without {option}, or nothing holds the selected GCDs now"
+
+
+def attribution_row() -> Row:
+    """Who is on each GCD: pods (--kubernetes), Slurm jobs (--slurm.state-dir), processes (--collector.processes)."""
+    return Row(
+        "Who is on each GCD",
+        (
+            Panel(
+                "table",
+                "Pods",
+                "The Kubernetes containers holding each GCD now (device plugin or DRA), from the kubelet. "
+                "Every per-GCD series also carries pod, namespace and container.",
+                f"amdgpu_allocation_info{{{NODE}}}",
+                unit="none",
+                width=8,
+                may_be_empty=OFF_OR_FREE.format(option="--kubernetes"),
+                hide_columns=("job", "instance", "Value"),
+            ),
+            Panel(
+                "table",
+                "Slurm jobs",
+                "The Slurm jobs holding each GCD now, from the prolog's state files. Every per-GCD series "
+                "also carries job_id, job_user and job_partition.",
+                f"amdgpu_job_info{{{NODE}}}",
+                unit="none",
+                width=8,
+                may_be_empty=OFF_OR_FREE.format(option="--slurm.state-dir"),
+                hide_columns=("job", "instance", "Value"),
+            ),
+            Panel(
+                "stat",
+                "Attribution sources",
+                "Whether each attribution source's last read worked (kubernetes: the kubelet answered "
+                "within its deadline). Down: the labels keep the last good answer for a minute, then empty.",
+                Query(f"amdgpu_exporter_attribution_up{{{NODE_ALL_GPUS}}}", "{{source}}"),
+                unit="none",
+                width=8,
+                mappings=(UP_DOWN_MAPPING,),
+                steps=UP_DOWN_STEPS,
+                may_be_empty="no attribution option is on",
+            ),
+            Panel(
+                "timeseries",
+                "Process VRAM",
+                "VRAM each process has allocated, per GCD (the top processes by VRAM, from the KFD).",
+                Query(f"amdgpu_process_memory_bytes{{{NODE}}}", "gpu {{gpu}} {{comm}} ({{pid}})"),
+                unit="bytes",
+                width=8,
+                minimum=0,
+                may_be_empty=OFF_OR_FREE.format(option="--collector.processes"),
+            ),
+            Panel(
+                "timeseries",
+                "Process CU occupancy",
+                "Share of each GCD's compute units the process's waves occupy.",
+                Query(f"amdgpu_process_compute_unit_occupancy_ratio{{{NODE}}}", "gpu {{gpu}} {{comm}} ({{pid}})"),
+                unit="percentunit",
+                width=8,
+                minimum=0,
+                maximum=1,
+                may_be_empty=OFF_OR_FREE.format(option="--collector.processes"),
+            ),
+            Panel(
+                "timeseries",
+                "Process SDMA busy",
+                "Share of time each process's SDMA (copy engine) queues were busy, per GCD.",
+                Query(f"rate(amdgpu_process_sdma_seconds_total{{{NODE}}}[$__rate_interval])", "gpu {{gpu}} {{comm}}"),
+                unit="percentunit",
+                width=8,
+                minimum=0,
+                may_be_empty=OFF_OR_FREE.format(option="--collector.processes"),
+            ),
+        ),
+    )
+
+
 def exporter_row() -> Row:
     return Row(
         "Exporter",
@@ -625,8 +716,8 @@ def node_dashboard(t: Thresholds) -> Dashboard:
     return Dashboard(
         uid=NODE_UID,
         title="AMD GPU / Node and GCD detail",
-        description="One node's AMD Instinct GCDs in detail: thermals, power, utilisation waveform, memory, "
-        "clocks, PCIe, XGMI, RAS, firmware and the exporter itself.",
+        description="One node's AMD Instinct GCDs in detail: who holds them, thermals, power, utilisation "
+        "waveform, memory, clocks, PCIe, XGMI, RAS, firmware and the exporter itself.",
         variables=(
             datasource_variable(),
             query_variable("instance", "Node", "label_values(amdgpu_up, instance)"),
@@ -634,6 +725,7 @@ def node_dashboard(t: Thresholds) -> Dashboard:
         ),
         rows=(
             overview_row(t),
+            attribution_row(),
             thermals_row(t),
             power_row(),
             busy_row(),

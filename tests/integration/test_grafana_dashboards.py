@@ -47,6 +47,16 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "process_start_time_seconds": _PROCESS,
     "process_open_fds": _PROCESS,
     "process_max_fds": _PROCESS,
+    **dict.fromkeys(
+        (
+            "amdgpu_exporter_web_config_reloads_total",
+            "amdgpu_exporter_web_config_last_reload_successful",
+            "amdgpu_exporter_http_rejections_total",
+            "amdgpu_exporter_http_connections",
+            "amdgpu_exporter_http_max_connections",
+        ),
+        "the HTTP layer, only with --web.config.file: no GPU dashboard panel",
+    ),
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -123,6 +124,44 @@ def test_builtin_objects_pass_strict_schema_validation(
     assert result.returncode != 0 and "readOnlyRootFileSystem" in result.stdout, result.stdout
 
 
+def test_pod_attribution_component_mounts_the_socket_folder_read_only_as_uid_0_without_capabilities(
+    tmp_path: Path,
+) -> None:
+    overlay = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE_DIR, overlay)
+    kustomization = overlay / "kustomization.yaml"
+    text = kustomization.read_text()
+    commented = "# components:\n#   - pod-attribution\n"
+    assert commented in text, "the README and the component tell users to uncomment these lines"
+    kustomization.write_text(text.replace(commented, "components:\n  - pod-attribution\n"))
+    result = subprocess.run(
+        [require_tool("kubectl"), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    main = container(objects)
+    # The socket is root:root 0755 and connect(2) needs write permission: uid 0, and nothing more.
+    assert pod["securityContext"]["runAsUser"] == 0 and pod["securityContext"]["runAsNonRoot"] is False
+    security = main["securityContext"]
+    assert security["runAsUser"] == 0
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+    assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = next(m for m in main["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
+    assert mount["readOnly"] is True
+    # No `type: Directory`: a kubelet with another --root-dir must not keep the pod from starting.
+    assert volumes[mount["name"]]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources"}
+    assert "--kubernetes" in main["args"]
+    socket_path = flag_value(main["args"], "--kubernetes.pod-resources-socket", "")
+    assert str(PurePosixPath(socket_path).parent) == mount["mountPath"]
+    manifest = tmp_path / "daemonset.yaml"
+    manifest.write_text(yaml.safe_dump(one(objects, "DaemonSet")))
+    validated = _validate(manifest, None)
+    assert validated.returncode == 0 and "ERROR" not in validated.stdout, validated.stdout
+
+
 # --- Generated objects ---------------------------------------------------------------------------
 
 
@@ -203,12 +242,11 @@ def test_pod_is_unprivileged_and_reads_the_host_read_only(rendered: list[dict[st
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
     host_paths = {v["hostPath"]["path"]: name for name, v in volumes.items() if "hostPath" in v}
-    assert set(host_paths) == {"/sys", "/var/lib/kubelet/pod-resources"}
+    # The kubelet's pod-resources folder only with the pod-attribution component (its own test).
+    assert set(host_paths) == {"/sys"}
     for mount in main["volumeMounts"]:
         if "hostPath" in volumes[mount["name"]]:
             assert mount.get("readOnly") is True, mount
-    # Pod attribution: the kubelet's socket folder, where the daemon expects it.
-    assert mounts["/var/lib/kubelet/pod-resources"]["name"] == host_paths["/var/lib/kubelet/pod-resources"]
     shm = volumes[mounts["/dev/shm"]["name"]]
     assert shm["emptyDir"]["medium"] == "Memory"
     sysfs_mount = next(m for m in main["volumeMounts"] if m["name"] == host_paths["/sys"])

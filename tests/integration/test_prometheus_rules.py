@@ -49,7 +49,7 @@ NODE_LEVEL_ALERTS = frozenset(
 # enumerates them (None = free-form). To be replaced by an import of the exporter's metric table.
 _GPU: dict[str, frozenset[str] | None] = {"gpu": None}
 _IDENTITY = (
-    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "vbios", "driver",
+    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "partition", "vbios", "driver",
     "compute_partition", "memory_partition",
 )  # fmt: skip
 _SENSORS = frozenset({"edge", "junction", "memory", "hbm0", "hbm1", "hbm2", "hbm3", "vr_gfx", "vr_soc", "vr_mem"})
@@ -70,11 +70,15 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_energy_joules_total": _GPU,
     "amdgpu_busy_ratio": {**_GPU, "engine": frozenset({"gfx", "memory", "media"})},
     "amdgpu_memory_used_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
-    "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt"})},
+    "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt", "partition_vram"})},
     "amdgpu_clock_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_clock_max_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_voltage_volts": {**_GPU, "rail": None},
     "amdgpu_throttle_active": {**_GPU, "reason": None},
+    "amdgpu_throttle_residency_seconds_total": {
+        **_GPU,
+        "reason": frozenset({"prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal"}),
+    },
     "amdgpu_pcie_current_link_transfers_per_second": _GPU,
     "amdgpu_pcie_max_link_transfers_per_second": _GPU,
     "amdgpu_pcie_current_link_width": _GPU,
@@ -84,7 +88,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_pcie_recoveries_total": _GPU,
     "amdgpu_pcie_naks_total": {**_GPU, "direction": frozenset({"sent", "received"})},
     "amdgpu_xgmi_link_width": _GPU,
-    "amdgpu_xgmi_link_bits_per_second": _GPU,
+    "amdgpu_xgmi_link_speed_bytes_per_second": _GPU,
     "amdgpu_xgmi_link_up": {**_GPU, "link": None},
     "amdgpu_xgmi_read_bytes_total": {**_GPU, "link": None},
     "amdgpu_xgmi_write_bytes_total": {**_GPU, "link": None},
@@ -118,6 +122,13 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
     "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
+    # Who is on each GPU (issue 12), with --kubernetes / --slurm.state-dir / --collector.processes.
+    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
+    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
+    "amdgpu_exporter_attribution_up": {"source": frozenset({"kubernetes", "slurm", "processes"})},
+    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
+    "amdgpu_process_compute_unit_occupancy_ratio": {**_GPU, "pid": None, "comm": None},
+    "amdgpu_process_sdma_seconds_total": {**_GPU, "pid": None, "comm": None},
     # The exporter process itself (prometheus-client's process collector, through the metric table).
     "process_cpu_seconds_total": {},
     "process_resident_memory_bytes": {},
@@ -136,10 +147,6 @@ PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
         "sensor": _SENSORS,
         "stat": frozenset({"min", "max", "mean"}),
     },
-    # issue 12: who is on each GPU
-    "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
-    "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
-    "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
 }
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
@@ -555,7 +562,14 @@ def test_contract_names_are_the_exporters_metric_table() -> None:
     contract_families = {name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for name in CONTRACT}
     assert contract_families <= set(all_metric_names())
     missing = set(all_metric_names()) - contract_families
-    assert missing <= {"amdgpu_exporter_alertmanager_notifications_total"}, missing
+    web_only = {  # the HTTP layer's own families (only with --web.config.file), not in the alert contract
+        "amdgpu_exporter_web_config_reloads_total",
+        "amdgpu_exporter_web_config_last_reload_successful",
+        "amdgpu_exporter_http_rejections_total",
+        "amdgpu_exporter_http_connections",
+        "amdgpu_exporter_http_max_connections",
+    }
+    assert missing <= {"amdgpu_exporter_alertmanager_notifications_total"} | web_only, missing
 
 
 # --- every target gets its node label (real Prometheus) ---------------------------------

@@ -125,9 +125,7 @@ def test_rocm_smi_daemon_metrics_equal_the_sysfs_daemons(tmp_path: Path) -> None
     with daemon(sys_dir, "rocm-smi") as (rocm_port, _), daemon(sys_dir, "sysfs") as (sysfs_port, _):
         ours = wait_for(rocm_port, settled(3, 3))
         theirs = wait_for(sysfs_port, settled(3, 3))
-    assert get(
-        ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="chosen by --source", version="0.1.0"
-    )
+    assert get(ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="flag", version="0.1.0")
     assert get(ours, "amdgpu_exporter_worker_restarts_total") == 0
     ours_gpu, theirs_gpu = gpu_values(ours), gpu_values(theirs)
     assert len(ours_gpu) > 250  # every family of the contract that the tree supplies, for 3 GCDs
@@ -215,12 +213,17 @@ def test_hung_power_file_takes_one_gcd_down_and_it_comes_back(tmp_path: Path) ->
             sample_time = get(after, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0
             assert sample_time > first_stamps[gpu] + 5 and sample_time > time.time() - 3
         assert get(after, "amdgpu_up", gpu=hung_gpu) == 0
-        # No leak: after 50 cycles the daemon has the threads and child processes it had after 10
-        # (allowing a moment for a worker restart in progress: its old reader thread is finishing).
+        # No leak: after 50 cycles the daemon has the child processes it had after 10 and at most two
+        # more threads (allowing a moment for a worker restart in progress, whose old reader thread
+        # is finishing, and for executor pools that grow lazily under load). A read re-issued while
+        # stuck would add a thread per cycle: 40 here.
+        assert threads is not None
         settle = time.monotonic() + 3
-        while (_threads(process.pid), len(_children(process.pid))) != (threads, children) and time.monotonic() < settle:
+        while (
+            _threads(process.pid) > threads or len(_children(process.pid)) != children
+        ) and time.monotonic() < settle:
             time.sleep(0.05)
-        assert _threads(process.pid) == threads
+        assert _threads(process.pid) <= threads + 2
         assert len(_children(process.pid)) == children == 1  # one worker; the killed ones were reaped
         restarts = get(after, "amdgpu_exporter_worker_restarts_total")
         assert restarts is not None and restarts >= 1

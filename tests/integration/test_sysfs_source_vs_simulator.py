@@ -22,6 +22,14 @@ FLEETS = [
     "MI300X:gpu_metrics=1.4",
     "MI300X:gpu_metrics=1.6",
     "MI300X:gpu_metrics=1.7",
+    # compute partitions: one device per partition, both platform device spellings, every table version
+    "2xMI300X:CPX",
+    "2xMI300X:CPX:gpu_metrics=1.6",
+    "MI300X:DPX:NPS1:gpu_metrics=1.7:xcp_names=dot",
+    "MI325X:QPX:NPS4:gpu_metrics=1.9",
+    "MI300X:CPX:xcp_nodes=all:gpu_metrics=1.7",
+    "MI350X:CPX",
+    "MI355X:DPX",
 ]
 
 
@@ -94,7 +102,8 @@ def test_daemon_exports_mi300x_fields(tmp_path: Path) -> None:
             for link, written in sample.xgmi_write_bytes.items():
                 assert series[("amdgpu_xgmi_write_bytes_total", (("gpu", gpu), ("link", str(link))))] == written
             assert series[("amdgpu_xgmi_link_width", (("gpu", gpu),))] == sample.xgmi_link_width
-            assert series[("amdgpu_xgmi_link_bits_per_second", (("gpu", gpu),))] == sample.xgmi_link_bits_per_second
+            link_rate = sample.xgmi_link_speed_bytes_per_second
+            assert series[("amdgpu_xgmi_link_speed_bytes_per_second", (("gpu", gpu),))] == link_rate
             assert series[("amdgpu_pcie_recoveries_total", (("gpu", gpu),))] == sample.pcie_recoveries
             # MI300X: every device measures its own power (no secondary die)
             assert series[("amdgpu_power_watts", (("gpu", gpu),))] == sample.power_watts

@@ -92,7 +92,7 @@ def test_wheel_holds_every_module_the_package_data_and_the_licence(installed: In
     shipped = {
         path.relative_to(REPO).as_posix()
         for path in (REPO / PACKAGE).rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".yaml", ".typed")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".yaml", ".typed", ".proto")
     }
     assert f"{PACKAGE}/alerting/default_rules.yaml" in shipped and f"{PACKAGE}/py.typed" in shipped
     assert shipped <= names, f"missing from the wheel: {sorted(shipped - names)}"
@@ -146,3 +146,16 @@ def test_installed_wheel_serves_the_demo_with_its_shipped_rules(installed: Insta
     # it cannot), and the alerts endpoint answers from those rules.
     assert alerts.status_code == 200, alerts.text
     assert isinstance(alerts.json()["alerts"], list)
+
+
+def test_installed_wheel_compiles_the_kubelet_proto(installed: Installed, tmp_path: Path) -> None:
+    # The pod-resources stubs are made from the shipped .proto at import, in memory: no file is written.
+    code = (
+        "from exporter.attribution import kubernetes as k; pb = k.protos();"
+        "r = pb.ListPodResourcesResponse(); p = r.pod_resources.add(name='p', namespace='n');"
+        "p.containers.add(name='c').devices.add(resource_name='amd.com/gpu', device_ids=['0000:19:00.0']);"
+        "print(k.claims_from_list_response(r.SerializeToString())[0].device_id, k.services().PodResourcesListerStub)"
+    )
+    out = _run([installed.venv / "bin" / "python", "-c", code], cwd=tmp_path)
+    assert out.startswith("0000:19:00.0 <class"), out
+    assert not list(installed.venv.rglob("podresources_v1_pb2*.py"))

@@ -18,7 +18,7 @@ def _resolve(argv: list[str], env: dict[str, str] | None = None):
 
 def test_defaults() -> None:
     s = _resolve([])
-    assert s.web_listen_address == ("0.0.0.0", 9442)
+    assert s.web_listen_address == (("0.0.0.0", 9442),)
     assert s.web_telemetry_path == "/metrics"
     assert s.interval == 1.0 and s.read_timeout == 2.0
     assert s.source == "auto" and s.demo is False and s.alertmanager_url == ()

@@ -29,10 +29,13 @@ def settings(*flags: str) -> config.Settings:
 def test_sysfs_is_chosen_with_a_reason(tmp_path: Path) -> None:
     source, name, why = select_source(settings("--source=sysfs"), str(tmp_path))
     assert isinstance(source, SysfsSource) and source.root == str(tmp_path)
-    assert (name, why) == ("sysfs", "chosen by --source")
+    assert (name, why) == ("sysfs", "flag")
     source, name, why = select_source(settings("--source=auto", "--slow-interval=3s"), str(tmp_path))
     assert isinstance(source, SysfsSource) and source.slow_interval == 3.0
-    assert name == "sysfs" and why.startswith("auto: librocm_smi64 only reads /sys")
+    details: dict[str, str] = {}
+    source, name, why = select_source(settings("--source=auto"), str(tmp_path), details)
+    # a stable code for /metrics and /, the sentence for the log only
+    assert (name, why) == ("sysfs", "auto_sysfs_root_not_sys") and "/sys" in details["detail"]
 
 
 def test_rocm_smi_asked_for_where_it_cannot_work_is_one_sentence(tmp_path: Path) -> None:

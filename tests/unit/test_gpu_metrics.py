@@ -312,7 +312,7 @@ MI300_COMMON: dict[str, Any] = {
     "pcie_link_width": 16,
     "pcie_link_transfers_per_second": 32e9,
     "xgmi_link_width": 16,
-    "xgmi_link_bits_per_second": 32e9 * 16,
+    "xgmi_link_speed_bytes_per_second": 32e9 * 16 / 8,
     "gfx_activity_acc": 1000,
     "mem_activity_acc": 2000,
     "pcie_bandwidth_acc": 3000,
@@ -385,7 +385,7 @@ def test_v1_6_early_reverted_layout_every_field() -> None:
     blob = table(384, 6)
     _mi300_top(blob)
     put(blob, 16, "4H", 9, U16_NONE, U16_NONE, U16_NONE)  # vcn_activity
-    put(blob, 104, "6I", 1, 2, 3, 4, 5, 6)  # accumulation counter + residencies (not exported)
+    put(blob, 104, "6I", 1, 2, 3, 4, 5, 6)  # accumulation counter + residencies
     put(blob, 128, "II", 0x2, 0xFF)  # throttle_status, gfxclk_lock_status
     put(blob, 192, "II", 13, 14)  # naks
     _mi300_links_and_clocks(blob, energy=88, pcie=136, acc=144, bandwidth=152, xgmi=200, fw=328, clocks=336)
@@ -398,6 +398,8 @@ def test_v1_6_early_reverted_layout_every_field() -> None:
         throttle_status=2,
         pcie_naks_sent=13,
         pcie_naks_received=14,
+        accumulation_counter=1,
+        residency_acc={"prochot": 2, "ppt": 3, "socket_thm": 4, "vr_thm": 5, "hbm_thm": 6},
     )
 
 
@@ -428,6 +430,10 @@ def test_v1_6_final_layout_every_field() -> None:
         pcie_naks_received=16,
         num_partitions=2,
         partition_gfx_busy=((0.5, 0.6), (0.7, 0.8)),
+        partition_vcn_busy=((0.15,), (0.25, 0.05)),
+        partition_jpeg_busy=((), ()),
+        accumulation_counter=1,
+        residency_acc={"prochot": 2, "ppt": 3, "socket_thm": 4, "vr_thm": 5, "hbm_thm": 6},
     )
 
 
@@ -452,6 +458,8 @@ def test_v1_7_every_field() -> None:
         xgmi_link_up={0: True, 1: False, 2: True, 5: False},
         num_partitions=1,
         partition_gfx_busy=((1.0, 0.0, 0.45),),
+        partition_vcn_busy=((0.0, 0.0, 0.0, 0.3),),
+        partition_jpeg_busy=((),),
     )
 
 
@@ -475,6 +483,8 @@ def test_v1_8_every_field_without_num_partition() -> None:
         pcie_naks_received=20,
         xgmi_link_up=dict.fromkeys(range(8), True),
         partition_gfx_busy=((0.1, 0.2), (), (0.3,)),
+        partition_vcn_busy=((0.4,), (), ()),
+        partition_jpeg_busy=((), (), ()),
     )
 
 
@@ -633,7 +643,7 @@ def test_v1_9_every_decoded_field() -> None:
         pcie_link_width=16,
         pcie_link_transfers_per_second=32e9,
         xgmi_link_width=16,
-        xgmi_link_bits_per_second=32e9 * 16,
+        xgmi_link_speed_bytes_per_second=32e9 * 16 / 8,
         gfx_activity_acc=777,
         pcie_bandwidth_acc=888,
         pcie_bandwidth_bytes_per_second=40e9,
@@ -645,6 +655,8 @@ def test_v1_9_every_decoded_field() -> None:
         clocks_hertz={"gfx": 2.0e9, "memory": 1.3e9},
         num_partitions=4,
         partition_gfx_busy=((0.1, 0.2, 0.3, 0.4),),
+        partition_vcn_busy=((0.05, 0.6),),
+        partition_jpeg_busy=((),),
     )
 
 

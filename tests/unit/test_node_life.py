@@ -416,3 +416,31 @@ def test_alert_state_follows_the_device_key_not_the_gpu_index() -> None:
     by_key = {s.device_key: s for s in second}
     assert by_key[a.key].pending_since == state.pending_since and by_key[a.key].gpu == 1
     assert by_key[b.key].pending_since == 1001.0 and by_key[b.key].gpu == 0
+
+
+def test_ranges_and_counter_rules_name_sample_fields_and_cover_every_counter() -> None:
+    import dataclasses
+
+    from exporter.exposition.metrics import METRICS
+    from exporter.pipeline.counters import COUNTERS
+    from exporter.sources.plausible import RANGES
+
+    fields = {f.name for f in dataclasses.fields(Sample)}
+    assert set(RANGES) <= fields and set(COUNTERS) <= fields
+    assert fields - set(RANGES) == {"timestamp", "throttle", "xgmi_link_up", "file_errors"}
+    # every per-device counter family is fed by a field the counter rules make continuous
+    counters = {spec.name for spec in METRICS if spec.kind == "counter" and spec.sample_getter is not None}
+    fed = {name: Sample(timestamp=0.0, **{name: _one(name)}) for name in COUNTERS}
+    for spec in METRICS:
+        if spec.name in counters:
+            assert any(list(spec.sample_getter(sample)) for sample in fed.values()), spec.name  # type: ignore[misc]
+
+
+def _one(name: str) -> object:
+    import dataclasses
+
+    field = next(f for f in dataclasses.fields(Sample) if f.name == name)
+    if field.default_factory is not dataclasses.MISSING:  # a mapping field
+        key: object = ("umc", "correctable") if name == "ecc_errors" else (0 if "xgmi" in name else "ppt")
+        return frozen_map({key: 1})
+    return 1

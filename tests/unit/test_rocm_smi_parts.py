@@ -173,3 +173,38 @@ def test_init_failure_hint_names_a_card_without_vddgfx(tmp_path: Path) -> None:
     assert "card1" in init_failure_hint(str(tmp_path)) and "in0_label" in init_failure_hint(str(tmp_path))
     (tmp_path / "devices" / "card1" / "hwmon" / "hwmon0" / "in0_label").write_text("vddgfx\n")
     assert init_failure_hint(str(tmp_path)) == ""
+
+
+def test_6x_layouts_match_the_6x_headers() -> None:
+    """Sizes and offsets from docs/notes-rocm-smi-6.md (computed from the 6.1.2 / 6.4.1 headers)."""
+    assert ctypes.sizeof(rc.RsmiFrequencies6) == 280
+    assert rc.RsmiFrequencies6.num_supported.offset == 4 and rc.RsmiFrequencies6.current.offset == 8
+    assert rc.RsmiFrequencies6.frequency.offset == 16
+    assert ctypes.sizeof(rc.RsmiPcieBandwidth6) == 416 and rc.RsmiPcieBandwidth6.lanes.offset == 280
+    assert ctypes.sizeof(rc.RsmiVersion) == 24
+    # 6.x renumbered the firmware blocks: MES, MES_KIQ after MEC2, the rest up by two
+    expected = {"asd": 0, "mec": 5, "mec2": 6, "mes": 7, "mes_kiq": 8, "pfp": 9, "smc": 16, "sos": 17, "vcn": 22}
+    assert {k: rc.FIRMWARE_BLOCKS_6[k] for k in expected} == expected
+    assert len(set(rc.FIRMWARE_BLOCKS_6.values())) == len(rc.FIRMWARE_BLOCKS_6) == len(rc.FIRMWARE_BLOCKS) + 2
+    # every layout a library is known to write fits the buffer we hand it
+    assert rc.GPU_METRICS_BUFFER_SIZE > 4544
+
+
+def test_only_measured_library_versions_have_an_abi() -> None:
+    assert rc.abi_for((1, 0, 0)) is rc.ABI_5_2
+    assert rc.abi_for((7, 2, 0)) is rc.abi_for((7, 6, 0)) is rc.ABI_6
+    for unknown in ((7, 4, 0), (7, 7, 0), (1, 0, 1), (8, 0, 0)):
+        try:
+            rc.abi_for(unknown)
+        except ValueError as error:
+            assert "struct layouts this exporter does not know" in str(error)
+            assert "1.0.0 (ROCm 5.2)" in str(error)
+        else:
+            raise AssertionError(f"{unknown} accepted")
+
+
+def test_the_installed_5_2_3_library_reports_version_1_0_0() -> None:
+    lib = ctypes.CDLL(require_file(ROCM_SMI_LIBRARY, "librocm_smi64"))
+    assert rc.library_version(lib) == (1, 0, 0)
+    rc.declare(lib, rc.ABI_5_2)
+    assert not hasattr(lib, "rsmi_dev_compute_partition_get")  # 6.x-only calls are not declared for 5.2

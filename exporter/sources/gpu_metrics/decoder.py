@@ -97,6 +97,10 @@ THROTTLER_BITS: Mapping[int, str] = {
 }
 
 
+# The throttlers whose residency MI300's firmware accumulates (gpu_metrics v1_6+ `<name>_residency_acc`).
+RESIDENCY_REASONS = ("prochot", "ppt", "socket_thm", "vr_thm", "hbm_thm")
+
+
 class GpuMetricsError(ValueError):
     """The blob is not a gpu_metrics table this decoder can read; the message says why."""
 
@@ -129,7 +133,7 @@ class GpuMetrics:
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
-    xgmi_link_bits_per_second: float | None = None  # whole link: lane rate x width
+    xgmi_link_speed_bytes_per_second: float | None = None  # whole link: lane rate x width / 8
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)
     xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
     xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
@@ -141,6 +145,14 @@ class GpuMetrics:
     # Per partition (xcp), the instantaneous busy ratio of each XCC that reports one. v1.9 tables
     # carry one device-wide gfx_busy_inst array, returned as a single entry.
     partition_gfx_busy: tuple[tuple[float, ...], ...] = ()
+    # Per partition, the busy ratio of each of its VCN (video) and JPEG engines that reports one
+    # (v1.9: one device-wide entry, like partition_gfx_busy).
+    partition_vcn_busy: tuple[tuple[float, ...], ...] = ()
+    partition_jpeg_busy: tuple[tuple[float, ...], ...] = ()
+    # MI300 v1_6+: the firmware's sample count and, per throttler, how many of those samples it was
+    # holding the clocks back (prochot, ppt, socket_thm, vr_thm, hbm_thm), raw u32 counters that wrap.
+    accumulation_counter: int | None = None
+    residency_acc: Mapping[str, int] = field(default_factory=frozen_map)
 
     @property
     def version(self) -> str:
@@ -517,7 +529,7 @@ def _build(table: _RawTable, format_revision: int, content_revision: int, struct
         pcie_naks_sent=read.raw("pcie_nak_sent_count_acc"),
         pcie_naks_received=read.raw("pcie_nak_rcvd_count_acc"),
         xgmi_link_width=read.raw("xgmi_link_width"),
-        xgmi_link_bits_per_second=_xgmi_link_rate(read),
+        xgmi_link_speed_bytes_per_second=_xgmi_link_rate(read),
         xgmi_link_up=frozen_map({i: v == 1 for i, v in enumerate(read.elements("xgmi_link_status")) if v in (0, 1)}),
         xgmi_read_bytes=frozen_map(read.indexed("xgmi_read_data_acc", _DATA)),
         xgmi_write_bytes=frozen_map(read.indexed("xgmi_write_data_acc", _DATA)),
@@ -527,6 +539,16 @@ def _build(table: _RawTable, format_revision: int, content_revision: int, struct
         firmware_timestamp_seconds=read.scaled("firmware_timestamp", _TIME),
         num_partitions=num_partitions,
         partition_gfx_busy=tuple(read.ratios("gfx_busy_inst", p) for p in partitions),
+        partition_vcn_busy=tuple(read.ratios("vcn_busy", p) for p in partitions),
+        partition_jpeg_busy=tuple(read.ratios("jpeg_busy", p) for p in partitions),
+        accumulation_counter=read.raw("accumulation_counter"),
+        residency_acc=frozen_map(
+            {
+                reason: value
+                for reason in RESIDENCY_REASONS
+                if (value := read.raw(f"{reason}_residency_acc")) is not None
+            }
+        ),
     )
 
 
@@ -590,9 +612,10 @@ def _pcie_rate(read: _Reader) -> float | None:
 
 
 def _xgmi_link_rate(read: _Reader) -> float | None:
+    # xgmi_link_speed is a per-lane bit rate (Gbps): bytes per second of the whole link.
     lane_rate = read.scaled("xgmi_link_speed", _RATE)
     width = read.raw("xgmi_link_width")
-    return None if lane_rate is None or width is None else lane_rate * width
+    return None if lane_rate is None or width is None else lane_rate * width / 8
 
 
 def _millivolts(value: int | None) -> float | None:

@@ -273,6 +273,8 @@ def identity_from_library(
         firmware=frozen_map({block: f"0x{int(v):08x}" for block, v in ident.get("firmware", {}).items()}),
         topology=direct_links(ident.get("links", ()), peer_bus_ids),
         gpu_metrics_version=str(ident.get("gpu_metrics_version", "")),
+        compute_partition=str(ident.get("compute_partition", "")),
+        memory_partition=str(ident.get("memory_partition", "")),
     )
 
 
@@ -299,6 +301,11 @@ def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceI
     falls back to pci.ids names, a different spelling of the same board.
     """
     cpu_links = tuple(link for link in fallback.topology if not link.peer_pci_bus_id)
+    topology = tuple(sorted(library.topology + cpu_links, key=lambda item: (item.peer_pci_bus_id, item.link_type)))
+    if any(link.peer_partition for link in fallback.topology):
+        # a partitioned socket: the library's links are between its devices' indices, which do not
+        # say which partition a peer is; KFD's (the fallback's) do
+        topology = fallback.topology
     return dataclasses.replace(
         fallback,
         unique_id=library.unique_id or fallback.unique_id,
@@ -310,5 +317,5 @@ def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceI
         xgmi_hive_id=library.xgmi_hive_id or fallback.xgmi_hive_id,
         numa_node=library.numa_node if library.numa_node is not None else fallback.numa_node,
         firmware=frozen_map({**fallback.firmware, **library.firmware}),
-        topology=tuple(sorted(library.topology + cpu_links, key=lambda item: (item.peer_pci_bus_id, item.link_type))),
+        topology=topology,
     )

@@ -1,8 +1,11 @@
-"""Our own ctypes declarations for librocm_smi64 5.2.x, and where to find the library.
+"""Our own ctypes declarations for librocm_smi64, per library version, and where to find the library.
 
 pyrsmi 0.2.0 loads the library and wraps part of it; everything it lacks or gets wrong is declared
-here, in one place, each with the reason. The values follow rocm_smi.h of the 5.2.3 release (the
-Debian package librocm-smi64-1 5.2.3); later releases renumbered some enums (see IO_LINK_TYPES).
+here, in one place, each with the reason. A library writes its own struct layouts into the buffers
+a caller passes, so a declaration is used only with the library version it was written for: the
+worker asks rsmi_version_get first and refuses a version without a known ABI (LibraryAbi below).
+Known: 1.0.0 (ROCm 5.2, Debian bookworm 5.2.3), 7.2.0 (ROCm 6.1, trixie 6.1.2) and 7.6.0 (ROCm 6.4,
+sid 6.4.1), measured in the test chroots (docs/notes-rocm-smi-6.md).
 
 Imported by the worker process only at run time, and by tests; importing it loads nothing.
 """
@@ -14,6 +17,7 @@ import ctypes.util
 import os
 from collections.abc import Mapping
 from ctypes import POINTER, Structure, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint16, c_uint32, c_uint64
+from dataclasses import dataclass
 
 # -- where the library lives ------------------------------------------------------------------
 # pyrsmi 0.2.0 only tries $ROCM_PATH/lib/librocm_smi64.so (default /opt/rocm). Debian and Ubuntu
@@ -169,6 +173,29 @@ class RsmiPcieBandwidth(Structure):
     )
 
 
+RSMI6_MAX_NUM_FREQUENCIES = 33  # 6.x: RSMI_MAX_NUM_FREQUENCIES grew by one
+
+
+class RsmiFrequencies6(Structure):
+    """rsmi_frequencies_t of 6.x (7.2.0, 7.6.0): a deep-sleep flag first, 33 levels (280 bytes)."""
+
+    _fields_ = (
+        ("has_deep_sleep", ctypes.c_bool),
+        ("num_supported", c_uint32),
+        ("current", c_uint32),
+        ("frequency", c_uint64 * RSMI6_MAX_NUM_FREQUENCIES),
+    )
+
+
+class RsmiPcieBandwidth6(Structure):
+    """rsmi_pcie_bandwidth_t of 6.x (416 bytes, lanes at 280)."""
+
+    _fields_ = (
+        ("transfer_rate", RsmiFrequencies6),
+        ("lanes", c_uint32 * RSMI6_MAX_NUM_FREQUENCIES),
+    )
+
+
 class RsmiGpuMetrics(Structure):
     """rsmi_gpu_metrics_t of 5.2.3 (the v1_1 layout): pyrsmi has no gpu_metrics wrapper.
 
@@ -218,6 +245,72 @@ class RsmiGpuMetrics(Structure):
 
 
 GPU_METRICS_STRUCT_SIZE = 96  # checked against ctypes.sizeof in the unit tests
+# What we hand rsmi_dev_gpu_metrics_info_get: larger than every layout a library is known to write
+# (5.2.3: 96 bytes, 6.1.2: 424, 6.4.1: 2368, 7.6.0 builds after 2025-03-20: 4544). Only the first
+# 96 bytes are read: every later layout starts with 5.2.3's, field for field.
+GPU_METRICS_BUFFER_SIZE = 8192
+
+
+class RsmiVersion(Structure):
+    """rsmi_version_t (the same 24 bytes in every known version)."""
+
+    _fields_ = (("major", c_uint32), ("minor", c_uint32), ("patch", c_uint32), ("build", c_char_p))
+
+
+# rsmi_fw_block_t of 6.x: MES and MES_KIQ inserted after MEC2, every later block up by two.
+FIRMWARE_BLOCKS_6 = {
+    **{name: value for name, value in FIRMWARE_BLOCKS.items() if value <= 6},
+    "mes": 7,
+    "mes_kiq": 8,
+    **{name: value + 2 for name, value in FIRMWARE_BLOCKS.items() if value > 6},
+}
+
+
+@dataclass(frozen=True)
+class LibraryAbi:
+    """The struct layouts and enum numbering of one librocm_smi64 version."""
+
+    name: str  # the ROCm release it ships with
+    frequencies: type[Structure]
+    pcie_bandwidth: type[Structure]
+    max_frequencies: int
+    firmware_blocks: Mapping[str, int]
+    partitions: bool = False  # rsmi_dev_{compute,memory}_partition_get exist (6.x)
+
+
+ABI_5_2 = LibraryAbi("5.2", RsmiFrequencies, RsmiPcieBandwidth, RSMI_MAX_NUM_FREQUENCIES, FIRMWARE_BLOCKS)
+ABI_6 = LibraryAbi("6.x", RsmiFrequencies6, RsmiPcieBandwidth6, RSMI6_MAX_NUM_FREQUENCIES, FIRMWARE_BLOCKS_6, True)
+# rsmi_version_get (major, minor, patch) -> ABI. Only versions measured against a real library:
+# a version in between may have changed a layout we would then misread (or overrun).
+KNOWN_VERSIONS: Mapping[tuple[int, int, int], LibraryAbi] = {
+    (1, 0, 0): ABI_5_2,
+    (7, 2, 0): ABI_6,
+    (7, 6, 0): ABI_6,
+}
+
+
+def abi_for(version: tuple[int, int, int]) -> LibraryAbi:
+    """The ABI of a library version; ValueError (one sentence) for a version we do not know."""
+    abi = KNOWN_VERSIONS.get(version)
+    if abi is None:
+        known = ", ".join(f"{'.'.join(map(str, v))} (ROCm {a.name})" for v, a in KNOWN_VERSIONS.items())
+        raise ValueError(
+            f"librocm_smi64 version {'.'.join(map(str, version))} has struct layouts this exporter does not know "
+            f"(known: {known})"
+        )
+    return abi
+
+
+def library_version(lib: ctypes.CDLL) -> tuple[int, int, int]:
+    """rsmi_version_get: the library's own version (not the ROCm release). Needs no rsmi_init."""
+    function = lib.rsmi_version_get
+    function.argtypes = [POINTER(RsmiVersion)]
+    function.restype = c_uint32
+    version = RsmiVersion()
+    status = function(ctypes.byref(version))
+    if status != RSMI_STATUS_SUCCESS:
+        raise ValueError(f"rsmi_version_get failed with status {STATUS_NAMES.get(status, status)}")
+    return (version.major, version.minor, version.patch)
 
 
 class RsmiErrorCount(Structure):
@@ -232,7 +325,10 @@ _U32 = c_uint32
 _P64 = POINTER(c_uint64)
 SIGNATURES: dict[str, tuple[tuple[object, ...], str]] = {
     "rsmi_dev_temp_metric_get": ((_U32, _U32, c_int, POINTER(c_int64)), "pyrsmi has no temperature wrapper"),
-    "rsmi_dev_gpu_metrics_info_get": ((_U32, POINTER(RsmiGpuMetrics)), "pyrsmi has no gpu_metrics wrapper"),
+    "rsmi_dev_gpu_metrics_info_get": (
+        (_U32, ctypes.c_void_p),
+        "pyrsmi has no gpu_metrics wrapper; a buffer of GPU_METRICS_BUFFER_SIZE, whatever the version writes",
+    ),
     "rsmi_dev_power_ave_get": (
         (_U32, _U32, _P64),
         "pyrsmi passes a 32-bit buffer for this uint64_t* (the library writes 8 bytes into 4)",
@@ -243,10 +339,10 @@ SIGNATURES: dict[str, tuple[tuple[object, ...], str]] = {
         (_U32, _P64, POINTER(c_float), _P64),
         "pyrsmi has no energy wrapper; we also need the raw count to undo the 15.3 uJ tick",
     ),
-    "rsmi_dev_gpu_clk_freq_get": ((_U32, c_int, POINTER(RsmiFrequencies)), "pyrsmi has no clock wrapper"),
+    "rsmi_dev_gpu_clk_freq_get": ((_U32, c_int, ctypes.c_void_p), "pyrsmi has no clock wrapper (ABI struct)"),
     "rsmi_dev_pci_bandwidth_get": (
-        (_U32, POINTER(RsmiPcieBandwidth)),
-        "pyrsmi's wrapper returns the raw struct or -1 and hides the status",
+        (_U32, ctypes.c_void_p),
+        "pyrsmi's wrapper returns the raw struct or -1 and hides the status (ABI struct)",
     ),
     "rsmi_dev_pci_throughput_get": (
         (_U32, _P64, _P64, _P64),
@@ -286,12 +382,20 @@ SIGNATURES: dict[str, tuple[tuple[object, ...], str]] = {
 }
 
 
-def declare(lib: ctypes.CDLL) -> None:
+# Calls that only 6.x libraries export (declared only for an ABI that has them).
+PARTITION_SIGNATURES: dict[str, tuple[tuple[object, ...], str]] = {
+    "rsmi_dev_compute_partition_get": ((_U32, c_char_p, _U32), "6.x: SPX / DPX / QPX / CPX"),
+    "rsmi_dev_memory_partition_get": ((_U32, c_char_p, _U32), "6.x: NPS1 / NPS4"),
+}
+
+
+def declare(lib: ctypes.CDLL, abi: LibraryAbi | None = None) -> None:
     """Set argtypes/restype on the library handle pyrsmi loaded (shared by pyrsmi's wrappers).
 
     restype is c_uint32 because rsmi_status_t's RSMI_STATUS_UNKNOWN_ERROR is 0xFFFFFFFF.
     """
-    for name, (argtypes, _why) in SIGNATURES.items():
+    signatures = {**SIGNATURES, **(PARTITION_SIGNATURES if abi is not None and abi.partitions else {})}
+    for name, (argtypes, _why) in signatures.items():
         function = getattr(lib, name)
         function.argtypes = list(argtypes)
         function.restype = c_uint32

@@ -30,12 +30,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats
+from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.sources.base import Source, SourceError
 from exporter.sources.identity import KNOWN_DEVICES, assign_packages
 from exporter.sources.rocm_smi import convert
 from exporter.sources.rocm_smi.library import find_library
 from exporter.sources.rocm_smi.supervisor import (
+    ROCM_SMI_WORKER,
     CrashReport,
     RequestFailed,
     Supervisor,
@@ -74,9 +75,13 @@ class RocmSmiSource:
         worker_prefix: Sequence[str] = (),
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
+        quiet: bool = False,
+        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
         """`worker_prefix` runs the worker under a wrapper (tests: a mount namespace over a tree);
-        `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path)."""
+        `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path);
+        `quiet` logs a worker that cannot start at debug level (the auto probe expects that on a
+        host without a usable library, and reports the reason itself)."""
         self.fallback = fallback
         self.call_timeout = call_timeout
         self.slow_interval = slow_interval if slow_interval is not None else getattr(fallback, "slow_interval", 10.0)
@@ -90,6 +95,8 @@ class RocmSmiSource:
             shm_dir=shm_dir,
             backoff_max=restart_backoff_max,
             on_crash=self._on_crash,
+            quiet=quiet,
+            worker_module=worker_module,
         )
         self._lock = threading.Lock()
         self._unsafe: dict[str, dict[str, str]] = {}  # BDF -> library call -> why the fallback serves it
@@ -99,6 +106,12 @@ class RocmSmiSource:
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
 
+    # The worker's answers -> the data model (the amd-smi source has its own).
+    sample_from_readings = staticmethod(convert.sample_from_readings)
+    identity_from_library = staticmethod(convert.identity_from_library)
+    merge_identity = staticmethod(convert.merge_identity)
+    library_name = "librocm_smi64"  # for messages
+
     @property
     def worker_restarts(self) -> int:
         """Workers started after the first (crashes, hang recoveries): amdgpu_exporter_worker_restarts_total."""
@@ -107,6 +120,11 @@ class RocmSmiSource:
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
 
+    def needs_rediscovery(self) -> bool:
+        """The fallback's (sysfs) word on a partition mode change: the libraries enumerate only at init."""
+        asks = getattr(self.fallback, "needs_rediscovery", None)
+        return bool(asks()) if callable(asks) else False
+
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:
         fallback = list(self.fallback.discover()) if self.fallback is not None else []
@@ -114,14 +132,17 @@ class RocmSmiSource:
             worker = self.supervisor.ensure_worker()
         except WorkerUnavailable as error:
             if not fallback:
-                raise SourceError(error.reason, f"librocm_smi64 unavailable: {error}") from error
+                raise SourceError(error.reason, f"{self.library_name} unavailable: {error}") from error
             self._log_once("", "worker_unavailable", "rocm_smi_unavailable_at_discovery", error=str(error))
             return fallback
-        peers = {int(d["index"]): str(d["pci_bus_id"]) for d in worker.devices}
+        peers = {int(d["index"]): str(d["pci_bus_id"]) for d in _sockets(worker)}
         answers = self._identify_all(worker)
-        by_bdf = {identity.pci_bus_id: identity for identity in fallback}
+        # Compute partitions 1..N-1 of an MI300-class socket: the library reads only their nearly
+        # empty platform device (N/A for nearly everything), so the fallback lists and reads them.
+        partitions = [identity for identity in fallback if identity.partition > 0]
+        by_bdf = {identity.pci_bus_id: identity for identity in fallback if identity.partition == 0}
         merged: dict[str, DeviceIdentity] = {}
-        for device in worker.devices:
+        for device in _sockets(worker):
             bdf = str(device["pci_bus_id"])
             ident = answers.get(bdf)
             if ident is None:  # timed out or failed: keep what we had, or the fallback's view
@@ -129,7 +150,7 @@ class RocmSmiSource:
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
-            library = convert.identity_from_library(
+            library = self.identity_from_library(
                 ident or {},
                 pci_bus_id=bdf,
                 card=str(device.get("card", "")),
@@ -138,12 +159,12 @@ class RocmSmiSource:
                 peer_bus_ids=peers,
             )
             base = by_bdf.get(bdf)
-            merged[bdf] = convert.merge_identity(base, library) if base is not None else _standalone(library)
+            merged[bdf] = self.merge_identity(base, library) if base is not None else _standalone(library)
         for bdf, identity in by_bdf.items():
             if bdf not in merged:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
                 merged[bdf] = identity
-        devices = sorted(merged.values(), key=lambda d: d.pci_bus_id)
+        devices = sorted([*merged.values(), *partitions], key=lambda d: (d.pci_bus_id, d.partition))
         # One rule for which dies share a package: the sysfs source's (by serial, dual-die device ids).
         return devices if self.fallback is not None else assign_packages(devices)
 
@@ -151,11 +172,11 @@ class RocmSmiSource:
         """identify() on every device in parallel; those lost to a worker crash are asked again
         (skipping the call blamed for it) on the next worker."""
         answers: dict[str, Mapping[str, Any]] = {}
-        wanted = {str(d["pci_bus_id"]) for d in worker.devices}
+        wanted = {str(d["pci_bus_id"]) for d in _sockets(worker)}
         deadline = time.monotonic() + max(self.call_timeout * 2, 3.0)
         for _attempt in range(_ATTEMPTS):
             futures = {}
-            for device in worker.devices:
+            for device in _sockets(worker):
                 bdf = str(device["pci_bus_id"])
                 if bdf not in wanted or bdf in answers or self._is_hung(bdf, worker):
                     continue
@@ -185,6 +206,10 @@ class RocmSmiSource:
     # -- reading ---------------------------------------------------------------------------
     def read(self, device: DeviceIdentity) -> Sample:
         bdf = device.pci_bus_id
+        if device.partition > 0:
+            if self.fallback is None:
+                raise SourceError("not_found", f"{bdf} partition {device.partition}: not read through librocm_smi64")
+            return self.fallback.read(device)
         deadline = time.monotonic() + self.call_timeout
         lost: list[WorkerGone] = []
         restarted = False
@@ -255,13 +280,18 @@ class RocmSmiSource:
                 xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
         elif bdf in self._xgmi_errors:
             xgmi = self._xgmi_errors[bdf]
-        library = convert.sample_from_readings(
+        library = self.sample_from_readings(
             readings,
             slow,
             timestamp=time.time(),
             secondary_die=device.die > 0,
             xgmi_error_events=xgmi,
         )
+        if device.compute_partition not in ("", "SPX"):
+            # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
+            # not partition 0's own (its xcp_stats block), which only the fallback reads.
+            own = {k: v for k, v in library.busy.items() if k not in ("gfx", "media")}
+            library = replace(library, busy=frozen_map(own))
         if self.fallback is None:
             return library
         try:
@@ -374,10 +404,15 @@ class RocmSmiSource:
 
 
 def _index_of(worker: Worker, bdf: str) -> int | None:
-    for device in worker.devices:
+    for device in _sockets(worker):
         if device["pci_bus_id"] == bdf:
             return int(device["index"])
     return None
+
+
+def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
+    """The library's devices that are a PCI device (partition 0 of a partitioned socket included)."""
+    return [d for d in worker.devices if not d.get("partition")]
 
 
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
@@ -407,7 +442,7 @@ def probe_rocm_smi(
     path = library_path or find_library()
     if path is None:
         return False, "librocm_smi64 not found ($ROCM_PATH/lib, /opt/rocm/lib, /usr/lib ...)"
-    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout)
+    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
     try:
         try:
             devices = source.discover()
@@ -422,7 +457,8 @@ def probe_rocm_smi(
             return False, f"{path}: self-check failed: {problems[0]}"
         rerouted = sum(len(source.unsafe_calls(d.pci_bus_id)) for d in devices)
         note = f"; {rerouted} library calls left to sysfs" if rerouted else ""
-        return True, f"{path}: {len(devices)} GPUs, self-check passed{note}"
+        version = source.supervisor.library_version
+        return True, f"{path} (version {version}): {len(devices)} GPUs, self-check passed{note}"
     finally:
         source.close()
 

@@ -90,6 +90,7 @@ class Worker:
     started_at: float
     devices: tuple[Mapping[str, Any], ...] = ()
     driver_version: str = ""
+    library_version: str = ""  # rsmi_version_get, e.g. "7.6.0"
     pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     killed_by_us: str = ""
@@ -120,6 +121,10 @@ def prepare_rocm_path(library: str, folder: str) -> str:
     return folder
 
 
+ROCM_SMI_WORKER = "exporter.sources.rocm_smi.worker"
+AMD_SMI_WORKER = "exporter.sources.amd_smi.worker"
+
+
 class Supervisor:
     def __init__(
         self,
@@ -132,8 +137,13 @@ class Supervisor:
         backoff_max: float = 10.0,
         healthy_after: float = 60.0,
         on_crash: Callable[[CrashReport], None] | None = None,
+        quiet: bool = False,
+        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
-        self.library_path = library_path or find_library()
+        # The amd-smi worker imports the `amdsmi` module, which finds libamd_smi itself: it needs
+        # neither a librocm_smi64 path nor ROCM_PATH.
+        self.worker_module = worker_module
+        self.library_path = library_path or (find_library() if worker_module == ROCM_SMI_WORKER else worker_module)
         self.worker_prefix = list(worker_prefix)
         self.shm_dir = shm_dir
         self.start_timeout = start_timeout
@@ -141,11 +151,14 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.healthy_after = healthy_after
         self.on_crash = on_crash
+        # A probe expects workers that cannot start: their events go to debug, not warning.
+        self._warn = log.debug if quiet else log.warning
         self.restarts = 0  # workers started after the first
         self.crashes = 0  # workers that died on their own (abort, signal, exit)
         self.mutexes_repaired = 0  # card mutexes a dead worker held, repaired or removed
         self.starts = 0
         self.last_error = ""
+        self.library_version = ""  # as the last worker that started reported it
         self._lock = threading.RLock()  # worker lifecycle; never taken by a reader thread
         self._backoff_lock = threading.Lock()
         self._worker: Worker | None = None
@@ -256,6 +269,10 @@ class Supervisor:
 
     def _environment(self) -> dict[str, str]:
         assert self.library_path is not None
+        if self.worker_module != ROCM_SMI_WORKER:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
+            return env
         lib_dir, name = os.path.split(self.library_path)
         if name == "librocm_smi64.so" and os.path.basename(lib_dir) == "lib":
             folder = os.path.dirname(lib_dir)  # already where pyrsmi looks: $ROCM_PATH/lib/librocm_smi64.so
@@ -281,7 +298,7 @@ class Supervisor:
             *self.worker_prefix,
             sys.executable,
             "-m",
-            "exporter.sources.rocm_smi.worker",
+            self.worker_module,
             *(str(fd) for fd in child_fds),
         ]
         started = time.monotonic()
@@ -290,8 +307,11 @@ class Supervisor:
                 argv,
                 pass_fds=child_fds,
                 env=self._environment(),
+                # Nothing the library, pyrsmi or the interpreter prints may reach the terminal:
+                # replies, breadcrumbs and crash dumps have their own descriptors.
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C to the daemon is the daemon's to handle
             )
         except OSError as error:
@@ -332,7 +352,7 @@ class Supervisor:
             failures = self._consecutive_failures
             delay = 0.0 if failures <= 1 else min(self.backoff_initial * 2 ** (failures - 2), self.backoff_max)
             self._next_start = time.monotonic() + delay
-        log.warning("rocm_smi_worker_down", error=message, retry_in=round(delay, 2))
+        self._warn("rocm_smi_worker_down", error=message, retry_in=round(delay, 2))
 
     def _reap(self) -> None:
         self._unreaped = [p for p in self._unreaped if p.poll() is None]
@@ -392,8 +412,11 @@ class Supervisor:
         if message.get("event") == "ready":
             worker.devices = tuple(message.get("devices", ()))
             worker.driver_version = str(message.get("driver_version", ""))
+            worker.library_version = str(message.get("library_version", ""))
+            self.library_version = worker.library_version
             log.info(
                 "rocm_smi_worker_started",
+                library_version=worker.library_version,
                 pid=worker.pid,
                 generation=worker.generation,
                 devices=len(worker.devices),
@@ -453,7 +476,7 @@ class Supervisor:
             self.crashes += 1
             self._note_failure(f"worker {process.pid} ended: {reason}", reset=lived >= self.healthy_after)
         if reason != "killed" or mutex_actions:
-            log.warning(
+            (self._warn if not worker.devices else log.warning)(
                 "rocm_smi_worker_ended",
                 pid=process.pid,
                 generation=worker.generation,

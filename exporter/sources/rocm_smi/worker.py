@@ -28,7 +28,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from ctypes import byref, c_float, c_int, c_int64, c_uint16, c_uint32, c_uint64
 from typing import Any
 
@@ -68,9 +68,10 @@ class Breadcrumbs:
 class Library:
     """The loaded library plus the breadcrumb bookkeeping around every call."""
 
-    def __init__(self, lib: ctypes.CDLL, crumbs: Breadcrumbs) -> None:
+    def __init__(self, lib: ctypes.CDLL, crumbs: Breadcrumbs, abi: rc.LibraryAbi = rc.ABI_5_2) -> None:
         self.lib = lib
         self.crumbs = crumbs
+        self.abi = abi  # the struct layouts of this library version (library.KNOWN_VERSIONS)
 
     def call(self, device: int, name: str, function: Callable[..., int], *args: Any) -> int:
         self.crumbs.mark(device, name)
@@ -80,8 +81,11 @@ class Library:
             self.crumbs.mark(device, proto.IDLE)
 
 
-def load_library() -> ctypes.CDLL:
-    """Load and initialise librocm_smi64 through pyrsmi. ROCM_PATH is set by the daemon.
+def load_library() -> tuple[ctypes.CDLL, tuple[int, int, int], rc.LibraryAbi]:
+    """Load librocm_smi64 through pyrsmi, check its version, initialise it. ROCM_PATH is set by the daemon.
+
+    The version is checked before rsmi_init and before any call that fills a struct: a library
+    whose layouts we do not know is never handed a buffer.
 
     pyrsmi.rocml runs `rocminfo` at import (to list UUIDs we never use): on a ROCm host that is a
     second or more of HSA start-up in every worker start, so its helper is replaced first.
@@ -91,13 +95,33 @@ def load_library() -> ctypes.CDLL:
     pyrsmi.util.get_device_uuids = list
     from pyrsmi import rocml
 
+    # pyrsmi checks the driver with a shell (`cat /sys/module/amdgpu/initstate | grep live`), whose
+    # "No such file" reaches the terminal on a host without amdgpu: read the file ourselves.
+    rocml._driver_initialized = _driver_initialized
+    rocml._load_rocm_library()
+    lib = rocml.rocm_lib
+    if lib is None:
+        raise RuntimeError("pyrsmi could not load librocm_smi64")
+    try:
+        version = rc.library_version(lib)
+        abi = rc.abi_for(version)
+    except (AttributeError, ValueError) as error:
+        raise RuntimeError(str(error)) from None
     try:
         rocml.smi_initialize()
     except RuntimeError as error:
         raise RuntimeError(f"{error}{_PYRSMI_LOG.last()}{init_failure_hint(SYS)}") from None
-    lib = rocml.rocm_lib
-    rc.declare(lib)
-    return lib
+    rc.declare(lib, abi)
+    return lib, version, abi
+
+
+def _driver_initialized() -> bool:
+    """True when the amdgpu module has finished loading (what pyrsmi's shell check asks)."""
+    try:
+        with open(os.path.join(SYS, "module", "amdgpu", "initstate"), encoding="ascii", errors="replace") as f:
+            return "live" in f.read()
+    except OSError:
+        return False
 
 
 class _LastMessage(logging.Handler):
@@ -164,8 +188,10 @@ def enumerate_devices(lib: Library) -> list[dict[str, Any]]:
     for index in range(count.value):
         bdfid = _u64(lib, index, "pci_id", lib.lib.rsmi_dev_pci_id_get, index)
         bdf = _bdf_text(bdfid) if bdfid is not None else ""
-        card, folder = folders.get(bdf, ("", ""))
-        devices.append({"index": index, "pci_bus_id": bdf, "card": card, "device_dir": folder})
+        # 6.x: a compute partition's BDFID carries its index in bits 28..31 (0 in 5.2.x)
+        partition = (bdfid >> 28) & 0xF if bdfid is not None else 0
+        card, folder = folders.get(bdf, ("", "")) if partition == 0 else ("", "")
+        devices.append({"index": index, "pci_bus_id": bdf, "partition": partition, "card": card, "device_dir": folder})
     return devices
 
 
@@ -211,7 +237,7 @@ def gpu_metrics_unsafe_reason(header: tuple[int, int, int] | None) -> str:
     if format_revision == 1 and content_revision not in rc.GPU_METRICS_SAFE_CONTENT:
         return (
             f"gpu_metrics v{format_revision}.{content_revision}: librocm_smi64 5.2.x accepts content 0-3 "
-            "and aborts on later ones"
+            "and aborts on later ones; 6.x's conversion of MI300 tables is not one this exporter reads"
         )
     return ""
 
@@ -253,7 +279,10 @@ class DeviceReader:
         hive = calls.get("xgmi_hive_id", f.rsmi_dev_xgmi_hive_id_get, dev)
         ident["xgmi_hive_id"] = str(hive) if hive else ""
         ident["numa_node"] = calls.get("numa_affinity", f.rsmi_topo_numa_affinity_get, dev, ctype=c_uint32)
-        ident["firmware"] = calls.each("firmware", rc.FIRMWARE_BLOCKS, f.rsmi_dev_firmware_version_get)
+        ident["firmware"] = calls.each("firmware", self.lib.abi.firmware_blocks, f.rsmi_dev_firmware_version_get)
+        if self.lib.abi.partitions:
+            ident["compute_partition"] = calls.text("compute_partition", f.rsmi_dev_compute_partition_get, dev)
+            ident["memory_partition"] = calls.text("memory_partition", f.rsmi_dev_memory_partition_get, dev)
         links = []
         for peer in self.peers:
             hops, kind = c_uint64(), c_int()
@@ -287,8 +316,9 @@ class DeviceReader:
                 if value is not None:
                     temperatures.setdefault(sensor, {})[metric] = value
         out["temperatures"] = temperatures
-        table = rc.RsmiGpuMetrics()
-        if calls.fill("gpu_metrics", f.rsmi_dev_gpu_metrics_info_get, dev, byref(table)):
+        buffer = ctypes.create_string_buffer(rc.GPU_METRICS_BUFFER_SIZE)
+        if calls.fill("gpu_metrics", f.rsmi_dev_gpu_metrics_info_get, dev, buffer):
+            table = rc.RsmiGpuMetrics.from_buffer_copy(buffer.raw[: rc.GPU_METRICS_STRUCT_SIZE])
             out["gpu_metrics"] = {
                 name: list(getattr(table, name)) if name == "temperature_hbm" else getattr(table, name)
                 for name, _type in rc.RsmiGpuMetrics._fields_
@@ -322,15 +352,16 @@ class DeviceReader:
             out["power_cap_max"] = high.value
         out["memory_total"] = calls.each("memory_total", rc.MEMORY_TYPES, f.rsmi_dev_memory_total_get)
         clocks: dict[str, dict[str, Any]] = {}
+        abi = self.lib.abi
         for domain, clock_type in rc.CLOCK_TYPES.items():
-            table = rc.RsmiFrequencies()
+            table: Any = abi.frequencies()
             if calls.fill(f"clock:{domain}", f.rsmi_dev_gpu_clk_freq_get, dev, clock_type, byref(table)):
-                count = min(table.num_supported, rc.RSMI_MAX_NUM_FREQUENCIES)
+                count = min(table.num_supported, abi.max_frequencies)
                 clocks[domain] = {"current": table.current, "hertz": list(table.frequency[:count])}
         out["clocks"] = clocks
-        bandwidth = rc.RsmiPcieBandwidth()
+        bandwidth: Any = abi.pcie_bandwidth()
         if calls.fill("pcie_bandwidth", f.rsmi_dev_pci_bandwidth_get, dev, byref(bandwidth)):
-            count = min(bandwidth.transfer_rate.num_supported, rc.RSMI_MAX_NUM_FREQUENCIES)
+            count = min(bandwidth.transfer_rate.num_supported, abi.max_frequencies)
             out["pcie_levels"] = {
                 "current": bandwidth.transfer_rate.current,
                 "transfers": list(bandwidth.transfer_rate.frequency[:count]),
@@ -394,7 +425,7 @@ class _Calls:
             return ""
         return buffer.value.decode(errors="replace").strip()
 
-    def each(self, prefix: str, variants: dict[str, int], function: Callable[..., int]) -> dict[str, int]:
+    def each(self, prefix: str, variants: Mapping[str, int], function: Callable[..., int]) -> dict[str, int]:
         """function(device, variant, uint64*) per variant (memory pool ...), keyed by our name for it."""
         values = {}
         for key, variant in variants.items():
@@ -525,7 +556,8 @@ def main(argv: list[str]) -> int:
     reply = _Replier(reply_fd)
     try:
         started = time.monotonic()
-        lib = Library(load_library(), crumbs)
+        handle, library_version, abi = load_library()
+        lib = Library(handle, crumbs, abi)
         devices = enumerate_devices(lib)
         version = ctypes.create_string_buffer(256)
         driver = ""
@@ -541,6 +573,7 @@ def main(argv: list[str]) -> int:
             "pid": os.getpid(),
             "devices": devices,
             "driver_version": driver,
+            "library_version": ".".join(map(str, library_version)),
             "init_seconds": time.monotonic() - started,
         }
     )

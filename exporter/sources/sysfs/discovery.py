@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
@@ -18,52 +19,112 @@ from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _CARD = re.compile(r"^card(\d+)$")
+_RENDER = re.compile(r"^renderD(\d+)$")
+# Partition platform devices: amdgpu_xcp_<n> (ROCm DKMS drivers) or amdgpu_xcp.<n> (some kernels).
+_XCP_DEVICE = re.compile(r"^amdgpu_xcp[._]\d+$")
+_PARTITION_SHIFT = 28  # KFD location_id: partition << 28 | bus << 8 | device << 3 | function
 _KFD_LINK_TYPES = {2: "pcie", 11: "xgmi"}
 
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """A DRM card found by listing class/drm (no attribute file read yet: listing never blocks)."""
+    """A PCI DRM card found by listing class/drm (no attribute file read yet: listing never blocks)."""
 
     name: str  # "card3"
     device_dir: str
     bdf: str
 
 
-def list_cards(root: str) -> list[Card]:
-    """Every PCI DRM card under root/class/drm, by card name; MI300 partition platform devices skipped."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What listing class/drm and reading the KFD topology found, before any card's identity is read."""
+
+    cards: tuple[Card, ...]  # PCI cards in card order
+    partitions: tuple[tuple[str, int, str, str], ...]  # (socket BDF, partition, card, platform device dir)
+    topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]]
+    driver_version: str
+
+
+def list_devices(root: str) -> Listing:
+    """The cards under root/class/drm and the KFD topology; reads no SMU-backed file.
+
+    A PCI card is one device, or partition 0 of a partitioned MI300-class socket. Partitions 1..N-1
+    of such a socket are platform devices (amdgpu_xcp_<n> or amdgpu_xcp.<n>) holding only DRM
+    minors: their KFD node, found by render minor, says which socket (location_id's BDF bits) and
+    which partition (location_id >> 28) they are. An xcp node without a KFD node is allocated but
+    unused in the current mode, and is not a device.
+    """
     drm = os.path.join(root, "class", "drm")
-    cards = []
-    for name in listdir(drm):
+    try:
+        names = os.listdir(drm)
+    except OSError:
+        return Listing((), (), {}, "")
+    kfd = read_kfd_nodes(root)
+    topology = kfd_topology(kfd)
+    by_render_minor = {node.render_minor: node for node in kfd.values() if node.render_minor}
+    driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
+    cards: list[Card] = []
+    partitions: list[tuple[str, int, str, str]] = []
+    for name in names:
         if not _CARD.match(name):
             continue
         device_dir = os.path.realpath(os.path.join(drm, name, "device"))
         bdf = _bdf_from_path(device_dir)
-        if bdf is None:  # MI300 partition platform devices (amdgpu_xcp_N) and other non-PCI cards
+        if bdf is None:
+            if _XCP_DEVICE.match(os.path.basename(device_dir)):
+                node = _partition_node(device_dir, by_render_minor)
+                if node is not None and node.partition > 0:
+                    partitions.append((node.pci_bus_id, node.partition, name, device_dir))
             continue
         cards.append(Card(name, device_dir, bdf))
-    return sorted(cards, key=lambda c: int(c.name[4:]))
+    cards.sort(key=lambda c: int(c.name[4:]))
+    return Listing(tuple(cards), tuple(partitions), topology, driver_version)
 
 
-def read_driver_version(root: str) -> str:
-    return read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
-
-
-def identify(card: Card, driver_version: str, kfd: dict[str, tuple[TopologyLink, ...]]) -> DeviceIdentity | None:
+def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
     """The card's identity, or None when it is not an amdgpu device (vendor 0x1002, DRIVER=amdgpu)."""
     uevent = read_parsed(os.path.join(card.device_dir, "uevent"), tf.parse_uevent) or {}
     vendor = read_parsed(os.path.join(card.device_dir, "vendor"), tf.parse_hex_id)
     if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
         return None
-    return read_identity(card.name, card.device_dir, card.bdf, driver_version, kfd)
+    return read_identity(card.name, card.device_dir, card.bdf, listing.driver_version, listing.topology)
+
+
+def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIdentity]:
+    """Sockets paired into packages, plus their partitions: socket by socket in BDF order, partitions by index."""
+    found = assign_packages(sorted(sockets, key=lambda d: d.pci_bus_id))
+    socket_by_bdf = {device.pci_bus_id: device for device in found}
+    for bdf, index, card, device_dir in listing.partitions:
+        socket = socket_by_bdf.get(bdf)
+        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
+            continue
+        found.append(
+            replace(
+                socket,
+                card=card,
+                device_dir=device_dir,
+                hwmon_dir="",
+                partition=index,
+                topology=listing.topology.get((bdf, index), ()),
+            )
+        )
+    return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
 
 
 def discover_devices(root: str) -> list[DeviceIdentity]:
-    """Every PCI card under root/class/drm driven by amdgpu (vendor 0x1002), in PCI order (no deadlines)."""
-    kfd = read_kfd_topology(root)
-    driver_version = read_driver_version(root)
-    found = [d for card in list_cards(root) if (d := identify(card, driver_version, kfd)) is not None]
-    return assign_packages(sorted(found, key=lambda d: d.pci_bus_id))
+    """Every amdgpu device under root/class/drm, in the order ROCm tools list them (no deadlines:
+    SysfsSource.discover reads each card against the read deadline)."""
+    listing = list_devices(root)
+    return assemble([d for card in listing.cards if (d := identify(card, listing)) is not None], listing)
+
+
+def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> KfdNode | None:
+    """The KFD node of a partition's platform device, through the render minor both carry."""
+    for entry in listdir(os.path.join(device_dir, "drm")):
+        match = _RENDER.match(entry)
+        if match:
+            return by_render_minor.get(int(match.group(1)))
+    return None
 
 
 def _bdf_from_path(path: str) -> str | None:
@@ -76,7 +137,7 @@ def read_identity(
     device_dir: str,
     bdf: str,
     driver_version: str,
-    kfd: dict[str, tuple[TopologyLink, ...]],
+    topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]],
 ) -> DeviceIdentity:
     def text(name: str) -> str:
         path = os.path.join(device_dir, name)
@@ -128,39 +189,64 @@ def read_identity(
         xgmi_physical_id=physical,
         numa_node=numa if numa is not None and numa >= 0 else None,
         firmware=frozen_map(firmware),
-        topology=kfd.get(bdf, ()),
+        topology=topology.get((bdf, 0), ()),
         gpu_metrics_version=metrics_version,
     )
 
 
-def read_kfd_topology(root: str) -> dict[str, tuple[TopologyLink, ...]]:
-    """BDF -> io_links from the KFD topology (peer BDFs resolved through node numbers)."""
+@dataclass(frozen=True, slots=True)
+class KfdNode:
+    """One GPU node of the KFD topology (one per compute partition on a partitioned socket)."""
+
+    node: int
+    pci_bus_id: str
+    partition: int
+    render_minor: int
+    links: tuple[Mapping[str, int], ...]
+
+
+def read_kfd_nodes(root: str) -> dict[int, KfdNode]:
+    """KFD node number -> GPU node (CPU nodes, gpu_id 0, are left out)."""
     nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
-    node_bdf: dict[int, str] = {}
-    node_links: dict[int, list[dict[str, int]]] = {}
+    nodes: dict[int, KfdNode] = {}
     for entry in listdir(nodes_dir):
         if not entry.isdigit():
             continue
-        node = int(entry)
         node_dir = os.path.join(nodes_dir, entry)
         props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
         gpu_id = read_parsed(os.path.join(node_dir, "gpu_id"), tf.parse_unsigned) or 0
-        if gpu_id and "location_id" in props:
-            loc = props["location_id"]
-            node_bdf[node] = f"{props.get('domain', 0):04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
+        if not gpu_id or "location_id" not in props:
+            continue
         links_dir = os.path.join(node_dir, "io_links")
-        node_links[node] = [
+        links = tuple(
             link
-            for link_entry in listdir(links_dir)
+            for link_entry in sorted(listdir(links_dir), key=lambda e: (len(e), e))
             if (link := read_parsed(os.path.join(links_dir, link_entry, "properties"), tf.parse_key_values))
-        ]
-    result: dict[str, tuple[TopologyLink, ...]] = {}
-    for node, bdf in node_bdf.items():
+        )
+        loc = props["location_id"]
+        bdf = f"{props.get('domain', 0):04x}:{(loc >> 8) & 0xFF:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
+        nodes[int(entry)] = KfdNode(int(entry), bdf, loc >> _PARTITION_SHIFT, props.get("drm_render_minor", 0), links)
+    return nodes
+
+
+def kfd_topology(nodes: Mapping[int, KfdNode]) -> dict[tuple[str, int], tuple[TopologyLink, ...]]:
+    """(BDF, partition) -> its io_links, peers resolved through node numbers ("" for a CPU node)."""
+    result: dict[tuple[str, int], tuple[TopologyLink, ...]] = {}
+    for node in nodes.values():
         links = []
-        for props in node_links.get(node, []):
-            peer = node_bdf.get(props.get("node_to", -1), "")
+        for props in node.links:
+            peer = nodes.get(props.get("node_to", -1))
             kind = _KFD_LINK_TYPES.get(props.get("type", -1), f"type{props.get('type', -1)}")
             # Each KFD io_link is a direct link: one hop.
-            links.append(TopologyLink(peer, kind, 1, props.get("weight", 0)))
-        result[bdf] = tuple(sorted(links, key=lambda link: (link.peer_pci_bus_id, link.link_type)))
+            links.append(
+                TopologyLink(
+                    peer.pci_bus_id if peer else "",
+                    kind,
+                    1,
+                    props.get("weight", 0),
+                    peer_partition=peer.partition if peer else 0,
+                )
+            )
+        links.sort(key=lambda link: (link.peer_pci_bus_id, link.link_type, link.peer_partition))
+        result[(node.pci_bus_id, node.partition)] = tuple(links)
     return result

@@ -15,18 +15,28 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats, TopologyLink, frozen_map
+from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.sources.base import SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
-from exporter.sources.identity import assign_packages, measures_package_power
-from exporter.sources.sysfs.discovery import Card, identify, list_cards, read_driver_version, read_kfd_topology
+from exporter.sources.identity import measures_package_power
+from exporter.sources.sysfs.discovery import Card, Listing, assemble, identify, list_devices
 from exporter.sources.sysfs.files import read_file_bytes
+from exporter.sources.sysfs.partitions import (
+    PartitionLayout,
+    SocketTables,
+    partition_busy,
+    partition_layouts,
+    partition_memory,
+    partition_modes_changed,
+    residency_seconds,
+    throttlers_active,
+)
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
 from exporter.sources.sysfs.table import FAST_FILES, GPU_METRICS_FIELDS, MEMORY_POOLS, SampleValues, read_rows
 from exporter.threads import DaemonPool
@@ -51,16 +61,17 @@ class SysfsSource:
         *,
         slow_interval: float = 10.0,
         pcie_bw_interval: float = 30.0,
+        socket_table_max_age: float = 0.1,
         read_timeout: float = 2.0,
     ):
         self.root = str(sysfs_root)
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
-        self.read_timeout = read_timeout
-        self._slow: dict[str, _SlowLayer] = {}
+        self._slow: dict[tuple[str, str, int], _SlowLayer] = {}
         self._slow_lock = threading.Lock()
         self._pcie_readers: dict[str, PcieBandwidthReader] = {}
         self._stop = threading.Event()
+        self.read_timeout = read_timeout
         # (bdf, file) -> the reason it last failed: logged once per change of state, never per cycle
         self._file_state: dict[tuple[str, str], str] = {}
         self._file_state_lock = threading.Lock()
@@ -69,36 +80,40 @@ class SysfsSource:
         self._identify_pool = DaemonPool(4, "identify")
         self._identifying: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
         self._discovery_errors: dict[str, dict[tuple[str, str], int]] = {}  # bdf -> counted on its next read
+        self._residency: dict[tuple[str, str, int], Mapping[str, int]] = {}
+        self._sockets = SocketTables(socket_table_max_age)
+        self._partitioning: dict[str, PartitionLayout] = {}  # BDF -> how its socket is split now
+        self._rediscover = threading.Event()  # a socket's partition mode changed since discovery
 
     def discover(self) -> Sequence[DeviceIdentity]:
-        """Every amdgpu card, each identified against the read deadline.
+        """Every amdgpu device, each PCI card identified against the read deadline.
 
         A card whose identity read does not finish in time (a hung SMU blocks hwmon and gpu_metrics
         reads) is returned with complete=False and only what listing told (BDF, card): the poller
         marks it down instead of reading it, and a later discovery completes it.
         """
-        kfd = read_kfd_topology(self.root)
-        driver_version = read_driver_version(self.root)
-        cards = list_cards(self.root)
-        self._identify_pool.resize(len(cards) + 2)
+        self._rediscover.clear()
+        listing = list_devices(self.root)
+        self._identify_pool.resize(len(listing.cards) + 2)
         pending: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
         stuck_before: set[str] = set()
-        for card in cards:
+        for card in listing.cards:
             running = self._identifying.get(card.bdf)
             if running is None or running.done():
-                running = self._identify_pool.submit(self._identify, card, driver_version, kfd)
+                running = self._identify_pool.submit(self._identify, card, listing)
                 self._identifying[card.bdf] = running
             else:
                 stuck_before.add(card.bdf)  # still in the read that hung last time: not read again
             pending[card.bdf] = running
         concurrent.futures.wait(pending.values(), timeout=self.read_timeout)
-        found: list[DeviceIdentity] = []
-        for card in cards:
+        sockets: list[DeviceIdentity] = []
+        incomplete: list[DeviceIdentity] = []
+        for card in listing.cards:
             future = pending[card.bdf]
             if not future.done():
                 if card.bdf not in stuck_before:  # logged once per hang, not once per discovery
                     log.warning("identify_timeout", card=card.name, pci_bus_id=card.bdf, timeout=self.read_timeout)
-                found.append(
+                incomplete.append(
                     DeviceIdentity(pci_bus_id=card.bdf, card=card.name, device_dir=card.device_dir, complete=False)
                 )
                 continue
@@ -114,21 +129,19 @@ class SysfsSource:
                     for key, count in errors.counts.items():
                         pending_errors[key] = pending_errors.get(key, 0) + count
             if identity is not None:
-                found.append(identity)
-        complete = assign_packages(sorted((d for d in found if d.complete), key=lambda d: d.pci_bus_id))
-        return sorted([*complete, *(d for d in found if not d.complete)], key=lambda d: d.pci_bus_id)
+                sockets.append(identity)
+        found = assemble(sockets, listing)
+        self._partitioning = partition_layouts(self.root, found)
+        return sorted([*found, *incomplete], key=lambda d: (d.pci_bus_id, d.partition))
 
     @staticmethod
-    def _identify(
-        card: Card, driver_version: str, kfd: dict[str, tuple[TopologyLink, ...]]
-    ) -> tuple[DeviceIdentity | None, FileErrors]:
+    def _identify(card: Card, listing: Listing) -> tuple[DeviceIdentity | None, FileErrors]:
         errors = FileErrors(card.device_dir)
         with collecting(errors):
-            return identify(card, driver_version, kfd), errors
+            return identify(card, listing), errors
 
     def read(self, device: DeviceIdentity) -> Sample:
-        dev = device.device_dir
-        errors = FileErrors(dev, device.hwmon_dir)
+        errors = FileErrors(device.device_dir, device.hwmon_dir)
         try:
             with collecting(errors):
                 sample = self._read(device)
@@ -136,28 +149,6 @@ class SysfsSource:
             error.file_errors = self._file_errors(device, errors)
             raise
         return dataclasses.replace(sample, file_errors=frozen_map(self._file_errors(device, errors)))
-
-    def _read(self, device: DeviceIdentity) -> Sample:
-        dev = device.device_dir
-        if not os.path.isdir(dev):
-            raise SourceError("gone", f"{dev} no longer exists")
-        values = SampleValues()
-        values.merge(self._slow_layer(device))
-        metrics = self._read_gpu_metrics(device)
-        if metrics is not None:
-            values.override_from(metrics, GPU_METRICS_FIELDS)
-        # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
-        read_rows(FAST_FILES, device, values)
-        if not measures_package_power(device):
-            # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
-            values.set("power_watts", None, None)
-            values.set("energy_joules", None, None)
-        _check_memory(values)
-        if not values.supplied("pcie_bandwidth_bytes_per_second"):
-            values.set("pcie_bandwidth_bytes_per_second", None, self._background_pcie_bandwidth(device))
-        if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
-            raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
-        return values.sample(time.time())
 
     def _file_errors(self, device: DeviceIdentity, errors: FileErrors) -> dict[tuple[str, str], int]:
         """This read's (file, reason) counts (plus the last discovery's), logging each file's change of state."""
@@ -180,29 +171,93 @@ class SysfsSource:
                     log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error="")
         return counts
 
+    def _read(self, device: DeviceIdentity) -> Sample:
+        dev = device.device_dir
+        if not os.path.isdir(dev):
+            raise SourceError("gone", f"{dev} no longer exists")
+        if device.partition > 0:
+            return self._read_partition(device)
+        values = SampleValues()
+        values.merge(self._slow_layer(device))
+        metrics = self._read_gpu_metrics(device)
+        if metrics is not None:
+            values.override_from(metrics, GPU_METRICS_FIELDS)
+            self._throttle_residency(device, metrics, values)
+            layout = self._partitioning.get(device.pci_bus_id)
+            if layout is not None and layout.count > 1:
+                # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
+                # partition's, where the table has per-partition blocks; the socket's otherwise.
+                values.mappings["busy"].update(partition_busy(metrics, layout, 0))
+        layout = self._partitioning.get(device.pci_bus_id)
+        values.mappings["memory_total_bytes"].update(partition_memory(layout, 0))
+        # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
+        read_rows(FAST_FILES, device, values)
+        if not measures_package_power(device):
+            # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
+            values.set("power_watts", None, None)
+            values.set("energy_joules", None, None)
+        _check_memory(values)
+        if not values.supplied("pcie_bandwidth_bytes_per_second"):
+            values.set("pcie_bandwidth_bytes_per_second", None, self._background_pcie_bandwidth(device))
+        if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
+            raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
+        return values.sample(time.time())
+
+    def _read_partition(self, device: DeviceIdentity) -> Sample:
+        """Partition 1..N-1: only its own values (busy of its XCCs and decoders); the socket-wide
+        values live on partition 0. Read from the socket's table, shared with partition 0's read."""
+        layout = self._partitioning.get(device.pci_bus_id)
+        metrics = self._sockets.recent(device.pci_bus_id)
+        if metrics is None:
+            socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
+            metrics = self._decode(device, read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
+            self._sockets.store(device.pci_bus_id, metrics)
+        busy = partition_busy(metrics, layout, device.partition) if metrics is not None and layout else {}
+        memory = partition_memory(layout, device.partition)
+        return Sample(timestamp=time.time(), busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+
     def _read_gpu_metrics(self, device: DeviceIdentity) -> GpuMetrics | None:
-        path = os.path.join(device.device_dir, "gpu_metrics")
-        blob = read_file_bytes(path)
+        metrics = self._decode(device, read_file_bytes(os.path.join(device.device_dir, "gpu_metrics")))
+        self._sockets.store(device.pci_bus_id, metrics)
+        return metrics
+
+    def _decode(self, device: DeviceIdentity, blob: bytes | None) -> GpuMetrics | None:
         if blob is None:
             return None
         try:
             return decode_gpu_metrics(blob)
         except GpuMetricsError as error:
-            record(path, "parse", str(error))
+            record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
             return None
+
+    def _throttle_residency(self, device: DeviceIdentity, metrics: GpuMetrics, values: SampleValues) -> None:
+        """MI300 v1_6+: residency seconds per throttler; a throttler is active while its residency grows."""
+        if not metrics.residency_acc:
+            return
+        for reason, seconds in residency_seconds(metrics).items():
+            values.set("throttle_residency_seconds", reason, seconds)
+        previous = self._residency.get(device.key)
+        self._residency[device.key] = metrics.residency_acc
+        if previous is not None:
+            for reason, active in throttlers_active(previous, metrics.residency_acc).items():
+                values.set("throttle", reason, active)
 
     def _slow_layer(self, device: DeviceIdentity) -> SampleValues:
         now = time.monotonic()
         with self._slow_lock:
-            current = self._slow.get(device.pci_bus_id)
+            current = self._slow.get(device.key)
         if current is not None and now < current.due:
             return current.values
         fresh = _SlowLayer(
             due=now + self.slow_interval,
             values=read_slow_layer(device, current.values if current is not None else None),
         )
+        if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
+            # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
+            log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)
+            self._rediscover.set()
         with self._slow_lock:
-            self._slow[device.pci_bus_id] = fresh
+            self._slow[device.key] = fresh
         return fresh.values
 
     def _background_pcie_bandwidth(self, device: DeviceIdentity) -> float | None:
@@ -216,6 +271,11 @@ class SysfsSource:
             reader.start()
         reader.take_errors()
         return reader.bytes_per_second
+
+    def needs_rediscovery(self) -> bool:
+        """True when a socket's compute or memory partition mode changed since the last discovery
+        (checked on the slow schedule): the poller then rediscovers at once."""
+        return self._rediscover.is_set()
 
     def stats(self) -> SourceStats:
         return SourceStats()  # no worker, nothing to count

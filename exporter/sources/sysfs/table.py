@@ -119,7 +119,7 @@ GPU_METRICS_FIELDS: tuple[str, ...] = (
     "pcie_naks_sent",
     "pcie_naks_received",
     "xgmi_link_width",
-    "xgmi_link_bits_per_second",
+    "xgmi_link_speed_bytes_per_second",
     "xgmi_link_up",
     "xgmi_read_bytes",
     "xgmi_write_bytes",

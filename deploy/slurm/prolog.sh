@@ -1,0 +1,91 @@
+#!/bin/bash
+# amdgpu-exporter Slurm prolog: record which job holds each of this node's GPUs.
+#
+# slurmd runs it as root at allocation time (slurm.conf: PrologFlags=Alloc) with the job's
+# environment. For every GPU of the job it writes one JSON file, atomically (write a temporary file
+# in the same directory, then rename), to
+#     $AMDGPU_EXPORTER_SLURM_STATE_DIR/<gpu index>.<job id>      (default /run/amdgpu-exporter/slurm)
+# which `amdgpu-exporter --slurm.state-dir` reads. The epilog removes the job's files.
+#
+# GPU indices: SLURM_JOB_GPUS (gres indices, in rocm-smi's order with AutoDetect=rsmi: the exporter's
+# `gpu` label), as a list with ranges ("0,2-3"); else ROCR_VISIBLE_DEVICES, else GPU_DEVICE_ORDINAL.
+# Entries that are not indices (GPU UUIDs) are skipped.
+#
+# It always exits 0: a failing prolog would drain the node, and a missing label is not worth that.
+# Problems go to stderr and, where logger(1) exists, to syslog.
+
+set -u
+umask 022
+
+state_dir="${AMDGPU_EXPORTER_SLURM_STATE_DIR:-/run/amdgpu-exporter/slurm}"
+
+warn() {
+    echo "amdgpu-exporter prolog: $*" >&2
+    command -v logger >/dev/null 2>&1 && logger -t amdgpu-exporter-prolog -- "$*"
+    return 0
+}
+
+# A JSON string: backslash and quote escaped, control characters dropped.
+json_string() {
+    local text=$1
+    text=${text//\\/\\\\}
+    text=${text//\"/\\\"}
+    text=${text//[$'\001'-$'\037']/}
+    printf '"%s"' "$text"
+}
+
+# "0,2-3" / "[0-1],5" -> one index per line; at most 1024 per range.
+expand_indices() {
+    local list=${1//[][ ]/} part low high i
+    local -a parts
+    IFS=',' read -ra parts <<<"$list"
+    for part in "${parts[@]}"; do
+        if [[ $part =~ ^([0-9]{1,4})-([0-9]{1,4})$ ]]; then
+            low=$((10#${BASH_REMATCH[1]}))
+            high=$((10#${BASH_REMATCH[2]}))
+            for ((i = low; i <= high && i - low < 1024; i++)); do echo "$i"; done
+        elif [[ $part =~ ^[0-9]{1,4}$ ]]; then
+            echo $((10#$part))
+        fi
+    done
+}
+
+job_id="${SLURM_JOB_ID:-${SLURM_JOBID:-}}"
+if [[ ! $job_id =~ ^[0-9]+$ ]]; then
+    warn "no numeric SLURM_JOB_ID (got '${job_id}'); nothing recorded"
+    exit 0
+fi
+
+gpus="${SLURM_JOB_GPUS:-}"
+[ -n "$gpus" ] || gpus="${ROCR_VISIBLE_DEVICES:-}"
+[ -n "$gpus" ] || gpus="${GPU_DEVICE_ORDINAL:-}"
+[ -n "$gpus" ] || exit 0 # a job without GPUs on this node
+
+if ! mkdir -p -m 0755 -- "$state_dir" 2>/dev/null; then
+    warn "cannot create $state_dir; job $job_id not recorded"
+    exit 0
+fi
+
+started_at=$(date +%s)
+while read -r index; do
+    [ -n "$index" ] || continue
+    body="{\"SLURM_JOB_ID\": $(json_string "$job_id"),"
+    body+=" \"SLURM_JOB_USER\": $(json_string "${SLURM_JOB_USER:-}"),"
+    body+=" \"SLURM_JOB_UID\": $(json_string "${SLURM_JOB_UID:-}"),"
+    body+=" \"SLURM_JOB_PARTITION\": $(json_string "${SLURM_JOB_PARTITION:-}"),"
+    body+=" \"SLURM_JOB_ACCOUNT\": $(json_string "${SLURM_JOB_ACCOUNT:-}"),"
+    body+=" \"SLURM_CLUSTER_NAME\": $(json_string "${SLURM_CLUSTER_NAME:-}"),"
+    body+=" \"SLURM_JOB_GPUS\": $(json_string "$gpus"),"
+    body+=" \"gpu_index\": $index, \"started_at\": $started_at}"
+    if ! tmp=$(mktemp "$state_dir/.tmp.$job_id.XXXXXX" 2>/dev/null); then
+        warn "cannot write in $state_dir; job $job_id GPU $index not recorded"
+        continue
+    fi
+    if printf '%s\n' "$body" >"$tmp" && chmod 0644 "$tmp" && mv -f -- "$tmp" "$state_dir/$index.$job_id"; then
+        :
+    else
+        rm -f -- "$tmp"
+        warn "cannot write $state_dir/$index.$job_id"
+    fi
+done < <(expand_indices "$gpus")
+exit 0

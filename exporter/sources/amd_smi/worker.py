@@ -1,0 +1,300 @@
+"""The amd-smi worker process: the `amdsmi` Python module (libamd_smi), supervised like the rocm-smi worker.
+
+Started by the rocm_smi Supervisor as `python -m exporter.sources.amd_smi.worker <fds>` with the
+same protocol (exporter/sources/rocm_smi/protocol.py), breadcrumbs and crash log as the rocm-smi
+worker: the daemon cannot tell them apart except by their answers. The module is AMD's own binding
+(it declares every struct for the library it ships with), so no ctypes layout of ours meets the
+library. It answers in the library's own units; exporter/sources/amd_smi/convert.py turns them
+into the data model. A value the library does not provide ("N/A", or an AmdSmiLibraryException)
+is left out, and the daemon's sysfs fallback serves it.
+
+Compute partitions: amdsmi lists every partition as a processor handle (kfd_info's
+current_partition_id); partition 0 is read, the others are left to the fallback (the library reads
+their nearly empty platform device and answers N/A for nearly everything).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from exporter.sources.rocm_smi import protocol as proto
+from exporter.sources.rocm_smi.worker import Breadcrumbs, Worker, _read_lines, _Replier
+
+# our name -> amdsmi enum member names
+TEMPERATURES = {"edge": "EDGE", "junction": "HOTSPOT", "memory": "VRAM"}
+THRESHOLDS = {"critical": "CRITICAL", "emergency": "EMERGENCY"}
+MEMORY_POOLS = {"vram": "VRAM", "visible_vram": "VIS_VRAM", "gtt": "GTT"}
+CLOCKS = {"gfx": "GFX", "memory": "MEM", "fabric": "DF", "soc": "SOC", "video": "VCLK0", "decode": "DCLK0"}
+ECC_BLOCKS = {
+    "umc": "UMC",
+    "sdma": "SDMA",
+    "gfx": "GFX",
+    "mmhub": "MMHUB",
+    "pcie_bif": "PCIE_BIF",
+    "hdp": "HDP",
+    "xgmi_wafl": "XGMI_WAFL",
+}
+# amdsmi firmware ids whose version the library reports as the kernel's plain number -> our block.
+# (Dotted versions such as VCN's "01.11.00.1D" or PM's "00.85.107.00" mix hex and decimal bytes:
+# those blocks are left to the sysfs fallback rather than guessed.)
+FIRMWARE_IDS = {
+    "AMDSMI_FW_ID_CP_MEC1": "mec",
+    "AMDSMI_FW_ID_CP_MEC2": "mec2",
+    "AMDSMI_FW_ID_CP_ME": "me",
+    "AMDSMI_FW_ID_CP_PFP": "pfp",
+    "AMDSMI_FW_ID_CP_CE": "ce",
+    "AMDSMI_FW_ID_RLC": "rlc",
+    "AMDSMI_FW_ID_SDMA0": "sdma",
+    "AMDSMI_FW_ID_SDMA1": "sdma2",
+    "AMDSMI_FW_ID_ASD": "asd",
+}
+# the decoded gpu_metrics fields the converter reads
+GPU_METRICS_FIELDS = (
+    "common_header.format_revision",
+    "common_header.content_revision",
+    "temperature_vrgfx",
+    "temperature_vrsoc",
+    "temperature_vrmem",
+    "temperature_hbm",
+    "current_gfxclk",
+    "current_socclk",
+    "current_uclk",
+    "current_vclk0",
+    "current_dclk0",
+    "pcie_link_width",
+    "pcie_link_speed",
+    "pcie_bandwidth_inst",
+    "pcie_l0_to_recov_count_acc",
+    "pcie_nak_sent_count_acc",
+    "pcie_nak_rcvd_count_acc",
+    "xgmi_link_width",
+    "xgmi_link_speed",
+    "xgmi_link_status",
+    "xgmi_read_data_acc",
+    "xgmi_write_data_acc",
+    "prochot_residency_acc",
+    "ppt_residency_acc",
+    "socket_thm_residency_acc",
+    "vr_thm_residency_acc",
+    "hbm_thm_residency_acc",
+)
+
+
+def _plain(value: Any) -> Any:
+    """The module's answer made JSON-safe; "N/A" (not supplied) becomes None."""
+    if isinstance(value, str) and value.strip().upper() == "N/A":
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "name") and hasattr(value, "value"):  # an enum
+        return value.name
+    return value
+
+
+class Calls:
+    """One request's module calls on one device: breadcrumbs around each, failures noted, skips honoured."""
+
+    def __init__(self, crumbs: Breadcrumbs, index: int, skip: frozenset[str]) -> None:
+        self.crumbs, self.index, self.skip = crumbs, index, skip
+        self.failed: dict[str, int] = {}
+
+    def get(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
+        if name in self.skip:
+            return None
+        self.crumbs.mark(self.index, name)
+        try:
+            return _plain(function(*args))
+        except Exception as error:  # AmdSmiLibraryException (not supported, DRM error ...): not supplied
+            self.failed[name] = int(getattr(error, "err_code", -1) or -1)
+            return None
+        finally:
+            self.crumbs.mark(self.index, proto.IDLE)
+
+
+class AmdSmiDeviceReader:
+    """The calls that read one processor handle (the interface the rocm-smi Worker dispatches to)."""
+
+    def __init__(self, smi: Any, crumbs: Breadcrumbs, index: int, handle: Any) -> None:
+        self.smi, self.crumbs, self.index, self.handle = smi, crumbs, index, handle
+
+    def identify(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        smi, h = self.smi, self.handle
+        calls = Calls(self.crumbs, self.index, skip)
+        asic = calls.get("asic_info", smi.amdsmi_get_gpu_asic_info, h) or {}
+        board = calls.get("board_info", smi.amdsmi_get_gpu_board_info, h) or {}
+        vbios = calls.get("vbios_info", smi.amdsmi_get_gpu_vbios_info, h) or {}
+        serial = asic.get("asic_serial")
+        firmware = {}
+        for entry in (calls.get("fw_info", smi.amdsmi_get_fw_info, h) or {}).get("fw_list", ()):
+            block = FIRMWARE_IDS.get(str(entry.get("fw_name")))
+            version = str(entry.get("fw_version", ""))
+            if block and version.isdigit() and int(version):
+                firmware[block] = int(version)
+        metrics = calls.get("gpu_metrics", smi.amdsmi_get_gpu_metrics_info, h) or {}
+        fmt, content = metrics.get("common_header.format_revision"), metrics.get("common_header.content_revision")
+        return {
+            "unique_id": f"{int(serial, 16):016x}" if isinstance(serial, str) and serial.startswith("0x") else "",
+            "product": str(board.get("product_name") or asic.get("market_name") or ""),
+            "serial": str(board.get("product_serial") or ""),
+            "vbios": str(vbios.get("part_number") or ""),
+            "device_id": str(asic.get("device_id") or ""),
+            "numa_node": calls.get("numa_node", smi.amdsmi_topo_get_numa_node_number, h),
+            "firmware": firmware,
+            "links": [],  # KFD io_links come from the fallback's topology
+            "gpu_metrics_unsafe": "",
+            "gpu_metrics_version": f"{fmt}.{content}" if fmt is not None and content is not None else "",
+            "compute_partition": str(calls.get("compute_partition", smi.amdsmi_get_gpu_compute_partition, h) or ""),
+            "memory_partition": str(calls.get("memory_partition", smi.amdsmi_get_gpu_memory_partition, h) or ""),
+            "failed": calls.failed,
+        }
+
+    def read(self, skip: frozenset[str], slow: bool, guard: bool = True) -> dict[str, Any]:
+        smi, h = self.smi, self.handle
+        calls = Calls(self.crumbs, self.index, skip)
+        kinds = smi.AmdSmiTemperatureType
+        current = smi.AmdSmiTemperatureMetric.CURRENT
+        out: dict[str, Any] = {
+            "temperatures": {
+                sensor: calls.get(f"temperature:{sensor}", smi.amdsmi_get_temp_metric, h, kinds[kind], current)
+                for sensor, kind in TEMPERATURES.items()
+            },
+            "power": calls.get("power_info", smi.amdsmi_get_power_info, h),
+            "energy": calls.get("energy", smi.amdsmi_get_energy_count, h),
+            "activity": calls.get("activity", smi.amdsmi_get_gpu_activity, h),
+            "memory_used": {
+                pool: calls.get(f"memory_used:{pool}", smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType[kind])
+                for pool, kind in MEMORY_POOLS.items()
+            },
+            "vddgfx_mv": calls.get(
+                "voltage:vddgfx",
+                smi.amdsmi_get_gpu_volt_metric,
+                h,
+                smi.AmdSmiVoltageType.VDDGFX,
+                smi.AmdSmiVoltageMetric.CURRENT,
+            ),
+        }
+        metrics = calls.get("gpu_metrics", smi.amdsmi_get_gpu_metrics_info, h) or {}
+        out["gpu_metrics"] = {name: metrics.get(name) for name in GPU_METRICS_FIELDS}
+        if slow:
+            out.update(self._read_slow(calls))
+        out["failed"] = calls.failed
+        return out
+
+    def _read_slow(self, calls: Calls) -> dict[str, Any]:
+        smi, h = self.smi, self.handle
+        kinds = smi.AmdSmiTemperatureType
+        return {
+            "thresholds": {
+                sensor: {
+                    threshold: calls.get(
+                        f"temperature:{sensor}:{threshold}",
+                        smi.amdsmi_get_temp_metric,
+                        h,
+                        kinds[kind],
+                        smi.AmdSmiTemperatureMetric[metric],
+                    )
+                    for threshold, metric in THRESHOLDS.items()
+                }
+                for sensor, kind in TEMPERATURES.items()
+            },
+            "power_cap": calls.get("power_cap", smi.amdsmi_get_power_cap_info, h),
+            "memory_total": {
+                pool: calls.get(f"memory_total:{pool}", smi.amdsmi_get_gpu_memory_total, h, smi.AmdSmiMemoryType[kind])
+                for pool, kind in MEMORY_POOLS.items()
+            },
+            "clocks": {
+                domain: calls.get(f"clock:{domain}", smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType[kind])
+                for domain, kind in CLOCKS.items()
+            },
+            "pcie": calls.get("pcie_info", smi.amdsmi_get_pcie_info, h),
+            "pcie_replays": calls.get("pcie_replays", smi.amdsmi_get_gpu_pci_replay_counter, h),
+            "ecc": {
+                block: calls.get(f"ecc:{block}", smi.amdsmi_get_gpu_ecc_count, h, smi.AmdSmiGpuBlock[kind])
+                for block, kind in ECC_BLOCKS.items()
+            },
+        }
+
+
+def _bdf(text: Any) -> str:
+    return str(text or "").strip().lower()
+
+
+def enumerate_devices(smi: Any, crumbs: Breadcrumbs) -> tuple[list[dict[str, Any]], dict[int, AmdSmiDeviceReader]]:
+    devices: list[dict[str, Any]] = []
+    readers: dict[int, AmdSmiDeviceReader] = {}
+    for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
+        calls = Calls(crumbs, index, frozenset())
+        kfd = calls.get("kfd_info", smi.amdsmi_get_gpu_kfd_info, handle) or {}
+        partition = kfd.get("current_partition_id") or 0
+        bdf = _bdf(calls.get("bdf", smi.amdsmi_get_gpu_device_bdf, handle))
+        devices.append({"index": index, "pci_bus_id": bdf, "partition": int(partition), "card": "", "device_dir": ""})
+        readers[index] = AmdSmiDeviceReader(smi, crumbs, index, handle)
+    return devices, readers
+
+
+class AmdSmiWorker(Worker):
+    """The rocm-smi worker's dispatch (one thread and queue per device) over amdsmi device readers."""
+
+    def __init__(self, readers: Mapping[int, AmdSmiDeviceReader], reply_fd: int) -> None:
+        import threading
+
+        self.reply_fd = reply_fd
+        self.reply_lock = threading.Lock()
+        self.readers = dict(readers)  # type: ignore[arg-type]
+        self.queues = {}
+        self.pcie_readers = {}
+
+    def _pcie_throughput(self, index: int, period: float) -> dict[str, int] | None:
+        return None  # the sysfs fallback reads pcie_bw (MI200) and gpu_metrics (MI300)
+
+
+def main(argv: list[str]) -> int:
+    request_fd, reply_fd, crumbs_fd, crash_fd = (int(a) for a in argv[:4])
+    faulthandler.enable(file=crash_fd, all_threads=True)
+    crumbs = Breadcrumbs(crumbs_fd)
+    reply = _Replier(reply_fd)
+    try:
+        started = time.monotonic()
+        import amdsmi as smi
+
+        smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
+        version = smi.amdsmi_get_lib_version()
+        devices, readers = enumerate_devices(smi, crumbs)
+        driver = ""
+        if readers:
+            info = Calls(crumbs, 0, frozenset()).get("driver_info", smi.amdsmi_get_gpu_driver_info, readers[0].handle)
+            driver = str((info or {}).get("driver_version") or "")
+        worker = AmdSmiWorker(readers, reply_fd)
+    except Exception as error:
+        reply.send({"event": "failed", "reason": "init_failed", "message": f"{type(error).__name__}: {error}"})
+        return 3
+    reply.send(
+        {
+            "event": "ready",
+            "pid": os.getpid(),
+            "devices": devices,
+            "driver_version": driver,
+            "library_version": f"{version.get('major')}.{version.get('minor')}.{version.get('release')}",
+            "init_seconds": time.monotonic() - started,
+        }
+    )
+    for line in _read_lines(request_fd):
+        try:
+            request = proto.decode(line)
+        except ValueError:
+            continue
+        if request.get("op") == "exit":
+            break
+        worker.dispatch(request)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""Compute partitions of MI300-class sockets: what each partition reports of its own.
+
+A partitioned socket has one gpu_metrics table, on its PCI device (partition 0). It carries the
+socket-wide values (power, energy, temperatures, HBM, PCIe, XGMI), which are exported on partition
+0 only so that a sum over a node counts each socket once, and, from v1_6 on, one xcp_stats block
+per partition with the busy ratio of that partition's XCCs and decoders. v1.9 tables carry one
+device-wide per-XCC array instead; it is split by each partition's XCC count from KFD (num_xcc),
+partitions owning consecutive XCCs in index order.
+
+Reading gpu_metrics costs an SMU round trip, so the partitions of one socket share the table read
+for partition 0 in the same poll cycle (SocketTables, a short-lived cache).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from exporter.model import DeviceIdentity
+from exporter.sources import textfiles as tf
+from exporter.sources.gpu_metrics import GpuMetrics
+from exporter.sources.gpu_metrics.decoder import RESIDENCY_REASONS
+from exporter.sources.sysfs.discovery import read_kfd_nodes
+from exporter.sources.sysfs.files import listdir, read_parsed
+
+# memory pool of a partition's own VRAM (KFD local memory: its NPS memory partition; in NPS1 every
+# partition allocates from the whole VRAM, so this pool is not to be summed over partitions)
+PARTITION_VRAM_POOL = "partition_vram"
+# The firmware samples its throttlers once per accumulation tick (accumulation_counter): 1 ms.
+RESIDENCY_TICK_SECONDS = 1e-3
+_COUNTER_WRAP = 1 << 32  # the residency accumulators are u32
+V1_9 = "1.9"  # the attribute-encoded table: per-XCC arrays are device-wide, not per partition
+# Residency accumulator name -> the `reason` label of the throttle families.
+RESIDENCY_LABELS: Mapping[str, str] = {
+    "prochot": "prochot",
+    "ppt": "ppt",
+    "socket_thm": "socket_thermal",
+    "vr_thm": "vr_thermal",
+    "hbm_thm": "hbm_thermal",
+}
+assert set(RESIDENCY_LABELS) == set(RESIDENCY_REASONS)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLayout:
+    """How one socket is split now: the XCC count of each partition, in partition order, and the
+    VRAM each can allocate from (its KFD local memory banks: its NPS memory partition)."""
+
+    xcc_counts: tuple[int, ...]
+    memory_bytes: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.xcc_counts)
+
+    def xcc_slice(self, partition: int) -> slice:
+        first = sum(self.xcc_counts[:partition])
+        return slice(first, first + self.xcc_counts[partition])
+
+
+def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str, PartitionLayout]:
+    """BDF -> the layout of each partitionable socket found (from its KFD nodes' num_xcc)."""
+    wanted = {d.pci_bus_id for d in devices if d.compute_partition}
+    if not wanted:
+        return {}
+    nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
+    xccs: dict[str, dict[int, int]] = {}
+    memory: dict[str, dict[int, int]] = {}
+    for node in read_kfd_nodes(root).values():
+        if node.pci_bus_id not in wanted:
+            continue
+        node_dir = os.path.join(nodes_dir, str(node.node))
+        props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
+        xccs.setdefault(node.pci_bus_id, {})[node.partition] = props.get("num_xcc", 0)
+        memory.setdefault(node.pci_bus_id, {})[node.partition] = _local_memory(node_dir)
+    layouts = {}
+    for bdf, by_partition in xccs.items():
+        count = len(by_partition)
+        if sorted(by_partition) == list(range(count)):  # partitions 0..N-1, none missing
+            layouts[bdf] = PartitionLayout(
+                tuple(by_partition[p] for p in range(count)), tuple(memory[bdf][p] for p in range(count))
+            )
+    return layouts
+
+
+_KFD_VRAM_HEAPS = (1, 2)  # HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC / _PRIVATE (0 is system memory)
+
+
+def _local_memory(node_dir: str) -> int:
+    """Bytes of a KFD node's VRAM banks."""
+    banks = os.path.join(node_dir, "mem_banks")
+    total = 0
+    for bank in listdir(banks):
+        props = read_parsed(os.path.join(banks, bank, "properties"), tf.parse_key_values) or {}
+        if props.get("heap_type") in _KFD_VRAM_HEAPS:
+            total += props.get("size_in_bytes", 0)
+    return total
+
+
+def partition_memory(layout: PartitionLayout | None, partition: int) -> dict[str, float]:
+    """memory_total_bytes of a partitioned socket's partition: the VRAM it allocates from."""
+    if layout is None or layout.count < 2 or partition >= len(layout.memory_bytes):
+        return {}
+    size = layout.memory_bytes[partition]
+    return {PARTITION_VRAM_POOL: float(size)} if size else {}
+
+
+def partition_busy(metrics: GpuMetrics, layout: PartitionLayout | None, partition: int) -> dict[str, float]:
+    """A partition's own busy ratios: gfx (mean of its XCCs) and, where the table says, media
+    (its busiest decoder). Empty when the table has no per-partition data (v1_4, v1_5)."""
+    busy: dict[str, float] = {}
+    gfx: tuple[float, ...] = ()
+    if metrics.version == V1_9:
+        # one device-wide per-XCC array, the partitions' XCCs in order
+        if metrics.partition_gfx_busy and layout is not None and partition < layout.count:
+            flat = metrics.partition_gfx_busy[0]
+            if len(flat) >= sum(layout.xcc_counts):
+                gfx = flat[layout.xcc_slice(partition)]
+    elif len(metrics.partition_gfx_busy) > partition:
+        gfx = metrics.partition_gfx_busy[partition]
+        vcn = metrics.partition_vcn_busy[partition] if len(metrics.partition_vcn_busy) > partition else ()
+        if vcn:
+            busy["media"] = max(vcn)
+    if gfx:
+        busy["gfx"] = sum(gfx) / len(gfx)
+    return busy
+
+
+def residency_seconds(metrics: GpuMetrics) -> dict[str, float]:
+    """Throttler residency counters as seconds (reason label -> seconds since the counters started)."""
+    return {RESIDENCY_LABELS[name]: ticks * RESIDENCY_TICK_SECONDS for name, ticks in metrics.residency_acc.items()}
+
+
+def throttlers_active(previous: Mapping[str, int], current: Mapping[str, int]) -> dict[str, bool]:
+    """A throttler was active between two reads when its residency counter moved (u32, may wrap)."""
+    return {
+        RESIDENCY_LABELS[name]: (ticks - previous[name]) % _COUNTER_WRAP != 0
+        for name, ticks in current.items()
+        if name in previous
+    }
+
+
+class SocketTables:
+    """The latest decoded gpu_metrics of each socket, for its partitions' reads in the same cycle."""
+
+    def __init__(self, max_age: float) -> None:
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[float, GpuMetrics | None]] = {}
+
+    def store(self, bdf: str, metrics: GpuMetrics | None) -> None:
+        with self._lock:
+            self._tables[bdf] = (time.monotonic(), metrics)
+
+    def recent(self, bdf: str) -> GpuMetrics | None:
+        with self._lock:
+            entry = self._tables.get(bdf)
+        if entry is None or time.monotonic() - entry[0] > self.max_age:
+            return None
+        return entry[1]
+
+
+def partition_modes_changed(device: DeviceIdentity) -> bool:
+    """Whether the socket's current compute/memory partition files say otherwise than its identity
+    (a file that cannot be read now, e.g. -EPERM during the switch, says nothing)."""
+    for name, known in (
+        ("current_compute_partition", device.compute_partition),
+        ("current_memory_partition", device.memory_partition),
+    ):
+        now = read_parsed(os.path.join(device.device_dir, name), str.strip)
+        if now and now != known:
+            return True
+    return False

@@ -1,0 +1,71 @@
+"""Access and protocol errors through structlog, rate-limited per event.
+
+A scanner or a broken client can cause thousands of errors a second; each event name may log a
+few lines, then stays quiet and reports how many it suppressed with its next line. The standard
+library loggers of uvicorn and asyncio (which print tracebacks and plain-text lines) are routed
+here too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from structlog import get_logger
+
+log = get_logger("exporter.web")
+
+
+class RateLimitedLog:
+    def __init__(self, burst: int = 5, per_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = burst
+        self.per_seconds = per_seconds
+        self._clock = clock
+        self._state: dict[str, list[float]] = {}  # event -> [tokens, stamp, suppressed]
+
+    def warning(self, event: str, **fields: Any) -> bool:
+        """Logs unless this event has logged too often lately; True when it logged."""
+        now = self._clock()
+        state = self._state.setdefault(event, [float(self.burst), now, 0.0])
+        state[0] = min(float(self.burst), state[0] + (now - state[1]) * self.burst / self.per_seconds)
+        state[1] = now
+        if state[0] < 1.0:
+            state[2] += 1
+            return False
+        state[0] -= 1.0
+        if state[2]:
+            fields["suppressed_since_last"] = int(state[2])
+            state[2] = 0
+        log.warning(event, **fields)
+        return True
+
+
+LIMITED = RateLimitedLog()
+
+
+class _ToStructlog(logging.Handler):
+    """uvicorn.error / asyncio records -> one rate-limited structlog event, no traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        fields: dict[str, Any] = {"logger": record.name, "message": message[:200]}
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            fields["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        event = "http_server_error" if record.levelno >= logging.ERROR else "http_protocol_warning"
+        LIMITED.warning(event, **fields)
+
+
+def route_library_logs() -> None:
+    """Send uvicorn's and asyncio's warnings through the rate-limited structlog path."""
+    handler = _ToStructlog(level=logging.WARNING)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "asyncio"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)

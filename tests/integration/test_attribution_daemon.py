@@ -1,0 +1,260 @@
+"""Attribution through the daemon as a process: a fake kubelet (real gRPC on a unix socket), the Slurm
+prolog/epilog run with slurmd's environment, the simulator's kfd/proc; what /metrics and the log say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fake_kubelet import FakeContainer, FakeKubelet, FakePod
+from tests.realtools import start_exporter, stop, wait_ready
+
+pytestmark = pytest.mark.integration
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+POD_LABELS = ("pod", "namespace", "container")
+JOB_LABELS = ("job_id", "job_user", "job_partition")
+ATTRIBUTION_FAMILIES = {"amdgpu_allocation_info", "amdgpu_job_info", "amdgpu_exporter_attribution_up"}
+
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(port: int) -> Series:
+    started = time.monotonic()
+    response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    assert response.status_code == 200
+    assert time.monotonic() - started < 2.0, "a scrape must not wait for an attribution source"
+    result: Series = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            result.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return result
+
+
+def wait_for(port: int, condition: Callable[[Series], bool], what: str, timeout: float = 15.0) -> Series:
+    deadline = time.monotonic() + timeout
+    while True:
+        series = scrape(port)
+        if condition(series):
+            return series
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen within {timeout} s: {what}")
+        time.sleep(0.2)
+
+
+class Log:
+    """The daemon's JSON log lines, read from its stderr as they come (the pipe never fills)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.lines: list[dict] = []
+        assert process.stderr is not None
+        self._thread = threading.Thread(target=self._read, args=(process.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:  # type: ignore[no-untyped-def]
+        for raw in stream:
+            try:
+                self.lines.append(json.loads(raw))
+            except ValueError:
+                self.lines.append({"event": raw.decode(errors="replace")})
+
+    def events(self, event: str, **fields: str) -> list[dict]:
+        wanted = {"event": event, **fields}
+        return [line for line in self.lines if all(line.get(k) == v for k, v in wanted.items())]
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="attr-") as tmp:  # short: unix socket paths are limited
+        yield Path(tmp)
+
+
+def gpu_bdfs(series: Series) -> dict[str, str]:
+    return {labels["gpu"]: labels["pci_bus_id"] for labels, _value in series["amdgpu_device_info"]}
+
+
+def per_gpu_families(series: Series) -> dict[str, list[dict[str, str]]]:
+    return {
+        name: [labels for labels, _ in samples]
+        for name, samples in series.items()
+        if samples and "gpu" in samples[0][0] and not any(name.startswith(f) for f in ATTRIBUTION_FAMILIES)
+    }
+
+
+def slurm(script: str, state: Path, job: str, gpus: str = "") -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_JOB_ID": job,
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_PARTITION": "mi250",
+        "SLURM_JOB_GPUS": gpus,
+        "SLURM_SCRIPT_CONTEXT": f"{script.removesuffix('.sh')}_slurmd",
+        "AMDGPU_EXPORTER_SLURM_STATE_DIR": str(state),
+    }
+    result = subprocess.run(["bash", str(DEPLOY / script)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work: Path) -> None:
+    kubelet = FakeKubelet(str(work / "kubelet.sock")).start()
+    state = work / "slurm"
+    process, port = start_exporter(
+        "--demo",
+        "--demo.fleet=2xMI250X",
+        "--interval=0.25s",
+        "--slow-interval=0.5s",
+        "--kubernetes",
+        f"--kubernetes.pod-resources-socket={kubelet.socket_path}",
+        "--kubernetes.interval=0.25s",
+        "--kubernetes.timeout=0.5s",
+        f"--slurm.state-dir={state}",
+        "--collector.processes",
+        "--collector.processes.top=2",
+    )
+    log = Log(process)
+    try:
+        wait_ready(port, process)
+        bdfs = gpu_bdfs(scrape(port))
+        assert sorted(bdfs) == ["0", "1", "2", "3"]
+        kubelet.set_pods(
+            [
+                FakePod("train-0", "ml", [FakeContainer("trainer", {"amd.com/gpu": [bdfs["0"].upper()]})]),
+                FakePod("infer-1", "serve", [FakeContainer("server", {"amd.com/gpu": [bdfs["1"]]})]),
+            ]
+        )
+        slurm("prolog.sh", state, "4242", gpus="2")
+
+        series = wait_for(
+            port,
+            lambda s: len(s.get("amdgpu_allocation_info", [])) == 2 and len(s.get("amdgpu_job_info", [])) == 1,
+            "two pods and one job",
+        )
+        assert sorted(labels["pod"] for labels, _ in series["amdgpu_allocation_info"]) == ["infer-1", "train-0"]
+        assert {(lab["gpu"], lab["resource"]) for lab, _ in series["amdgpu_allocation_info"]} == {
+            ("0", "amd.com/gpu"),
+            ("1", "amd.com/gpu"),
+        }
+        assert series["amdgpu_job_info"] == [
+            ({"gpu": "2", "job_id": "4242", "job_user": "alice", "job_partition": "mi250"}, 1.0)
+        ]
+        up = {labels["source"]: value for labels, value in series["amdgpu_exporter_attribution_up"]}
+        assert up == {"kubernetes": 1.0, "slurm": 1.0, "processes": 1.0}
+
+        # Every per-GPU series carries the six attribution labels; unallocated GPUs keep theirs, empty.
+        expected = {
+            "0": ("train-0", "ml", "trainer", "", "", ""),
+            "1": ("infer-1", "serve", "server", "", "", ""),
+            "2": ("", "", "", "4242", "alice", "mi250"),
+            "3": ("", "", "", "", "", ""),
+        }
+        families = per_gpu_families(series)
+        assert len(families) > 30, sorted(families)
+        assert {"amdgpu_up", "amdgpu_device_info", "amdgpu_temperature_celsius", "amdgpu_process_memory_bytes"} <= set(
+            families
+        )
+        for name, all_labels in families.items():
+            for labels in all_labels:
+                values = tuple(labels.get(label) for label in (*POD_LABELS, *JOB_LABELS))
+                assert values == expected[labels["gpu"]], (name, labels)
+        assert {labels["gpu"] for labels, _ in series["amdgpu_up"]} == {"0", "1", "2", "3"}
+        # Processes: at most 2 per GPU, the launcher (pid 9001) on both dies of the first package.
+        per_gpu: dict[str, list[str]] = {}
+        for labels, _ in series["amdgpu_process_memory_bytes"]:
+            per_gpu.setdefault(labels["gpu"], []).append(labels["pid"])
+        assert all(len(pids) <= 2 for pids in per_gpu.values()) and set(per_gpu) == {"0", "1", "2", "3"}
+
+        # train-0 goes away and job 4242 ends: no series anywhere keeps their label sets.
+        kubelet.set_pods([FakePod("infer-1", "serve", [FakeContainer("server", {"amd.com/gpu": [bdfs["1"]]})])])
+        slurm("epilog.sh", state, "4242")
+        series = wait_for(
+            port,
+            lambda s: len(s.get("amdgpu_allocation_info", [])) == 1 and not s.get("amdgpu_job_info"),
+            "train-0 and job 4242 gone",
+        )
+        for name, samples in series.items():
+            for labels, _ in samples:
+                assert labels.get("pod") != "train-0" and labels.get("job_id") != "4242", (name, labels)
+        assert all(labels["pod"] == "" for labels, _ in series["amdgpu_up"] if labels["gpu"] == "0")
+
+        # The kubelet turns slow: source down, /metrics unaffected, one log line for the change.
+        kubelet.delay = 1.5
+        series = wait_for(
+            port,
+            lambda s: ({"source": "kubernetes"}, 0.0) in s["amdgpu_exporter_attribution_up"],
+            "kubernetes attribution down",
+        )
+        time.sleep(2.0)  # several more late reads
+        # The last good answer is kept (for 60 s after it): labels do not flap with the kubelet.
+        series = scrape(port)
+        assert [lab["pod"] for lab, _ in series["amdgpu_allocation_info"]] == ["infer-1"]
+        assert [lab["pod"] for lab, _ in series["amdgpu_up"] if lab["gpu"] == "1"] == ["infer-1"]
+        kubelet.delay = 0.0
+        wait_for(
+            port,
+            lambda s: ({"source": "kubernetes"}, 1.0) in s["amdgpu_exporter_attribution_up"],
+            "kubernetes attribution up again",
+        )
+        downs = log.events("attribution_source_down", source="kubernetes")
+        assert len(downs) == 1, downs
+        assert "did not answer within 0.5 s" in downs[0]["error"]
+        assert len(log.events("attribution_source_up", source="kubernetes")) == 2  # at start and after
+        # One line per claim change, with the holder's labels.
+        assert len(log.events("attribution_claim_removed", source="kubernetes", pod="train-0")) == 1
+        assert len(log.events("attribution_claim_added", source="slurm", job_id="4242")) == 1
+        assert len(log.events("attribution_claim_removed", source="slurm", job_id="4242")) == 1
+    finally:
+        stop(process)
+        kubelet.stop()
+
+
+def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(work: Path) -> None:
+    process, port = start_exporter(
+        "--demo",
+        "--demo.fleet=1xMI210",
+        "--interval=0.25s",
+        "--kubernetes",
+        f"--kubernetes.pod-resources-socket={work / 'absent.sock'}",
+        "--kubernetes.interval=0.25s",
+        f"--slurm.state-dir={work / 'absent'}",
+    )
+    log = Log(process)
+    try:
+        wait_ready(port, process)
+        series = wait_for(
+            port,
+            lambda s: (
+                len(s.get("amdgpu_exporter_attribution_up", [])) == 2
+                and all(v == 0.0 for _, v in s["amdgpu_exporter_attribution_up"])
+            ),
+            "both sources down",
+        )
+        (up,) = series["amdgpu_up"]
+        assert up == ({"gpu": "0", **dict.fromkeys((*POD_LABELS, *JOB_LABELS), "")}, 1.0)
+        assert "amdgpu_allocation_info" not in series and "amdgpu_job_info" not in series
+        time.sleep(1.0)
+        assert len(log.events("attribution_source_down", source="kubernetes")) == 1
+        (slurm_down,) = log.events("attribution_source_down", source="slurm")
+        assert "does not exist" in slurm_down["error"]
+    finally:
+        stop(process)
+
+
+def test_attribution_off_adds_nothing(work: Path) -> None:
+    process, port = start_exporter("--demo", "--demo.fleet=1xMI210", "--interval=0.25s")
+    try:
+        wait_ready(port, process)
+        series = scrape(port)
+        assert not ATTRIBUTION_FAMILIES & set(series)
+        assert "amdgpu_process_memory_bytes" not in series
+        assert set(series["amdgpu_up"][0][0]) == {"gpu"}
+    finally:
+        stop(process)
