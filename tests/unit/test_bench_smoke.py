@@ -102,3 +102,12 @@ def test_strace_resumptions_are_not_counted_twice() -> None:
 def test_rocm_smi_gpu_count_is_distinct_indices() -> None:
     output = "GPU[0]\t\t: Temperature (Sensor edge) (C): 40.0\nGPU[0]\t\t: x\nGPU[11]\t\t: y\nWARNING: GPU[3 bad\n"
     assert gcds_in_output(output) == 2
+
+
+def test_nodelife_soak_runs_and_reports_its_figures(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench.nodelife import soak
+
+    lines = soak(200, tmp_path)
+    text = "\n".join(lines)
+    assert "200 poll cycles" in text and "RSS" in text and "threads" in text and "open fds" in text
+    assert "the hung one down: stuck" in text
