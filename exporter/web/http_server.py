@@ -483,9 +483,6 @@ def uvicorn_config(app: Any, limits: HttpLimits) -> uvicorn.Config:
         server_header=False,
         proxy_headers=False,  # X-Forwarded-For is not trusted: the exporter is scraped directly
         timeout_keep_alive=int(limits.idle_timeout),
-        # SIGTERM must end the process within a second, slow clients or not: connections are
-        # dropped, not drained (a whole number of seconds here).
-        timeout_graceful_shutdown=0,
         http="httptools",
         ws="none",
     )
