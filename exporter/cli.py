@@ -1,4 +1,4 @@
-"""`amdgpu-exporter`: serve (the default), simulate, snapshot.
+"""`amdgpu-exporter`: serve (the default), simulate, snapshot, check-config FILE, check-rules FILE.
 
 Every failure an operator can cause (a bad flag, a bad file, no GPU, a busy port) ends in one
 sentence on stderr and a non-zero exit, never a traceback.
@@ -19,7 +19,7 @@ from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, resolve
 from exporter.log import configure_logging
 
-SUBCOMMANDS = ("serve", "simulate", "snapshot")
+SUBCOMMANDS = ("serve", "simulate", "snapshot", "check-config", "check-rules")
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -49,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.simulator.__main__ import main as simulate_main
 
             return simulate_main(argv, prog="amdgpu-exporter simulate")
+        if command in ("check-config", "check-rules"):
+            return _check(command, argv)
         if command == "snapshot":
             settings = _settings(
                 "amdgpu-exporter snapshot", "Poll every device once and print the result as JSON.", argv
@@ -79,6 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
         raise
+
+
+def _check(command: str, argv: Sequence[str]) -> int:
+    from exporter.configcheck import check_main
+
+    return check_main(command, list(argv))
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

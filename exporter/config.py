@@ -148,6 +148,24 @@ OPTIONS: tuple[Option, ...] = (
     Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
+    Option(
+        "node-name",
+        str,
+        "",
+        "the `node` label of pushed alerts (Kubernetes: set the env from spec.nodeName; default: the host name)",
+    ),
+    Option(
+        "alerting.runbook-base",
+        str,
+        "",
+        "prefix of pushed alerts' runbook_url (docs/runbooks.md#...), as the Prometheus rules' --runbook-base",
+    ),
+    Option(
+        "alerting.clock-tool",
+        _choice("auto", "rocm-smi", "amd-smi"),
+        "auto",
+        "tool the clock-down commands are written for (auto: rocm-smi, else amd-smi, found on PATH)",
+    ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
     Option("log.format", _choice("auto", "json", "console"), "auto", "log format (auto: console on a terminal)"),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
@@ -216,6 +234,9 @@ class Settings:
     source: str
     rules_file: str
     alertmanager_url: tuple[str, ...]
+    node_name: str
+    alerting_runbook_base: str
+    alerting_clock_tool: str
     log_level: str
     log_format: str
     demo: bool

@@ -16,11 +16,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.clockdown import find_tool
+from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
-from exporter.log import get_logger
+from exporter.log import configure_logging, get_logger
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
@@ -156,6 +157,12 @@ async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float
     return len(devices)
 
 
+def node_name(settings: Settings) -> str:
+    """The `node` of pushed alerts: --node-name (on Kubernetes the downward API's spec.nodeName in
+    AMDGPU_EXPORTER_NODE_NAME, as deploy/kubernetes/daemonset.yaml sets it), else the host name."""
+    return settings.node_name.strip() or socket.gethostname()
+
+
 def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
     """The pusher for --alertmanager.url, None without one (httpx is imported only then)."""
     if not settings.alertmanager_url:
@@ -164,13 +171,53 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
 
     try:
         return AlertmanagerPusher(
-            list(settings.alertmanager_url), instance=f"{socket.gethostname()}:{port}", rules=rules
+            list(settings.alertmanager_url),
+            node=node_name(settings),
+            instance=f"{socket.gethostname()}:{port}",
+            rules=rules,
+            runbook_base=settings.alerting_runbook_base,
         )
     except ValueError as error:
         raise ConfigError(f"--alertmanager.url: {error}") from error
 
 
+class Reloader:
+    """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
+    invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
+
+    def __init__(self, settings: Settings, pipeline: Pipeline) -> None:
+        self.settings = settings
+        self.pipeline = pipeline
+
+    def reload(self) -> None:
+        from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
+
+        try:
+            settings = reload_settings(self.settings)
+            rules = rules_of(settings)
+        except (ConfigError, RulesConfigError) as error:
+            log.error("reload_failed", error=str(error), kept="the running config and rules")
+            return
+        changed = changed_options(self.settings, settings)
+        self.pipeline.replace_rules(rules)
+        if settings.log_level != self.settings.log_level:
+            configure_logging(settings.log_level, settings.log_format)
+        self.settings = settings
+        log.info(
+            "reloaded",
+            config_file=settings.config_file or None,
+            rules_file=settings.rules_file or "(shipped rules)",
+            rules=len(rules),
+            changed=changed,
+            restart_needed=[name for name in changed if name not in RELOADABLE],
+        )
+
+
 async def serve(settings: Settings) -> None:
+    # A SIGHUP while starting (before the reloader exists) must not end the process, as its default does.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
+    )
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
     from exporter.web import http_server, webconfig_reload
@@ -211,6 +258,7 @@ async def serve(settings: Settings) -> None:
         # logged once devices are found: on a host without a GPU the one-sentence error is all there is
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         pusher = alertmanager_pusher(settings, port, rules)
+        clock_tool = find_tool(settings.alerting_clock_tool)
         attribution = AttributionSources(settings, sysfs_root)
         if attribution.enabled:
             attribution.start()
@@ -229,6 +277,7 @@ async def serve(settings: Settings) -> None:
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution if attribution.enabled else None,
             health=health,
+            clock_tool=clock_tool,
         )
         poller.on_snapshot = pipeline.on_snapshot
         app = create_app(lambda: pipeline.state, settings.web_telemetry_path, health)
@@ -246,6 +295,7 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, Reloader(settings, pipeline).reload)
         scheme = "https" if active_web.ssl_context is not None else "http"
         log.info(
             "listening",
@@ -255,6 +305,9 @@ async def serve(settings: Settings) -> None:
             max_connections=budget,
             open_files_limit=nofile_soft,
             basic_auth=active_web.verifier.enabled,
+            node=node_name(settings),
+            clock_tool=clock_tool,
+            rules=len(rules),
         )
         tasks = [
             asyncio.create_task(poller.run(stop), name="poller"),

@@ -91,6 +91,9 @@ class Sample:
     memory_total_bytes: Mapping[str, float] = field(default_factory=frozen_map)
     clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)  # domain -> Hz
     clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
+    # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. A fine-grained
+    # table (Aldebaran, MI300: min, the current clock when between, max) is held as its range (min, max).
+    gfx_dpm_levels_hertz: tuple[float, ...] | None = None
     voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
     # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
@@ -146,12 +149,18 @@ class AlertState:
     severity: str
     firing: bool
     since: float  # unix seconds of the last transition
+    # The last value evaluated; an inactive state is not rebuilt every cycle, so there it is the value
+    # of its last change (alerting/state.py keeps the work per cycle in proportion to what fires).
     value: float | None = None
     pending_since: float | None = None
     clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1
     suggested_gfx_clock_max_hertz: float | None = None
     suggestion: str = ""  # human sentence (with the command in it); always a suggestion, never applied
     suggested_command: str = ""  # the shell command of the suggestion, "" when it has none
+    undo_command: str = ""  # the one command that undoes a suggested clock ceiling, while one is advised
+    # After a clock-down alert resolved: since when the value has stayed on the cool side of the clear
+    # threshold; the restore advice (suggestion, undo_command) stays until restore_after has passed.
+    cool_since: float | None = None
     # Clock-down bookkeeping (alerting/state.py): steps are fractions of the gfx clock max seen when the alert
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None

@@ -1,6 +1,6 @@
 """Direct paging without Prometheus: push in-daemon alerts to Alertmanager's v2 API.
 
-    pusher = AlertmanagerPusher(["http://127.0.0.1:9093"], instance="node1:9400", rules=rules)
+    pusher = AlertmanagerPusher(["http://127.0.0.1:9093"], node="node1", instance="node1:9442", rules=rules)
     task = asyncio.create_task(pusher.run(stop))      # the background sender
     pusher.update(snapshot, alerts)                   # after each poll cycle: never blocks
     pusher.stats                                      # AlertmanagerStats, copied into what a cycle publishes
@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +32,7 @@ import httpx
 
 from exporter.alerting.rules import Rule
 from exporter.alerting.texts import alert_annotations
+from exporter.alerting.watch import WATCHABLE
 from exporter.log import get_logger
 from exporter.model import AlertmanagerStats, AlertState, DeviceState, Snapshot
 
@@ -77,16 +78,45 @@ class OutgoingAlert:
         return body
 
 
-def alert_labels(state: AlertState, device: DeviceState | None, instance: str) -> dict[str, str]:
-    """alertname, severity, instance, gpu and the device identity; empty values are left out
-    (Alertmanager, like Prometheus, treats an empty label as an absent one)."""
+# The rule's own cause label (docs/alert-labels.md): the key label of the metric it watches.
+RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
+
+WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]
+
+
+def attribution_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
+    """The workload labels of a device from the enriched snapshot's attribution (pod, namespace,
+    container / job_id, job_user, job_partition), the values its series carry; none when it is off."""
+    attribution = snapshot.attribution
+    return dict(zip(attribution.label_names, attribution.values_for(gpu), strict=True))
+
+
+def alert_labels(
+    state: AlertState,
+    device: DeviceState | None,
+    *,
+    node: str,
+    instance: str = "",
+    rule: Rule | None = None,
+    workload: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The labels of docs/alert-labels.md: alertname and alert (both the rule's name), severity, node,
+    gpu, pci_bus_id, the rule's sensor / engine / pool / domain, the workload labels when attribution
+    is on, and the device identity. Empty values are left out (Alertmanager, like Prometheus, treats
+    an empty label as an absent one). `instance` is sent for people only: routing never uses it."""
     labels = {
         "alertname": state.alert,
+        "alert": state.alert,
         "severity": state.severity,
+        "node": node,
         "instance": instance,
         "gpu": str(state.gpu),
         "pci_bus_id": state.device_key[0],
     }
+    if rule is not None and rule.key:
+        key_label = WATCHABLE[rule.metric].key_label
+        if key_label is not None:
+            labels[key_label] = rule.key
     if device is not None:
         identity = device.identity
         labels.update(
@@ -96,6 +126,9 @@ def alert_labels(state: AlertState, device: DeviceState | None, instance: str) -
             package=identity.package,
             die=str(identity.die),
         )
+    for name, value in (workload or {}).items():
+        # Workload labels never replace an identifying one.
+        labels.setdefault(name, value)
     return {name: value for name, value in labels.items() if value}
 
 
@@ -105,7 +138,8 @@ class AlertmanagerPusher:
     def __init__(
         self,
         urls: Sequence[str],
-        instance: str,
+        node: str,
+        instance: str = "",
         resend_interval: float = 60.0,
         timeout: float = 5.0,
         *,
@@ -113,20 +147,27 @@ class AlertmanagerPusher:
         generator_url: str = "",
         resolved_retention: float = 900.0,
         retry_initial: float = 1.0,
+        runbook_base: str = "",
+        workload_labels: WorkloadLabels = attribution_labels,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerPusher needs at least one Alertmanager URL")
         if resend_interval <= 0 or timeout <= 0 or retry_initial <= 0:
             raise ValueError("resend_interval, timeout and retry_initial must be more than 0")
         self.endpoints = tuple(dict.fromkeys(alerts_endpoint(url) for url in urls))
+        self.node = node
         self.instance = instance
+        self.runbook_url = runbook_base + RUNBOOK_PATH
+        # Who is on a device, from the enriched snapshot (attribution); nothing when it is off.
+        self.workload_labels = workload_labels
         self.resend_interval = resend_interval
         self.timeout = timeout
         self.generator_url = generator_url
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
         self._rules = {rule.alert: rule for rule in rules}
-        # (device key, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
+        # (gpu, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
+        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index
         self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
@@ -135,6 +176,10 @@ class AlertmanagerPusher:
         self.last_error: dict[str, str] = {}  # endpoint -> last failure, "" once it works again
 
     # -- called by the poll loop --
+
+    def set_rules(self, rules: Sequence[Rule]) -> None:
+        """The rules whose texts the next update() uses (after a reload)."""
+        self._rules = {rule.alert: rule for rule in rules}
 
     @property
     def stats(self) -> AlertmanagerStats:
@@ -148,15 +193,30 @@ class AlertmanagerPusher:
         previous = self._outbox
         outbox: dict[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         for state in alerts:
-            if not state.firing:
-                continue
             key = (state.device_key, state.alert)
-            device = devices.get(state.device_key)
             old = previous.get(key)
+            if not state.firing:
+                if old is not None and state.suggestion:
+                    # The restore advice after a clock-down rides on the resolved alert until it expires.
+                    annotations = {**old.annotations, **self._advice(state)}
+                    resolved_at = old.resolved_at if old.resolved_at is not None else max(state.since, old.starts_at)
+                    outbox[key] = OutgoingAlert(old.labels, annotations, old.starts_at, resolved_at=resolved_at)
+                continue
+            device = devices.get(state.device_key)
+            rule = self._rules.get(state.alert)
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
+            annotations = alert_annotations(rule, state, device, node=self.node)
+            annotations["runbook_url"] = self.runbook_url
             outbox[key] = OutgoingAlert(
-                labels=alert_labels(state, device, self.instance),
-                annotations=alert_annotations(self._rules.get(state.alert), state, device),
+                labels=alert_labels(
+                    state,
+                    device,
+                    node=self.node,
+                    instance=self.instance,
+                    rule=rule,
+                    workload=self.workload_labels(snapshot, state.gpu),
+                ),
+                annotations=annotations,
                 starts_at=starts_at,
             )
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}
@@ -166,13 +226,24 @@ class AlertmanagerPusher:
             if old.resolved_at is None:
                 at = resolved_since.get(key, now)
                 outbox[key] = OutgoingAlert(
-                    old.labels, old.annotations, old.starts_at, resolved_at=max(at, old.starts_at)
+                    old.labels, _without_advice(old.annotations), old.starts_at, resolved_at=max(at, old.starts_at)
                 )
             elif now - old.resolved_at < self.resolved_retention:
-                outbox[key] = old
+                outbox[key] = OutgoingAlert(
+                    old.labels, _without_advice(old.annotations), old.starts_at, resolved_at=old.resolved_at
+                )
         self._outbox = outbox
         if _needs_prompt_send(previous, outbox):
             self._wake_senders()
+
+    @staticmethod
+    def _advice(state: AlertState) -> dict[str, str]:
+        advice = {"suggestion": state.suggestion}
+        if state.suggested_command:
+            advice["suggested_command"] = state.suggested_command
+        if state.undo_command:
+            advice["undo_command"] = state.undo_command
+        return advice
 
     def pending_payload(self, now: float | None = None) -> list[dict[str, Any]]:
         """The body the next post will carry (firing alerts first), as of `now`."""
@@ -266,6 +337,16 @@ class AlertmanagerPusher:
             # A token already waiting means a send is already due: one is enough.
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(None)
+
+
+_ADVICE = ("suggestion", "suggested_command", "undo_command")
+
+
+def _without_advice(annotations: Mapping[str, str]) -> Mapping[str, str]:
+    """A resolved alert whose restore advice has expired: the advice goes, the rest stays."""
+    if not any(name in annotations for name in _ADVICE):
+        return annotations
+    return {name: value for name, value in annotations.items() if name not in _ADVICE}
 
 
 def _needs_prompt_send(

@@ -5,8 +5,10 @@ The YAML is composed into nodes (not loaded into dicts) so each message can poin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+import string
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -17,12 +19,17 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from exporter import safeyaml
-from exporter.alerting.rules import COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
-from exporter.alerting.texts import TEMPLATE_FIELDS
+from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
+from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
 from exporter.config import parse_duration
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
+# Bounds, so a rule file cannot cost the daemon its memory or its poll loop: every rule is checked on
+# every device every cycle, and a rule file of 100,000 rules took 94 s and 1.2 GB to load.
+MAX_RULES = 1000
+MAX_FILE_BYTES = 1 << 20
+MAX_FORMAT_NUMBER = 100  # the largest width or precision a template's {field:spec} may ask for
 
 
 class RulesConfigError(ValueError):
@@ -38,21 +45,31 @@ def default_rules() -> tuple[Rule, ...]:
 def load_rules(path: Path) -> tuple[Rule, ...]:
     """Read and validate a rule file; any problem is a RulesConfigError naming the file and line."""
     try:
-        text = safeyaml.read_text(path, "rule file", "{path}: cannot read rule file: {error}")
-    except safeyaml.YamlLimitError as exc:
-        raise RulesConfigError(str(exc)) from exc
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise RulesConfigError(f"{path}: cannot read rule file: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise RulesConfigError(f"{path}: the rule file is larger than {MAX_FILE_BYTES // 1024} KiB (the most accepted)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RulesConfigError(f"{path}: not UTF-8 text: {exc}") from exc
     return parse_rules(text, str(path))
 
 
 def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
     """Pure: YAML text -> rules. `source` is the file name used in error messages."""
+    if len(text) > MAX_FILE_BYTES:
+        raise RulesConfigError(f"{source}: the rule file is larger than {MAX_FILE_BYTES // 1024} KiB")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: 10x faster
     try:
-        # Size, depth and alias limits first (a RecursionError or an alias bomb is no error message).
+        # Depth and alias limits first: a RecursionError or an alias bomb is no error message.
         safeyaml.check_limits(text, source)
+        _check_rule_count(text, source, loader)
+        root = yaml.compose(text, Loader=loader)
     except safeyaml.YamlLimitError as exc:
         raise RulesConfigError(str(exc)) from exc
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -60,6 +77,39 @@ def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
     except yaml.YAMLError as exc:
         raise RulesConfigError(f"{source}: not valid YAML: {exc}") from exc
     return _RuleFileParser(source).parse(root)
+
+
+def _check_rule_count(text: str, source: str, loader: Any) -> None:
+    """Refuse a file with more than MAX_RULES rules from its event stream, before building its nodes
+    (which costs ten times as much): the items of the top-level `rules` list are counted."""
+    depth = 0
+    expect_key = True  # at depth 1 (the top mapping) node events alternate: key, value
+    key = None
+    in_rules = False
+    count = 0
+    for event in yaml.parse(text, Loader=loader):
+        starts = isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent)
+        is_node = starts or isinstance(event, yaml.ScalarEvent | yaml.AliasEvent)
+        if is_node and depth == 1:
+            if expect_key:
+                key = event.value if isinstance(event, yaml.ScalarEvent) else None
+            else:
+                in_rules = key == "rules" and isinstance(event, yaml.SequenceStartEvent)
+            expect_key = not expect_key
+        elif is_node and depth == 2 and in_rules:
+            count += 1
+            if count > MAX_RULES:
+                line = f" line {event.start_mark.line + 1}" if event.start_mark is not None else ""
+                raise RulesConfigError(
+                    f"{source}{line}: more than {MAX_RULES} rules: at most {MAX_RULES} "
+                    "are accepted (each is evaluated on every device every poll cycle)"
+                )
+        if starts:
+            depth += 1
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            depth -= 1
+            if depth == 1:
+                in_rules = False
 
 
 _ALERT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -79,8 +129,18 @@ _RULE_KEYS = (
     "description",
     "suggestion",
     "action",
+    "asic_overrides",
 )
-_CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range_min_mhz")
+_CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range_min_mhz", "restore_after")
+_OVERRIDE_KEYS = ("threshold", "clear_threshold", "for", "severity")
+
+
+def _where(fields: dict[str, tuple[Node, Node]], *names: str) -> Node:
+    """The value node of the first of `names` present (for the line of an error)."""
+    for name in names:
+        if name in fields:
+            return fields[name][1]
+    raise KeyError(names[0])
 
 
 class _RuleFileParser:
@@ -102,6 +162,12 @@ class _RuleFileParser:
         rules_node = top["rules"][1]
         if not isinstance(rules_node, SequenceNode):
             self.fail(rules_node, "'rules' must be a list of rules")
+        if len(rules_node.value) > MAX_RULES:
+            self.fail(
+                rules_node.value[MAX_RULES],
+                f"{len(rules_node.value)} rules: at most {MAX_RULES} are accepted "
+                "(each is evaluated on every device every poll cycle)",
+            )
         rules: list[Rule] = []
         first_line: dict[str, int] = {}
         for item in rules_node.value:
@@ -131,22 +197,11 @@ class _RuleFileParser:
         threshold = self.required_number(node, fields, "threshold")
         for_seconds = self.duration(fields, "for", default=0.0)
         clear = self.number(fields, "clear_threshold", default=threshold)
-        if comparison in (">", ">=") and clear > threshold:
-            self.fail(
-                fields["clear_threshold"][1],
-                f"'clear_threshold' must not be above 'threshold' for {comparison!r}",
-            )
-        if comparison in ("<", "<=") and clear < threshold:
-            self.fail(
-                fields["clear_threshold"][1],
-                f"'clear_threshold' must not be below 'threshold' for {comparison!r}",
-            )
-        severity = self.string(fields, "severity", default="warning")
-        if severity not in SEVERITIES:
-            self.fail(fields["severity"][1], f"'severity' must be one of {', '.join(SEVERITIES)}, not {severity!r}")
+        self.check_clear(_where(fields, "clear_threshold", "threshold"), comparison, threshold, clear)
+        severity = self.severity(fields, default="warning")
         templates = {name: self.template(fields, name) for name in ("summary", "description", "suggestion")}
         clock_down = self.action(fields, metric, for_seconds)
-        return Rule(
+        rule = Rule(
             alert=alert,
             metric=metric,
             key=key,
@@ -160,6 +215,68 @@ class _RuleFileParser:
             suggestion=templates["suggestion"],
             clock_down=clock_down,
         )
+        if "asic_overrides" in fields:
+            rule = dataclasses.replace(rule, asic_overrides=self.asic_overrides(fields["asic_overrides"][1], rule))
+        return rule
+
+    def check_clear(self, node: Node, comparison: str, threshold: float, clear: float, where: str = "") -> None:
+        if comparison in (">", ">=") and clear > threshold:
+            self.fail(node, f"'clear_threshold'{where} must not be above 'threshold' for {comparison!r}")
+        if comparison in ("<", "<=") and clear < threshold:
+            self.fail(node, f"'clear_threshold'{where} must not be below 'threshold' for {comparison!r}")
+
+    def severity(self, fields: dict[str, tuple[Node, Node]], default: str) -> str:
+        severity = self.string(fields, "severity", default=default)
+        if severity not in SEVERITIES:
+            self.fail(fields["severity"][1], f"'severity' must be one of {', '.join(SEVERITIES)}, not {severity!r}")
+        return severity
+
+    def asic_overrides(self, node: Node, rule: Rule) -> tuple[tuple[str, Rule], ...]:
+        """`asic_overrides: {aldebaran: {threshold: 90, clear_threshold: 85}}`: the rule's values for one ASIC."""
+        if not isinstance(node, MappingNode):
+            self.fail(node, "'asic_overrides' must map ASIC names to {threshold, clear_threshold, for, severity}")
+        overrides: list[tuple[str, Rule]] = []
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            asic = self.scalar(key_node)
+            if not isinstance(asic, str) or asic not in ASICS:
+                self.fail(key_node, f"unknown ASIC {asic!r} in 'asic_overrides'; known: {', '.join(ASICS)}")
+            if asic in seen:
+                self.fail(key_node, f"ASIC {asic!r} appears twice in 'asic_overrides'")
+            seen.add(asic)
+            fields = self.mapping(value_node, f"the override for {asic}", allowed=_OVERRIDE_KEYS)
+            threshold = self.number(fields, "threshold", default=rule.threshold)
+            # A new threshold without a new clear_threshold keeps the rule's hysteresis width.
+            clear = self.number(fields, "clear_threshold", default=threshold - (rule.threshold - rule.clear_threshold))
+            where = _where(fields, "clear_threshold", "threshold") if fields else key_node
+            self.check_clear(where, rule.comparison, threshold, clear, where=f" of {asic}")
+            for_seconds = self.duration(fields, "for", default=rule.for_seconds)
+            clock_down = rule.clock_down
+            if clock_down is not None and "for" in fields:
+                # step_interval and restore_after default to the rule's `for`, as they do for the rule.
+                clock_down = dataclasses.replace(
+                    clock_down,
+                    step_interval_seconds=for_seconds
+                    if clock_down.step_interval_seconds == rule.for_seconds
+                    else clock_down.step_interval_seconds,
+                    restore_after_seconds=for_seconds
+                    if clock_down.restore_after_seconds == rule.for_seconds
+                    else clock_down.restore_after_seconds,
+                )
+            overrides.append(
+                (
+                    asic,
+                    dataclasses.replace(
+                        rule,
+                        threshold=threshold,
+                        clear_threshold=clear,
+                        for_seconds=for_seconds,
+                        severity=self.severity(fields, default=rule.severity),
+                        clock_down=clock_down,
+                    ),
+                )
+            )
+        return tuple(overrides)
 
     def metric_key(self, node: Node, fields: dict[str, tuple[Node, Node]], metric: str, spec: Watchable) -> str | None:
         for label in ("sensor", "engine", "pool", "domain"):
@@ -207,11 +324,14 @@ class _RuleFileParser:
         range_min_mhz = self.number(action, "range_min_mhz", default=500.0)
         if range_min_mhz < 0:
             self.fail(action["range_min_mhz"][1], "'range_min_mhz' must not be negative")
+        # The restore advice after the alert clears stays until the device has been cool this long.
+        restore_after = self.duration(action, "restore_after", default=for_seconds)
         return ClockDown(
             step_ratio=step,
             step_interval_seconds=interval,
             floor_ratio=floor,
             range_min_hertz=range_min_mhz * 1e6,
+            restore_after_seconds=restore_after,
         )
 
     # -- typed values --
@@ -287,7 +407,21 @@ class _RuleFileParser:
         node = fields[name][1]
         text = self.string(fields, name, default="")
         try:
-            text.format(**TEMPLATE_FIELDS)
+            placeholders = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(text) if f is not None]
+        except ValueError as exc:
+            self.fail(node, f"{name!r} is not a valid template: {exc}")
+        for field_name, spec in placeholders:
+            if "{" in spec:
+                self.fail(node, f"{name!r}: a format spec may not hold another {{field}}: {{{field_name}:{spec}}}")
+            for number in re.findall(r"\d+", spec):
+                if int(number) > MAX_FORMAT_NUMBER:
+                    self.fail(
+                        node,
+                        f"{name!r}: width or precision {int(number)} in {{{field_name}:{spec}}} is more than "
+                        f"{MAX_FORMAT_NUMBER}",
+                    )
+        try:
+            filled = text.format(**TEMPLATE_FIELDS)
         except KeyError as exc:
             self.fail(
                 node,
@@ -295,4 +429,6 @@ class _RuleFileParser:
             )
         except (IndexError, ValueError, AttributeError, TypeError) as exc:
             self.fail(node, f"{name!r} is not a valid template: {exc}")
+        if len(filled) > MAX_TEMPLATE_OUTPUT:
+            self.fail(node, f"{name!r} fills to {len(filled)} characters: at most {MAX_TEMPLATE_OUTPUT} are accepted")
         return text

@@ -11,6 +11,9 @@ from exporter.alerting.watch import WATCHABLE
 from exporter.model import Sample
 
 SEVERITIES = ("info", "warning", "critical")
+# The ASICs a rule file may override values for (DeviceIdentity.asic; a unit test holds this to the
+# known device table of sources/identity.py): MI210 / MI250X, and the MI300 family.
+ASICS = ("aldebaran", "aqua_vanjaram", "gfx950")
 
 COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
@@ -29,6 +32,7 @@ class ClockDown:
     step_interval_seconds: float = 60.0
     floor_ratio: float = 0.75  # never suggest a ceiling below this fraction of the reference max
     range_min_hertz: float = 500e6  # SCLKMIN in the suggested `rocm-smi --setsrange MIN MAX`
+    restore_after_seconds: float = 60.0  # the restore advice stays until the device has been cool this long
 
     @property
     def max_ratio(self) -> float:
@@ -53,6 +57,15 @@ class Rule:
     description: str = ""
     suggestion: str = ""
     clock_down: ClockDown | None = None
+    # asic (DeviceIdentity.asic, e.g. "aldebaran", "aqua_vanjaram") -> this rule with that ASIC's values
+    asic_overrides: tuple[tuple[str, Rule], ...] = ()
+
+    def for_asic(self, asic: str) -> Rule:
+        """The rule as it applies to a device of this ASIC (itself unless the rule file overrides it)."""
+        for name, rule in self.asic_overrides:
+            if name == asic:
+                return rule
+        return self
 
     def read(self, sample: Sample) -> float | None:
         value = WATCHABLE[self.metric].read(sample, self.key or "")

@@ -3,16 +3,21 @@
     evaluate(rules, previous alert states, snapshot) -> (new alert states, transitions)
 
 Nothing here does I/O and nothing ever writes to a GPU: the clock-down action only produces a
-suggestion (a ratio, a ceiling in Hz and the rocm-smi command an operator could run), which
-exposition, the JSON API, the log and the Alertmanager pusher publish.
+suggestion (a ceiling in Hz, its ratio to the gfx clock max, the command an operator could run and
+the one command that undoes it), which exposition, the JSON API, the log and the pusher publish.
 
 Semantics of one rule on one device:
 - inactive -> pending when a sample breaches the threshold (straight to firing when `for` is 0).
 - pending lasts until the value clears (hysteresis), so a sensor hovering around the threshold
   still fires; it fires at the first breaching sample once `for` has passed since it went pending.
 - firing lasts until the value clears: 84..86 °C around an 85/80 rule never flaps the alert.
-- clock_down: firing suggests one step (step_ratio of the gfx clock max seen when it fired); each
-  further step_interval with the value still breaching suggests another, never past floor_ratio.
+- clock_down: firing suggests a ceiling one step (step_ratio) below what the device does now (its
+  current gfx clock); each further step_interval with the value still breaching suggests one step
+  below the lower of that clock and the last ceiling, never below floor_ratio of the gfx clock max
+  (alerting/clockdown.py has the rules of the ceiling).
+- when a clock-down alert resolves, the suggestion becomes the restore advice (the undo command);
+  it stays until the value has been on the cool side of clear_threshold for restore_after.
+- a rule's asic_overrides give a device of that ASIC other thresholds and durations.
 - a device that is down, absent, or does not supply the metric keeps its state unchanged: missing
   data neither resolves nor fires an alert.
 """
@@ -26,11 +31,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from exporter.alerting.clockdown import Ceiling, next_ceiling, set_ceiling_command, undo_command
 from exporter.alerting.rules import ClockDown, Rule
-from exporter.alerting.texts import clock_down_text, render_template, restore_text, setsrange_command
+from exporter.alerting.texts import clock_down_text, render_template, restore_text
 from exporter.model import AlertState, DeviceState, Snapshot
 
-TransitionKind = Literal["pending", "firing", "resolved", "clock_down_step"]
+TransitionKind = Literal["pending", "firing", "resolved", "clock_down_step", "restore_advice_expired"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,7 @@ class Transition:
     at: float
     suggestion: str = ""
     suggested_command: str = ""  # the command of `suggestion`, "" when it has none
+    undo_command: str = ""  # the one command that undoes a suggested ceiling
     clock_down_ratio: float = 0.0
     suggested_gfx_clock_max_hertz: float | None = None
 
@@ -65,17 +72,20 @@ class Transition:
             fields["suggestion"] = self.suggestion
             if self.suggested_command:
                 fields["suggested_command"] = self.suggested_command
+            if self.undo_command:
+                fields["undo_command"] = self.undo_command
         return fields
 
 
 def evaluate(
-    rules: Sequence[Rule], previous: Iterable[AlertState], snapshot: Snapshot
+    rules: Sequence[Rule], previous: Iterable[AlertState], snapshot: Snapshot, tool: str = "rocm-smi"
 ) -> tuple[tuple[AlertState, ...], tuple[Transition, ...]]:
     """One pure step: (rules, the states after the last cycle, this cycle's snapshot) -> new states.
 
     Returns one AlertState per (device, rule) once the device has supplied the rule's metric —
     inactive states included, so `amdgpu_alert_firing` has a 0 series — sorted by (gpu, alert),
     and the transitions this cycle caused, in the same order. `snapshot.taken_at` is "now".
+    `tool` is what the clock-down commands are written for (clockdown.find_tool).
     """
     now = snapshot.taken_at
     by_key = {(state.device_key, state.alert): state for state in previous}
@@ -84,15 +94,25 @@ def evaluate(
     states: dict[tuple[tuple[str, str, int], str], AlertState] = {}
     transitions: list[Transition] = []
     for device in snapshot.devices:
-        for rule in rules:
-            key = (device.identity.key, rule.alert)
+        sample = device.sample if device.up else None
+        # Rules watching the same value read it once per device.
+        values: dict[tuple[str, str | None], float | None] = {}
+        for configured_rule in rules:
+            rule = configured_rule.for_asic(device.identity.asic)
+            key = (device.identity.key, rule.alert)  # an alert follows its device, not its index
             old = by_key.get(key)
-            value = rule.read(device.sample) if device.up and device.sample is not None else None
+            watched = (rule.metric, rule.key)
+            if watched not in values:
+                values[watched] = rule.read(sample) if sample is not None else None
+            value = values[watched]
             if value is None:
                 if old is not None:
                     states[key] = old
                 continue
-            context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now)
+            if old is not None and _quiet(old, rule, value):
+                states[key] = old  # inactive and staying so: nothing to do (cost in proportion to what fires)
+                continue
+            context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, tool)
             state, transition = _step(context, old)
             states[key] = state
             if transition is not None:
@@ -122,6 +142,14 @@ def rocm_smi_indices(devices: Iterable[DeviceState]) -> dict[int, int]:
     return {device.gpu: index for index, device in enumerate(ordered)}
 
 
+def _quiet(old: AlertState, rule: Rule, value: float) -> bool:
+    """Whether `old` is inactive, carries no advice, and `value` does not breach: the common case, kept
+    as it is without building a new state (its `value` stays the one of its last change)."""
+    if old.firing or old.pending_since is not None or old.cool_since is not None or rule.breaches(value):
+        return False
+    return old.severity == rule.severity
+
+
 @dataclass(frozen=True, slots=True)
 class _Context:
     rule: Rule
@@ -129,6 +157,18 @@ class _Context:
     smi_index: int
     value: float
     now: float
+    tool: str = "rocm-smi"
+
+    @property
+    def gfx_clock(self) -> float | None:
+        sample = self.device.sample
+        hertz = sample.clocks_hertz.get("gfx") if sample is not None else None
+        return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
+
+    @property
+    def gfx_levels(self) -> tuple[float, ...]:
+        sample = self.device.sample
+        return (sample.gfx_dpm_levels_hertz or ()) if sample is not None else ()
 
     @property
     def gfx_clock_max(self) -> float | None:
@@ -155,32 +195,28 @@ def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition
         return _continue_firing(ctx, state)
     if state.pending_since is None:
         if not rule.breaches(value):
-            return state, None
+            return _cooling(ctx, state) if state.cool_since is not None else (state, None)
         if rule.for_seconds <= 0:
             return _fire(ctx, state)
-        pending = dataclasses.replace(state, pending_since=now, since=now)
+        pending = dataclasses.replace(state, pending_since=now, since=now, cool_since=state.cool_since and now)
         return pending, _transition(ctx, pending, "pending")
     if rule.clears(value):
         # Cleared before it fired: back to inactive. Not a transition anyone is paged for.
-        return dataclasses.replace(state, pending_since=None, since=now), None
+        return dataclasses.replace(state, pending_since=None, since=now, cool_since=state.cool_since and now), None
     if rule.breaches(value) and now - state.pending_since >= rule.for_seconds:
         return _fire(ctx, state)
     return state, None
 
 
 def _fire(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
-    fired = dataclasses.replace(state, firing=True, since=ctx.now, pending_since=None)
+    fired = dataclasses.replace(state, firing=True, since=ctx.now, pending_since=None, cool_since=None)
     action = ctx.rule.clock_down
     if action is not None:
-        fired = _with_clock_down(
-            ctx,
-            fired,
-            ratio=min(action.step_ratio, action.max_ratio),
-            reference=ctx.gfx_clock_max,
-            stepped_at=ctx.now,
-        )
+        reference = ctx.gfx_clock_max
+        ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
+        fired = _with_clock_down(ctx, fired, ceiling, reference, stepped_at=ctx.now)
     else:
-        fired = dataclasses.replace(fired, suggestion=_rule_suggestion(ctx))
+        fired = dataclasses.replace(fired, suggestion=_rule_suggestion(ctx), suggested_command="", undo_command="")
     return fired, _transition(ctx, fired, "firing")
 
 
@@ -189,27 +225,29 @@ def _continue_firing(ctx: _Context, state: AlertState) -> tuple[AlertState, Tran
     if action is None:
         return state, None
     reference = state.reference_gfx_clock_max_hertz
-    if reference is None and ctx.gfx_clock_max is not None:
-        # The device did not report its gfx clock max when the alert fired; now it does.
-        reference = ctx.gfx_clock_max
-        state = _with_clock_down(ctx, state, state.clock_down_ratio, reference, state.clock_down_stepped_at)
-    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else state.since
-    step_due = ctx.now - last_step >= action.step_interval_seconds
-    if ctx.rule.breaches(ctx.value) and step_due and not action.at_floor(state.clock_down_ratio):
-        # round() keeps 0.05 + 0.05 + 0.05 at 0.15 rather than 0.15000000000000002.
-        ratio = min(round(state.clock_down_ratio + action.step_ratio, 9), action.max_ratio)
-        stepped = _with_clock_down(ctx, state, ratio, reference, ctx.now)
+    if state.suggested_gfx_clock_max_hertz is None:
+        # No ceiling could be given when it fired (no clock known yet); try again now.
+        reference = reference if reference is not None else ctx.gfx_clock_max
+        ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
+        if ceiling is None:
+            return state, None
+        stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.now)
         return stepped, _transition(ctx, stepped, "clock_down_step")
-    return state, None
+    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else state.since
+    if not ctx.rule.breaches(ctx.value) or ctx.now - last_step < action.step_interval_seconds:
+        return state, None
+    ceiling = _next_ceiling(ctx, action, previous=state.suggested_gfx_clock_max_hertz, reference=reference)
+    if ceiling is None or ceiling.mhz * 1e6 >= state.suggested_gfx_clock_max_hertz:
+        return state, None  # at the floor: nothing lower to suggest
+    stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.now)
+    return stepped, _transition(ctx, stepped, "clock_down_step")
 
 
 def _clear(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
-    restore = command = ""
-    reference = state.reference_gfx_clock_max_hertz
-    if ctx.rule.clock_down is not None and state.clock_down_ratio > 0 and reference is not None:
-        min_mhz, max_mhz = _setsrange_mhz(ctx.rule.clock_down, reference)
-        command = setsrange_command(ctx.smi_index, min_mhz, max_mhz)
-        restore = restore_text(ctx.rule.alert, ctx.device.gpu, ctx.device.identity.pci_bus_id, max_mhz, command)
+    restore = undo = ""
+    if ctx.rule.clock_down is not None and state.undo_command:
+        undo = state.undo_command
+        restore = restore_text(ctx.rule.alert, ctx.device.gpu, ctx.device.identity.pci_bus_id, undo)
     resolved = dataclasses.replace(
         state,
         firing=False,
@@ -217,52 +255,80 @@ def _clear(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
         pending_since=None,
         clock_down_ratio=0.0,
         suggested_gfx_clock_max_hertz=None,
-        suggestion="",
-        suggested_command="",
+        # The restore advice stays (API, push) until the device has been cool for restore_after.
+        suggestion=restore,
+        suggested_command=undo,
+        undo_command=undo,
+        cool_since=ctx.now if undo else None,
         reference_gfx_clock_max_hertz=None,
         clock_down_stepped_at=None,
     )
-    return resolved, _transition(ctx, resolved, "resolved", suggestion=restore, command=command)
+    return resolved, _transition(ctx, resolved, "resolved")
+
+
+def _cooling(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition | None]:
+    """After a clock-down alert resolved: keep the restore advice until the device has stayed on the
+    cool side of the clear threshold for restore_after; any warmer sample restarts that time."""
+    action = ctx.rule.clock_down
+    assert state.cool_since is not None
+    if not ctx.rule.clears(ctx.value):
+        return dataclasses.replace(state, cool_since=ctx.now), None
+    hold = action.restore_after_seconds if action is not None else 0.0
+    if ctx.now - state.cool_since < hold:
+        return state, None
+    expired = dataclasses.replace(state, suggestion="", suggested_command="", undo_command="", cool_since=None)
+    return expired, _transition(ctx, expired, "restore_advice_expired", suggestion=state.suggestion)
+
+
+def _next_ceiling(ctx: _Context, action: ClockDown, previous: float | None, reference: float | None) -> Ceiling | None:
+    return next_ceiling(
+        current_hertz=ctx.gfx_clock,
+        previous_ceiling_hertz=previous,
+        max_hertz=reference,
+        levels_hertz=ctx.gfx_levels,
+        step_ratio=action.step_ratio,
+        floor_ratio=action.floor_ratio,
+    )
 
 
 def _with_clock_down(
-    ctx: _Context, state: AlertState, ratio: float, reference: float | None, stepped_at: float | None
+    ctx: _Context, state: AlertState, ceiling: Ceiling | None, reference: float | None, stepped_at: float | None
 ) -> AlertState:
     action = ctx.rule.clock_down
     assert action is not None
-    ratio = max(0.0, min(ratio, action.max_ratio))
-    suggested = reference * (1.0 - ratio) if reference is not None else None
     device = ctx.device
-    percent = f"{ratio * 100:.4g} %"
-    subject = f"the gfx clock ceiling of GPU {device.gpu} ({device.identity.pci_bus_id})"
-    command = ""
-    max_mhz = 0
-    floor_note = ""
-    if reference is not None:
-        min_mhz, max_mhz = _setsrange_mhz(action, reference * (1.0 - ratio))
-        command = setsrange_command(ctx.smi_index, min_mhz, max_mhz)
-        floor_note = " This is the floor: no further steps will be suggested." if action.at_floor(ratio) else ""
-    reference_mhz = reference / 1e6 if reference is not None else None
-    text = clock_down_text(subject, percent, reference_mhz, max_mhz, floor_note, command)
+    identity = device.identity
+    subject = f"the gfx clock ceiling of GPU {device.gpu} ({identity.pci_bus_id})"
+    command = undo = ""
+    suggested: float | None = None
+    ratio = 0.0
+    if ceiling is not None:
+        suggested = ceiling.mhz * 1e6
+        ratio = max(0.0, 1.0 - suggested / reference) if reference else 0.0
+        min_mhz = min(int(action.range_min_hertz // 1e6), ceiling.mhz)
+        command = set_ceiling_command(ctx.tool, ctx.smi_index, identity.pci_bus_id, min_mhz, ceiling.mhz)
+        undo = undo_command(ctx.tool, ctx.smi_index, identity.pci_bus_id)
+    text = clock_down_text(
+        subject,
+        current_mhz=ctx.gfx_clock / 1e6 if ctx.gfx_clock is not None else None,
+        max_mhz=reference / 1e6 if reference is not None else None,
+        ceiling=ceiling,
+        command=command,
+        undo=undo,
+    )
     extra = _rule_suggestion(ctx)
     if extra:
         text = f"{text}\n{extra}"
     return dataclasses.replace(
         state,
-        clock_down_ratio=ratio,
+        clock_down_ratio=round(ratio, 9),
         suggested_gfx_clock_max_hertz=suggested,
         suggestion=text,
         suggested_command=command,
+        undo_command=undo,
         reference_gfx_clock_max_hertz=reference,
         clock_down_stepped_at=stepped_at,
     )
-
-
-def _setsrange_mhz(action: ClockDown, ceiling_hertz: float) -> tuple[int, int]:
-    """Whole MHz for `rocm-smi --setsrange MIN MAX` (it takes integers), MIN never above MAX."""
-    # Rounded to whole Hz first: 1700 MHz x 0.7 may come out as 1189.9999999 MHz.
-    max_mhz = round(ceiling_hertz) // 1_000_000
-    return min(int(action.range_min_hertz // 1e6), max_mhz), max_mhz
 
 
 def _rule_suggestion(ctx: _Context) -> str:
@@ -283,6 +349,7 @@ def _transition(
         at=ctx.now,
         suggestion=state.suggestion if suggestion is None else suggestion,
         suggested_command=state.suggested_command if command is None else command,
+        undo_command=state.undo_command,
         clock_down_ratio=state.clock_down_ratio,
         suggested_gfx_clock_max_hertz=state.suggested_gfx_clock_max_hertz,
     )

@@ -151,6 +151,12 @@ def _up(state: DeviceState) -> Iterable[LabelledValue]:
     yield (), 1.0 if state.up else 0.0
 
 
+def _down_reason(state: DeviceState) -> Iterable[LabelledValue]:
+    # A family of its own, not a label of amdgpu_up: a changing reason must not give amdgpu_up a new series.
+    if not state.up:
+        yield (state.down_reason or "unknown",), 1.0
+
+
 def _sample_timestamp(state: DeviceState) -> Iterable[LabelledValue]:
     if state.sample is not None:
         yield (), state.sample.timestamp
@@ -191,11 +197,6 @@ def _file_errors(state: DeviceState) -> Iterable[LabelledValue]:
 
 def _present(state: DeviceState) -> Iterable[LabelledValue]:
     yield (), 1.0 if state.present else 0.0
-
-
-def _down_reason(state: DeviceState) -> Iterable[LabelledValue]:
-    if not state.up:
-        yield (state.down_reason or "unknown",), 1.0
 
 
 def _discoveries(published: Published) -> Iterator[LabelledValue]:

@@ -44,6 +44,8 @@ class AlertSink(Protocol):
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
 
+    def set_rules(self, rules: Sequence[Rule]) -> None: ...
+
     @property
     def stats(self) -> AlertmanagerStats: ...
 
@@ -72,8 +74,10 @@ class Pipeline:
         attribution: AttributionSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
+        clock_tool: str = "rocm-smi",
     ) -> None:
         self.rules = tuple(rules)
+        self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.attribution = attribution
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
@@ -86,7 +90,7 @@ class Pipeline:
         self.health.progress()
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         try:
-            alerts, transitions = evaluate(self.rules, self._alerts, snapshot)
+            alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
             if self.health.failed("rules", f"{type(error).__name__}: {error}"):
                 log.exception("stage_failed", stage="rules")
@@ -128,6 +132,12 @@ class Pipeline:
             published=published,
             metrics=render(published),
         )
+
+    def replace_rules(self, rules: Sequence[Rule]) -> None:
+        """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
+        self.rules = tuple(rules)
+        if self.pusher is not None:
+            self.pusher.set_rules(self.rules)
 
     def flush(self) -> None:
         """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""

@@ -252,6 +252,7 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
                 "decode": r.dclk * MHZ,
             }
         ),
+        gfx_dpm_levels_hertz=(m.sclk_range[0] * MHZ, m.sclk_range[1] * MHZ),
         clocks_max_hertz=frozen_map(
             {
                 "gfx": m.sclk_range[1] * MHZ,
@@ -345,6 +346,8 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
             value = frozen_map({int(k): v for k, v in value.items()})
         elif f.name == "topology":
             value = tuple(TopologyLink(**link) for link in value)
+        elif isinstance(value, list):
+            value = tuple(value)
         elif isinstance(value, dict):
             value = frozen_map(value)
         kwargs[f.name] = value

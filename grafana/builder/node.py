@@ -751,5 +751,19 @@ def node_dashboard(t: Thresholds) -> Dashboard:
                 "titleFormat": "{{alert}} on gpu {{gpu}}",
                 "useValueForTime": False,
             },
+            # When the in-daemon rules advised a lower gfx clock ceiling (a region while advised; the
+            # ceiling itself is on the clocks row's suggested-ceiling series).
+            {
+                "datasource": DATASOURCE,
+                "enable": True,
+                "expr": f"amdgpu_suggested_gfx_clock_max_hertz{{{NODE}}} > 0",
+                "hide": False,
+                "iconColor": "orange",
+                "name": "Clock-down suggestions",
+                "step": "10s",
+                "tagKeys": "gpu",
+                "titleFormat": "gfx clock ceiling suggested for gpu {{gpu}}",
+                "useValueForTime": False,
+            },
         ),
     )

@@ -31,6 +31,7 @@ delays are printed (pytest -s) and written to stderr.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -50,8 +51,10 @@ from typing import Any
 import httpx
 import pytest
 
+from exporter.alerting.alertmanager import alert_labels
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
+from exporter.model import AlertState, DeviceIdentity, DeviceState
 from tests.realtools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -85,6 +88,7 @@ class Tick:
     elapsed: float  # simulator seconds since it started
     wall: float  # time.time() when the tick's files were written
     junction: float  # °C of the watched GCD
+    gfx_mhz: float  # its gfx clock
 
 
 class TruthWatcher:
@@ -107,7 +111,8 @@ class TruthWatcher:
                 continue
             (device,) = [d for d in truth["devices"] if d["gpu"] == self.gpu]
             sample = device["sample"]
-            self.ticks.append(Tick(truth["elapsed"], sample["timestamp"], sample["temperatures"]["junction"]))
+            gfx_mhz = sample["clocks_hertz"]["gfx"] / 1e6
+            self.ticks.append(Tick(truth["elapsed"], sample["timestamp"], sample["temperatures"]["junction"], gfx_mhz))
 
     def start(self) -> None:
         self._thread.start()
@@ -156,6 +161,12 @@ class Run:
         assert after.elapsed - before.elapsed < 2.5, f"truth ticks missed around the crossing: {before}, {after}"
         return before, after
 
+    def api_alert(self) -> dict[str, Any]:
+        """The hot GPU's in-daemon alert as /api/v1/alerts shows it."""
+        alerts = httpx.get(f"{self.stack.exporter_url}/api/v1/alerts", timeout=5).json()["alerts"]
+        (found,) = [a for a in alerts if a["gpu"] == HOT_GPU and a["alert"] == self.daemon_rule.alert]
+        return dict(found)
+
     def truth_device(self) -> dict[str, Any]:
         truth = json.loads(self.truth.path.read_text(encoding="utf-8"))
         (device,) = [d for d in truth["devices"] if d["gpu"] == HOT_GPU]
@@ -200,7 +211,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         push=True,
         group_wait="100ms",
         group_interval="1s",
-        exporter_args=(f"--demo.truth-file={truth_file}",),
+        exporter_args=(f"--demo.truth-file={truth_file}", "--alerting.clock-tool=rocm-smi"),
         page_log=page_log,
     )
     stack = demo.Stack(config)
@@ -243,7 +254,11 @@ def report(path: str, run: Run, page: Any, for_seconds: float, route: str) -> fl
 def test_the_stack_runs_the_shipped_rules_with_only_the_for_durations_shortened(run: Run) -> None:
     shipped = default_rules()[0]
     assert run.daemon_rule.alert == shipped.alert and run.daemon_rule.threshold == shipped.threshold
-    assert run.daemon_rule.clock_down == shipped.clock_down  # the same 5 % step every 60 s
+    assert shipped.clock_down is not None
+    # The same 5 % step every 60 s; the restore advice's hold defaults to `for`, so it is shortened too.
+    assert run.daemon_rule.clock_down == dataclasses.replace(
+        shipped.clock_down, restore_after_seconds=shipped.clock_down.restore_after_seconds * FOR_SCALE
+    )
     assert run.daemon_rule.for_seconds == pytest.approx(shipped.for_seconds * FOR_SCALE)
     assert run.prometheus_for == pytest.approx(60 * FOR_SCALE)
     # Prometheus loaded every group of the shipped file, and nothing failed to evaluate.
@@ -273,13 +288,12 @@ def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: R
     )
     assert page.receiver == routed.stdout.strip()
 
-    # The description carries the exporter's suggestion: one 5 % step below the GPU's own gfx clock max.
-    device = run.truth_device()
-    clock_down = run.daemon_rule.clock_down
-    assert clock_down is not None
-    ceiling_hertz = device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio)
+    # The description carries the exporter's suggestion, as /api/v1/alerts has it (one step: the next
+    # is 60 s away).
+    api_alert = run.api_alert()
+    ceiling_hertz, ratio = api_alert["suggested_gfx_clock_max_hertz"], api_alert["clock_down_ratio"]
     humanized = f"{ceiling_hertz / 1e9:.4g}G"  # Prometheus's humanize: %.4g with an SI prefix
-    assert f"Suggested gfx clock ceiling: {humanized}Hz ({clock_down.step_ratio * 100:g}% below the maximum)" in (
+    assert f"Suggested gfx clock ceiling: {humanized}Hz ({ratio * 100:.4g}% below the maximum)" in (
         " ".join(annotations["description"].split())
     )
     # The page names the node (the scrape target's `node` label) and the device by index and PCI address.
@@ -312,18 +326,29 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     assert labels["pci_bus_id"] == identity["pci_bus_id"]
     assert labels["serial"] == identity["serial"]
     assert labels["die"] == str(identity["die"])
+    assert labels["node"] == stack.node and labels["alert"] == run.daemon_rule.alert
+    assert labels["sensor"] == "junction"
     assert "job" not in labels  # it did not come through Prometheus
-    assert annotations["summary"].startswith(f"GPU {HOT_GPU} junction temperature ")
+    assert annotations["summary"].startswith(f"GPU {HOT_GPU} ({identity['pci_bus_id']}) on {stack.node}: junction ")
+    assert stack.node in annotations["description"]
+    assert annotations["runbook_url"] == "docs/runbooks.md#amdgpudaemonalert"  # the Prometheus rules' base
 
-    # The suggestion is the one /api/v1/alerts shows, and its command sets the ceiling one step down.
+    # The suggestion is the one /api/v1/alerts shows: 5 % below the gfx clock the hot GPU was running
+    # (never above it), whole MHz, a command that runs without rocm-smi's prompt, and the one undo.
     clock_down = run.daemon_rule.clock_down
     assert clock_down is not None
     command = annotations["suggested_command"]
-    ceiling_mhz = device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio) / 1e6
-    assert command.endswith(f" --setsrange {clock_down.range_min_hertz / 1e6:g} {ceiling_mhz:g}"), command
-    alerts = httpx.get(f"{stack.exporter_url}/api/v1/alerts", timeout=5).json()["alerts"]
-    (api_alert,) = [a for a in alerts if a["gpu"] == HOT_GPU and a["alert"] == run.daemon_rule.alert]
+    smi_index = int(command.split()[2])
+    prefix = f"rocm-smi -d {smi_index} --autorespond yes --setsrange {clock_down.range_min_hertz / 1e6:g} "
+    assert command.startswith(prefix), command
+    ceiling_mhz = int(command.removeprefix(prefix))
+    clocks_seen = {tick.gfx_mhz for tick in run.truth.ticks}
+    assert any(ceiling_mhz == int(mhz * (1 - clock_down.step_ratio)) for mhz in clocks_seen), (ceiling_mhz, clocks_seen)
+    assert ceiling_mhz <= device["sample"]["clocks_max_hertz"]["gfx"] * (1 - clock_down.step_ratio) / 1e6
+    assert annotations["undo_command"] == f"rocm-smi -d {smi_index} --resetclocks"
+    api_alert = run.api_alert()
     assert api_alert["firing"] and api_alert["suggested_command"] == command
+    assert api_alert["undo_command"] == annotations["undo_command"]
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname=run.daemon_rule.alert)}
     assert paged == {str(HOT_GPU)}
     time.sleep(2)
@@ -336,10 +361,6 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
 IDENTIFYING_LABELS = ("node", "gpu", "pci_bus_id")  # docs/alert-labels.md
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the daemon's push sends no `node` (nor `alert`) yet (docs/alert-labels.md): remove this mark when it does",
-)
 def test_both_paths_page_the_hot_gpu_with_the_same_identifying_labels(run: Run) -> None:
     stack = run.stack
     through_prometheus = run.wait_for_page("AMDGPUDaemonAlert", stack.scrape_instance)
@@ -403,9 +424,8 @@ def test_demo_stack_command_serves_everything_and_stops_on_ctrl_c(tmp_path: Path
 # --------------------------------------------- the shipped routing in a real Alertmanager, posted alerts
 #
 # Alerts with the labels of docs/alert-labels.md, posted to Alertmanager's v2 API as the two paths send
-# them (Prometheus: + instance, job; the daemon's push: + alert), through the shipped routing tree and
-# inhibitions. The daemon does not send `node` yet (docs/alert-labels.md says what it must send), so
-# its half is posted here the way the contract says.
+# them (Prometheus: + instance, job; the daemon's push: the labels its pusher makes, alert_labels()),
+# through the shipped routing tree and inhibitions.
 
 
 @dataclass
@@ -473,8 +493,14 @@ def via_prometheus(alertname: str, node: str, severity: str, gpu: int | None = N
 
 
 def pushed(rule: str, node: str, severity: str, gpu: int) -> dict[str, Any]:
-    labels = {"alertname": rule, "alert": rule, "node": node, "severity": severity}
-    labels |= {"gpu": str(gpu), "pci_bus_id": f"0000:{0xC1 + gpu:02x}:00.0", "sensor": "junction"}
+    """What the daemon's pusher sends for this rule on this GPU of this node (its own label function)."""
+    (shipped,) = [r for r in default_rules() if r.alert == rule]
+    state = AlertState(gpu=gpu, alert=rule, severity=severity, firing=True, since=0.0)
+    pci_bus_id = f"0000:{0xC1 + gpu:02x}:00.0"
+    identity = DeviceIdentity(pci_bus_id=pci_bus_id, card=f"card{gpu}", device_dir="", serial=f"SN{gpu}")
+    device = DeviceState(identity=identity, gpu=gpu, sample=None, up=True)
+    labels = alert_labels(state, device, node=node, instance=f"{node}-pod:9442", rule=shipped)
+    assert {labels["node"], labels["gpu"], labels["pci_bus_id"], labels["alert"]} == {node, str(gpu), pci_bus_id, rule}
     return {"labels": labels}
 
 
@@ -588,6 +614,7 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         fast_alerts=NODE_FAULT_ALERTS,
         group_wait="3s",
         group_interval="5m",
+        push=True,  # the daemon pages its own junction rule too: inhibited across the paths
     )
     with demo.Stack(config) as stack:
         receiver = stack.receiver
@@ -605,11 +632,12 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         assert len({a.labels["pci_bus_id"] for a in page.alerts}) == len(ALL_GPUS)
         assert all(a.annotations["summary"].endswith("is at its junction critical limit") for a in page.alerts)
 
-        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) are
-        # inhibited now: nothing more reaches anyone for this node while the critical holds.
+        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) and
+        # pushed by the daemon itself (its junction rule) are inhibited now: nothing more reaches anyone
+        # for this node while the critical holds.
         alerts = httpx.get(f"{stack.alertmanager_url}/api/v2/alerts", timeout=5).json()
         warnings = [a for a in alerts if a["labels"].get("node") == stack.node and a["labels"]["severity"] == "warning"]
-        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert"}
+        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert", "GpuJunctionTemperatureHigh"}
         loose = [(a["labels"]["alertname"], a["labels"]["gpu"]) for a in warnings if not a["status"]["inhibitedBy"]]
         assert not loose
         assert len(pages()) == 1

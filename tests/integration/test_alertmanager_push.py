@@ -201,7 +201,9 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
         node.cycle(now - 61, (70.0, 90.0))  # GCD 1 goes hot: pending
         firing = node.cycle(now - 1, (70.0, 91.0))  # 60 s later: firing, first clock-down step
         (state,) = [s for s in firing[1] if s.firing]
-        pusher = AlertmanagerPusher([alertmanager], instance=instance, resend_interval=0.5, rules=node.rules)
+        pusher = AlertmanagerPusher(
+            [alertmanager], node="gpu-node-17", instance=instance, resend_interval=0.5, rules=node.rules
+        )
         stop = asyncio.Event()
         sender = asyncio.create_task(pusher.run(stop))
         try:
@@ -209,8 +211,11 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
             (alert,) = await wait_for(lambda: webhook.received(instance, "firing"), 10, "the firing notification")
             assert alert["labels"] == {
                 "alertname": "GpuJunctionTemperatureHigh",
+                "alert": "GpuJunctionTemperatureHigh",
                 "severity": "warning",
+                "node": "gpu-node-17",
                 "instance": instance,
+                "sensor": "junction",
                 "gpu": "1",
                 "pci_bus_id": "0000:2a:00.0",
                 "serial": "PCB040",
@@ -219,10 +224,14 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
                 "die": "1",
             }
             annotations = alert["annotations"]
-            assert annotations["summary"] == "GPU 1 junction temperature 91.0 °C is above 85 °C"
-            assert "0000:2a:00.0" in annotations["description"]
+            assert annotations["summary"] == (
+                "GPU 1 (0000:2a:00.0) on gpu-node-17: junction temperature 91.0 °C is above 85 °C"
+            )
+            assert "0000:2a:00.0" in annotations["description"] and "gpu-node-17" in annotations["description"]
             assert annotations["suggestion"] == state.suggestion
-            assert annotations["suggested_command"] == "rocm-smi -d 1 --setsrange 500 1615"
+            assert annotations["suggested_command"] == "rocm-smi -d 1 --autorespond yes --setsrange 500 1615"
+            assert annotations["undo_command"] == "rocm-smi -d 1 --resetclocks"
+            assert annotations["runbook_url"] == "docs/runbooks.md#amdgpudaemonalert"
             assert parse_time(alert["startsAt"]) == pytest.approx(state.since, abs=0.001)
 
             # Re-posted on the resend cadence with endsAt a few intervals ahead, so it stays firing.
@@ -244,6 +253,9 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
             assert resolved["status"] == "resolved"
             assert resolved["labels"] == alert["labels"]
             assert parse_time(resolved["endsAt"]) == pytest.approx(resolved_snapshot[0].taken_at, abs=0.001)
+            # The resolved page carries the restore advice: the one undo command.
+            assert resolved["annotations"]["suggested_command"] == "rocm-smi -d 1 --resetclocks"
+            assert "restore" in resolved["annotations"]["suggestion"]
             assert pusher.stats.failed == 0 and pusher.stats.sent >= 3
         finally:
             stop.set()
@@ -262,7 +274,12 @@ def test_a_dead_alertmanager_costs_log_lines_and_a_counter_only(alertmanager: st
         node.cycle(now - 61, (95.0, 60.0))
         firing = node.cycle(now - 1, (95.0, 60.0))
         pusher = AlertmanagerPusher(
-            [dead, alertmanager], instance=instance, resend_interval=0.4, timeout=1.0, retry_initial=0.05
+            [dead, alertmanager],
+            node="gpu-node-18",
+            instance=instance,
+            resend_interval=0.4,
+            timeout=1.0,
+            retry_initial=0.05,
         )
         stop = asyncio.Event()
         sender = asyncio.create_task(pusher.run(stop))
@@ -296,7 +313,7 @@ def test_alertmanager_rejects_nothing_we_send(alertmanager: str) -> None:
     node.cycle(now - 130, (90.0, 90.0))
     node.cycle(now - 70, (90.0, 90.0))
     pusher = AlertmanagerPusher(
-        [alertmanager], instance="gpu-node-19:9442", generator_url="http://node:9442/api/v1/alerts"
+        [alertmanager], node="gpu-node-19", instance="gpu-node-19:9442", generator_url="http://node:9442/api/v1/alerts"
     )
     pusher.update(*node.cycle(now - 69, (90.0, 90.0)))
     pusher.update(*node.cycle(now - 10, (70.0, 90.0)))  # GCD 0 resolved, GCD 1 still firing

@@ -47,6 +47,9 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "process_start_time_seconds": _PROCESS,
     "process_open_fds": _PROCESS,
     "process_max_fds": _PROCESS,
+    # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
+    # show amdgpu_up.
+    "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
     **dict.fromkeys(
         (
             "amdgpu_exporter_web_config_reloads_total",

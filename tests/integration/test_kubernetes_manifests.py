@@ -328,13 +328,32 @@ def _status(url: str) -> int:
         return error.code
 
 
+KUBELET_NODE_NAME = "gpu-node-k8s-7"  # what the kubelet puts in a spec.nodeName fieldRef in these tests
+
+
+def _downward_api(entry: dict[str, Any]) -> str:
+    field = entry["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "spec.nodeName", f"{entry['name']}: a fieldRef this test does not know: {field}"
+    return KUBELET_NODE_NAME
+
+
+def test_pushed_alerts_name_the_kubernetes_node_not_the_pod(rendered: list[dict[str, Any]]) -> None:
+    """docs/alert-labels.md: `node` on pushed alerts is the node name from the downward API, in the
+    variable the daemon reads for --node-name."""
+    from exporter.config import OPTIONS
+
+    (node_option,) = [o for o in OPTIONS if o.name == "node-name"]
+    env = {e["name"]: e for e in container(rendered).get("env", [])}
+    assert env[node_option.env]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
 def test_daemon_started_like_the_pod_answers_its_probes(rendered: list[dict[str, Any]], tmp_path: Path) -> None:
     """The DaemonSet's args and env (rules file from the ConfigMap), with --demo for a GPU and a
     loopback port: the liveness and readiness paths and the scrape path answer 200."""
     main = container(rendered)
     configmap = one(rendered, "ConfigMap")
     port = _free_port()
-    env = {e["name"]: e["value"] for e in main.get("env", [])}
+    env = {e["name"]: e["value"] if "value" in e else _downward_api(e) for e in main.get("env", [])}
     rules_path = PurePosixPath(env["AMDGPU_EXPORTER_RULES_FILE"])
     rules_copy = tmp_path / rules_path.name
     rules_copy.write_text(configmap["data"][rules_path.name])

@@ -58,6 +58,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_up": _GPU,
     "amdgpu_device_info": {**_GPU, **dict.fromkeys(_IDENTITY)},
     "amdgpu_sample_timestamp_seconds": _GPU,
+    # 1 while amdgpu_up is 0, with the poller's down reason (docs/alert-labels.md)
     "amdgpu_temperature_celsius": {**_GPU, "sensor": _SENSORS},
     "amdgpu_temperature_threshold_celsius": {
         **_GPU,

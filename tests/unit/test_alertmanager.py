@@ -16,7 +16,8 @@ from exporter.alerting.alertmanager import (
     alerts_endpoint,
     rfc3339,
 )
-from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot
+from exporter.alerting.rulefile import default_rules
+from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot, frozen_map
 
 
 def parse_time(text: str) -> float:
@@ -62,24 +63,33 @@ def test_urls_are_checked_and_normalised() -> None:
         with pytest.raises(ValueError, match=r"alertmanager\.url"):
             alerts_endpoint(bad)
     with pytest.raises(ValueError, match="at least one"):
-        AlertmanagerPusher([], instance="x")
-    pusher = AlertmanagerPusher(["http://a:9093", "http://a:9093/"], instance="x")
+        AlertmanagerPusher([], node="x")
+    pusher = AlertmanagerPusher(["http://a:9093", "http://a:9093/"], node="x")
     assert pusher.endpoints == ("http://a:9093/api/v2/alerts",)
 
 
 def test_labels_carry_identity_and_drop_empty_values() -> None:
-    labels = alert_labels(alert(1, True, 0.0), gcd(1, serial=""), "node:9442")
+    (rule,) = default_rules()
+    workload = {"pod": "train-0", "namespace": "ml", "container": "", "gpu": "7"}
+    labels = alert_labels(
+        alert(1, True, 0.0), gcd(1, serial=""), node="gpu-node-1", instance="pod:9442", rule=rule, workload=workload
+    )
     assert labels == {
         "alertname": "GpuJunctionTemperatureHigh",
+        "alert": "GpuJunctionTemperatureHigh",
         "severity": "warning",
-        "instance": "node:9442",
+        "node": "gpu-node-1",
+        "instance": "pod:9442",
+        "sensor": "junction",
+        "pod": "train-0",  # workload labels when attribution gives them; never over an identifying one
+        "namespace": "ml",
         "gpu": "1",
         "pci_bus_id": "0000:2a:00.0",
         "product": "AMD Instinct MI250X",
         "package": "0",
         "die": "1",
     }
-    assert alert_labels(alert(0, True, 0.0), None, "n")["gpu"] == "0"
+    assert alert_labels(alert(0, True, 0.0), None, node="n")["gpu"] == "0"
 
 
 def test_rfc3339_is_utc() -> None:
@@ -88,14 +98,16 @@ def test_rfc3339_is_utc() -> None:
 
 
 def test_firing_then_resolved_then_expired() -> None:
-    pusher = AlertmanagerPusher(["http://am:9093"], instance="n", resend_interval=10, resolved_retention=100)
+    pusher = AlertmanagerPusher(["http://am:9093"], node="n", resend_interval=10, resolved_retention=100)
     pusher.update(*snapshot(1000, alert(0, True, since=990), alert(1, False, since=500)))
     (firing,) = pusher.pending_payload(now=1001)
     assert firing["labels"]["gpu"] == "0"
     assert parse_time(firing["startsAt"]) == 990
     assert parse_time(firing["endsAt"]) == 1001 + 4 * 10  # stays active across three lost resends
     assert firing["annotations"]["suggestion"] == "lower it"
-    assert firing["annotations"]["summary"] == "GpuJunctionTemperatureHigh on GPU 0"
+    assert firing["annotations"]["summary"] == "GpuJunctionTemperatureHigh on GPU 0 on n"
+    assert firing["annotations"]["runbook_url"] == "docs/runbooks.md#amdgpudaemonalert"
+    assert firing["labels"]["node"] == "n" and firing["labels"]["alert"] == "GpuJunctionTemperatureHigh"
 
     # Still firing: the start time is kept. Then it resolves at 1050 (the state's since).
     pusher.update(*snapshot(1010, alert(0, True, since=990, value=91.0)))
@@ -103,6 +115,7 @@ def test_firing_then_resolved_then_expired() -> None:
     pusher.update(*snapshot(1050, alert(0, False, since=1050)))
     (resolved,) = pusher.pending_payload(now=1060)
     assert parse_time(resolved["endsAt"]) == 1050 and parse_time(resolved["startsAt"]) == 990
+    assert "suggestion" not in resolved["annotations"]  # "lower it" is no advice for a resolved alert
 
     # An alert that vanishes without a resolved state (its rule was removed) resolves "now".
     pusher.update(*snapshot(1100, alert(1, True, since=1100)))
@@ -120,7 +133,7 @@ def test_firing_then_resolved_then_expired() -> None:
 
 
 def test_refiring_after_resolution_is_a_new_alert() -> None:
-    pusher = AlertmanagerPusher(["http://am:9093"], instance="n")
+    pusher = AlertmanagerPusher(["http://am:9093"], node="n")
     pusher.update(*snapshot(10, alert(0, True, since=10)))
     pusher.update(*snapshot(20, alert(0, False, since=20)))
     pusher.update(*snapshot(30, alert(0, True, since=30)))
@@ -147,7 +160,7 @@ def test_only_meaningful_changes_are_sent_at_once() -> None:
 
 def test_nothing_to_send_means_no_post_and_a_prompt_stop() -> None:
     # Port 9 (discard) on localhost is never contacted: with no alerts there is nothing to post.
-    pusher = AlertmanagerPusher(["http://127.0.0.1:9"], instance="n", resend_interval=0.05)
+    pusher = AlertmanagerPusher(["http://127.0.0.1:9"], node="n", resend_interval=0.05)
 
     async def scenario() -> None:
         stop = asyncio.Event()
@@ -159,3 +172,50 @@ def test_nothing_to_send_means_no_post_and_a_prompt_stop() -> None:
 
     asyncio.run(scenario())
     assert pusher.stats == AlertmanagerStats(sent=0, failed=0)
+
+
+def test_resolved_clock_down_alert_carries_the_restore_advice_until_it_expires() -> None:
+    pusher = AlertmanagerPusher(["http://am:9093"], node="gpu-node-1", runbook_base="https://git.example.org/x/")
+    lower = dataclasses.replace(
+        alert(0, True, since=10),
+        suggestion="lower to 1548 MHz",
+        suggested_command="rocm-smi -d 0 --autorespond yes --setsrange 500 1548",
+        undo_command="rocm-smi -d 0 --resetclocks",
+    )
+    pusher.update(*snapshot(20, lower))
+    (firing,) = pusher.pending_payload(now=21)
+    assert firing["annotations"]["undo_command"] == "rocm-smi -d 0 --resetclocks"
+    assert firing["annotations"]["runbook_url"] == "https://git.example.org/x/docs/runbooks.md#amdgpudaemonalert"
+    restore = dataclasses.replace(
+        alert(0, False, since=30),
+        suggestion="restore the default clocks",
+        suggested_command="rocm-smi -d 0 --resetclocks",
+        undo_command="rocm-smi -d 0 --resetclocks",
+        cool_since=30,
+    )
+    pusher.update(*snapshot(30, restore))
+    (resolved,) = pusher.pending_payload(now=31)
+    assert parse_time(resolved["endsAt"]) == 30
+    assert resolved["annotations"]["suggestion"] == "restore the default clocks"
+    assert resolved["annotations"]["suggested_command"] == "rocm-smi -d 0 --resetclocks"
+    pusher.update(*snapshot(40, restore))
+    assert pusher.pending_payload(now=41)[0]["annotations"]["suggestion"] == "restore the default clocks"
+    # Cool for long enough: the advice expires, the resolved alert stays without it.
+    pusher.update(*snapshot(100, alert(0, False, since=30)))
+    (after,) = pusher.pending_payload(now=101)
+    assert parse_time(after["endsAt"]) == 30
+    assert not {"suggestion", "suggested_command", "undo_command"} & set(after["annotations"])
+
+
+def test_pushed_alerts_carry_the_workload_labels_of_the_enriched_snapshot() -> None:
+    from exporter.attribution.model import Attribution
+
+    attribution = Attribution(
+        label_names=("pod", "namespace", "container"), labels=frozen_map({1: ("train-0", "ml", "worker")})
+    )
+    pusher = AlertmanagerPusher(["http://am:9093"], node="gpu-node-1")
+    cycle, alerts = snapshot(10, alert(1, True, since=10), alert(0, True, since=10))
+    pusher.update(dataclasses.replace(cycle, attribution=attribution), alerts)
+    labels = {p["labels"]["gpu"]: p["labels"] for p in pusher.pending_payload(now=11)}
+    assert (labels["1"]["pod"], labels["1"]["namespace"], labels["1"]["container"]) == ("train-0", "ml", "worker")
+    assert not {"pod", "namespace", "container"} & set(labels["0"])  # not allocated: no empty labels

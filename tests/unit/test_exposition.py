@@ -88,6 +88,11 @@ def test_values_labels_and_absence() -> None:
     assert samples[("amdgpu_sample_timestamp_seconds", (("gpu", "2"),))] == 1000.0
     assert not any(name == "amdgpu_busy_ratio" and ("gpu", "2") in labels for name, labels in samples)
     assert samples[("amdgpu_exporter_read_timeouts_total", (("gpu", "2"),))] == 2
+    # why it is down: one series with its reason while down, none for the devices that are up
+    assert samples[("amdgpu_device_down_info", (("gpu", "2"), ("reason", "timeout")))] == 1
+    assert [labels for name, labels in samples if name == "amdgpu_device_down_info"] == [
+        (("gpu", "2"), ("reason", "timeout"))
+    ]
     # topology resolves peers to gpu indexes
     key = (
         "amdgpu_topology_link_info",

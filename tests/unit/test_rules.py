@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules, parse_rules
-from exporter.alerting.rules import ClockDown, Rule
+from exporter.alerting.rulefile import (
+    MAX_FILE_BYTES,
+    MAX_RULES,
+    RulesConfigError,
+    default_rules,
+    load_rules,
+    parse_rules,
+)
+from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
 from exporter.alerting.texts import alert_annotations, format_duration
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
@@ -114,7 +121,8 @@ def test_fires_only_after_the_for_duration() -> None:
     assert state.firing and state.since == 70 and state.pending_since is None
     assert state.clock_down_ratio == pytest.approx(0.05)
     assert state.suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
-    assert state.suggested_command == "rocm-smi -d 0 --setsrange 500 1615"
+    assert state.suggested_command == "rocm-smi -d 0 --autorespond yes --setsrange 500 1615"
+    assert state.undo_command == "rocm-smi -d 0 --resetclocks"
     assert state.suggestion.startswith("Suggestion only")
     assert firing.suggestion == state.suggestion
 
@@ -183,9 +191,11 @@ def test_steps_five_percent_each_period_while_hot_up_to_the_floor() -> None:
             assert (t - 60) % 60 == 0, "a step comes one step_interval after the last one"
             ratios.append(run.state().clock_down_ratio)
             ceilings.append(run.state().suggested_gfx_clock_max_hertz)
-    assert ratios == pytest.approx([0.05, 0.10, 0.15, 0.20, 0.25])
-    assert ceilings == pytest.approx([GFX_MAX * (1 - r) for r in ratios])
-    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1275"
+    # Each step takes 5 % off the ceiling advised before (the clock is not known here), whole MHz,
+    # until the floor (75 % of 1700 MHz = 1275 MHz) stops it.
+    assert ceilings == [1615 * MHZ, 1534 * MHZ, 1457 * MHZ, 1384 * MHZ, 1314 * MHZ, 1275 * MHZ]
+    assert ratios == pytest.approx([1 - c / GFX_MAX for c in ceilings])
+    assert run.state().suggested_command == "rocm-smi -d 0 --autorespond yes --setsrange 500 1275"
     assert "floor" in run.state().suggestion
 
 
@@ -201,15 +211,45 @@ def test_no_step_while_in_the_hysteresis_band() -> None:
     assert [t.kind for t in run.junction(460, 86.0)] == ["clock_down_step"]
 
 
-def test_steps_are_fractions_of_the_max_seen_when_it_fired() -> None:
+def test_steps_start_from_what_the_device_does_now_never_above_it() -> None:
     run = Run()
-    fire(run)
-    # The operator applied the first suggestion: the device now reports a 1615 MHz max.
-    run.junction(120, 90.0, gfx_max=1615 * MHZ)
+    # The hot GPU already holds 1630 MHz by itself (the firmware throttles): 5 % off that, not off 1700.
+    run.junction(0, 90.0, clocks_hertz=frozen_map({"gfx": 1630 * MHZ}))
+    run.junction(60, 90.0, clocks_hertz=frozen_map({"gfx": 1630 * MHZ}))
     state = run.state()
-    assert state.clock_down_ratio == pytest.approx(0.10)
-    assert state.suggested_gfx_clock_max_hertz == pytest.approx(1530 * MHZ)
-    assert state.reference_gfx_clock_max_hertz == GFX_MAX
+    assert state.suggested_gfx_clock_max_hertz == 1548 * MHZ
+    assert state.clock_down_ratio == pytest.approx(1 - 1548 / 1700)
+    # It has throttled further to 1400 MHz by the next step: the step starts there.
+    run.junction(120, 90.0, clocks_hertz=frozen_map({"gfx": 1400 * MHZ}))
+    assert run.state().suggested_gfx_clock_max_hertz == 1330 * MHZ
+    # Back up to 1600 MHz (someone removed the ceiling): never above the ceiling advised before.
+    run.junction(180, 90.0, clocks_hertz=frozen_map({"gfx": 1600 * MHZ}))
+    assert run.state().suggested_gfx_clock_max_hertz == 1275 * MHZ  # 1263 is below the 75 % floor
+    assert run.state().reference_gfx_clock_max_hertz == GFX_MAX
+
+
+def test_a_device_already_below_the_floor_gets_no_lower_ceiling() -> None:
+    run = Run()
+    run.junction(0, 90.0, clocks_hertz=frozen_map({"gfx": 1100 * MHZ}))
+    run.junction(60, 90.0, clocks_hertz=frozen_map({"gfx": 1100 * MHZ}))
+    state = run.state()
+    assert state.firing and state.suggested_gfx_clock_max_hertz is None and state.suggested_command == ""
+    assert "no lower ceiling" in state.suggestion
+
+
+def test_a_discrete_dpm_table_snaps_to_a_real_level() -> None:
+    levels = tuple(mhz * MHZ for mhz in (500, 800, 1100, 1300, 1450, 1550, 1700))
+    run = Run()
+    run.junction(0, 90.0, gfx_dpm_levels_hertz=levels)
+    run.junction(60, 90.0, gfx_dpm_levels_hertz=levels)
+    assert run.state().suggested_gfx_clock_max_hertz == 1550 * MHZ  # 1615 is no level: the one below
+    run.junction(120, 90.0, gfx_dpm_levels_hertz=levels)
+    assert run.state().suggested_gfx_clock_max_hertz == 1450 * MHZ
+    run.junction(180, 90.0, gfx_dpm_levels_hertz=levels)
+    # 1377 is below 1450; 1300 is above the 1275 floor
+    assert run.state().suggested_gfx_clock_max_hertz == 1300 * MHZ
+    assert "floor" in run.state().suggestion
+    assert run.junction(240, 90.0, gfx_dpm_levels_hertz=levels) == ()  # no real level left above the floor
 
 
 def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> None:
@@ -217,12 +257,14 @@ def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> 
     run.junction(0, 90.0, gfx_max=None)
     run.junction(60, 90.0, gfx_max=None)
     state = run.state()
-    assert state.firing and state.clock_down_ratio == pytest.approx(0.05)
+    assert state.firing and state.clock_down_ratio == 0.0
     assert state.suggested_gfx_clock_max_hertz is None
     assert state.suggested_command == ""
-    run.junction(61, 90.0)
+    (step,) = run.junction(61, 90.0)
+    assert step.kind == "clock_down_step"
     assert run.state().suggested_gfx_clock_max_hertz == pytest.approx(1615 * MHZ)
-    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1615"
+    assert run.state().clock_down_ratio == pytest.approx(0.05)
+    assert run.state().suggested_command == "rocm-smi -d 0 --autorespond yes --setsrange 500 1615"
 
 
 def test_clears_only_below_80_and_suggests_restoring() -> None:
@@ -233,15 +275,27 @@ def test_clears_only_below_80_and_suggests_restoring() -> None:
     assert run.state().firing
     (resolved,) = run.junction(122, 79.9)
     assert resolved.kind == "resolved" and resolved.value == 79.9 and resolved.at == 122
-    assert resolved.suggested_command == "rocm-smi -d 0 --setsrange 500 1700"
+    # The one undo command, the same the firing suggestion named.
+    assert resolved.suggested_command == "rocm-smi -d 0 --resetclocks"
     state = run.state()
     assert not state.firing and state.since == 122
     assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
-    assert state.suggestion == "" and state.reference_gfx_clock_max_hertz is None
+    assert state.reference_gfx_clock_max_hertz is None
+    # The restore advice stays until the device has been cool (below 80 °C) for restore_after (the
+    # rule's `for`, 60 s); a warmer sample restarts that time.
+    assert state.undo_command == "rocm-smi -d 0 --resetclocks" and "restore" in state.suggestion
+    assert run.junction(150, 79.0) == ()
+    assert run.junction(160, 82.0) == ()  # not cool: the 60 s start again
+    assert run.junction(200, 70.0) == () and run.state().undo_command
+    (expired,) = run.junction(221, 70.0)
+    assert expired.kind == "restore_advice_expired"
+    assert run.state().suggestion == "" and run.state().undo_command == "" and run.state().cool_since is None
     # It can fire again later, starting from one step.
-    fire(run, at=200)
+    fire(run, at=300)
     assert run.state().clock_down_ratio == pytest.approx(0.05)
-    assert run.kinds() == ["pending", "firing", "clock_down_step", "resolved", "pending", "firing"]
+    assert run.kinds() == [
+        "pending", "firing", "clock_down_step", "resolved", "restore_advice_expired", "pending", "firing"
+    ]  # fmt: skip
 
 
 # --- missing data ------------------------------------------------------------------------------
@@ -298,8 +352,8 @@ def test_command_uses_rocm_smi_card_order_not_pci_order() -> None:
     run.feed(snap(0, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
     run.feed(snap(60, *[dataclasses.replace(d, sample=device(d.gpu, 90.0).sample) for d in devices]))
     commands = {s.gpu: s.suggested_command for s in run.states}
-    assert commands[0] == "rocm-smi -d 2 --setsrange 500 1615"
-    assert commands[1] == "rocm-smi -d 0 --setsrange 500 1615"
+    assert commands[0] == "rocm-smi -d 2 --autorespond yes --setsrange 500 1615"
+    assert commands[1] == "rocm-smi -d 0 --autorespond yes --setsrange 500 1615"
 
 
 def test_below_comparison_and_other_metrics() -> None:
@@ -355,11 +409,13 @@ def test_log_fields_and_annotations() -> None:
     (transition,) = [t for t in run.transitions if t.kind == "firing"]
     fields = transition.log_fields()
     assert fields["transition"] == "firing" and fields["gpu"] == 0
-    assert fields["suggested_command"] == "rocm-smi -d 0 --setsrange 500 1615"
+    assert fields["suggested_command"] == "rocm-smi -d 0 --autorespond yes --setsrange 500 1615"
     assert fields["clock_down_ratio"] == pytest.approx(0.05)
     (rule,) = run.rules
-    annotations = alert_annotations(rule, run.state(), device())
-    assert annotations["summary"] == "GPU 0 junction temperature 90.0 °C is above 85 °C"
+    annotations = alert_annotations(rule, run.state(), device(), node="gpu-node-7")
+    assert annotations["summary"] == "GPU 0 (0000:c1:00.0) on gpu-node-7: junction temperature 90.0 °C is above 85 °C"
+    assert "gpu-node-7" in annotations["description"]
+    assert annotations["undo_command"] == "rocm-smi -d 0 --resetclocks"
     assert "0000:c1:00.0" in annotations["description"] and "1m" in annotations["description"]
     assert annotations["suggestion"] == run.state().suggestion
 
@@ -395,12 +451,12 @@ def test_any_temperature_sequence_keeps_the_ratio_within_the_floor(
         state = run.state()
         assert 0.0 <= state.clock_down_ratio <= 1.0 - floor + 1e-9
         if state.suggested_gfx_clock_max_hertz is not None:
-            assert GFX_MAX * floor - 1e-3 <= state.suggested_gfx_clock_max_hertz <= GFX_MAX
+            assert GFX_MAX * floor - 1e6 <= state.suggested_gfx_clock_max_hertz <= GFX_MAX
         if not state.firing:
             assert state.clock_down_ratio == 0.0 and state.suggested_gfx_clock_max_hertz is None
         for transition in transitions:
             assert junction is not None
-            if transition.kind == "resolved":
+            if transition.kind in ("resolved", "restore_advice_expired"):
                 assert junction < rule.clear_threshold
             else:
                 assert junction > rule.threshold
@@ -427,7 +483,11 @@ def test_load_rules_from_a_file(tmp_path: Path) -> None:
     assert rule.comparison == ">" and rule.clear_threshold == 70.0 and rule.severity == "warning"
     assert rule.for_seconds == 90.0
     assert rule.clock_down == ClockDown(
-        step_ratio=0.1, step_interval_seconds=90.0, floor_ratio=0.5, range_min_hertz=800 * MHZ
+        step_ratio=0.1,
+        step_interval_seconds=90.0,
+        floor_ratio=0.5,
+        range_min_hertz=800 * MHZ,
+        restore_after_seconds=90.0,
     )
 
 
@@ -541,7 +601,7 @@ def test_format_duration() -> None:
     assert [format_duration(s) for s in (0.25, 1, 60, 90, 3600, 3725)] == ["250ms", "1s", "1m", "1m30s", "1h", "1h2m5s"]
 
 
-def test_a_floor_of_70_percent_allows_exactly_six_steps() -> None:
+def test_a_floor_of_70_percent_stops_the_steps_at_1190_mhz() -> None:
     (default,) = default_rules()
     assert default.clock_down is not None
     rule = dataclasses.replace(default, clock_down=dataclasses.replace(default.clock_down, floor_ratio=0.7))
@@ -549,6 +609,111 @@ def test_a_floor_of_70_percent_allows_exactly_six_steps() -> None:
     fire(run)
     for t in range(61, 60 + 60 * 12):
         run.junction(t, 95.0)
-    assert run.kinds().count("clock_down_step") == 5
+    # 1615, 1534, 1457, 1384, 1314, 1248, then the floor 1190
+    assert run.kinds().count("clock_down_step") == 6
     assert run.state().clock_down_ratio == pytest.approx(0.30)
-    assert run.state().suggested_command == "rocm-smi -d 0 --setsrange 500 1190"
+    assert run.state().suggested_command == "rocm-smi -d 0 --autorespond yes --setsrange 500 1190"
+
+
+# --- bounds ----------------------------------------------------------------------------------------
+
+
+def many_rules(count: int) -> str:
+    rule = "  - {{alert: R{n}, metric: power_watts, comparison: '>', threshold: {n}}}\n"
+    return "rules:\n" + "".join(rule.format(n=n) for n in range(count))
+
+
+def test_the_rule_count_is_capped_with_the_line_of_the_first_rule_too_many() -> None:
+    assert len(parse_rules(many_rules(MAX_RULES))) == MAX_RULES
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(many_rules(MAX_RULES + 1), "big.yaml")
+    assert str(error.value).startswith(
+        f"big.yaml line {MAX_RULES + 2}: more than {MAX_RULES} rules: at most {MAX_RULES}"
+    )
+    # Counted as rules: the items of the top-level list, whatever they hold (block style, nested actions).
+    block = GOOD + "    action: {type: clock_down}\n    asic_overrides: {aldebaran: {threshold: 90}}\n"
+    items = [block.removeprefix("rules:\n").replace("alert: Hot", f"alert: Hot{n}") for n in range(MAX_RULES)]
+    assert len(parse_rules("rules:\n" + "".join(items))) == MAX_RULES
+
+
+def test_a_file_over_the_size_cap_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("rules: []\n" + "#" * MAX_FILE_BYTES)
+    with pytest.raises(RulesConfigError, match="larger than 1024 KiB"):
+        load_rules(path)
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("{value:>200000000}", "width or precision 200000000 in {value:>200000000} is more than 100"),
+        ("{value:.5000f}", "width or precision 5000"),
+        ("{value:>{threshold}}", "may not hold another {field}"),
+        ("{alert:>90}" * 30, "fills to 2700 characters: at most 2000"),
+    ],
+)
+def test_templates_that_could_fill_megabytes_are_refused(template: str, fragment: str) -> None:
+    text = f"{GOOD}    summary: '{template}'\n"
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(text, "t.yaml")
+    assert str(error.value).startswith("t.yaml line 10: 'summary'") and fragment in str(error.value)
+
+
+def test_evaluation_skips_quiet_states_and_reads_each_watched_value_once() -> None:
+    # Junction above n °C for n = 0..999: at 60 °C the first 60 rules fire at once, the rest stay quiet.
+    rules = parse_rules(many_rules(MAX_RULES).replace("power_watts", "temperature_celsius, sensor: junction"))
+    devices = [device(gpu, junction=60.0) for gpu in range(8)]
+    states, _ = evaluate(rules, (), snap(0, *devices))
+    quiet = [s for s in states if not s.firing]
+    assert len(quiet) == 8 * (MAX_RULES - 60)
+    # The next cycle keeps every quiet state object as it was (nothing is rebuilt for them).
+    again, _ = evaluate(rules, states, snap(1, *devices))
+    kept = {id(s) for s in again}
+    assert all(id(s) in kept for s in quiet)
+
+
+GOOD = "\n".join(GOOD_RULE) + "\n"
+
+
+# --- per-ASIC overrides ----------------------------------------------------------------------------
+
+
+def test_asic_overrides_change_the_values_for_that_asic_only() -> None:
+    (rule,) = parse_rules(
+        GOOD + "    action: {type: clock_down}\n    asic_overrides:\n      aqua_vanjaram: {threshold: 90}\n"
+    )
+    mi300 = rule.for_asic("aqua_vanjaram")
+    assert (mi300.threshold, mi300.clear_threshold, mi300.for_seconds) == (90.0, 85.0, 60.0)  # width kept
+    assert rule.for_asic("aldebaran") is rule and rule.for_asic("") is rule
+    run = Run((rule,))
+    hot = dataclasses.replace(
+        device(0, junction=88.0), identity=dataclasses.replace(device(0).identity, asic="aqua_vanjaram")
+    )
+    run.feed(snap(0, hot, device(1, junction=88.0)))
+    run.feed(snap(60, hot, device(1, junction=88.0)))
+    assert not run.state(0).firing and run.state(1).firing  # 88 °C pages an MI250X, not this MI300X
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line", "fragment"),
+    [
+        (
+            "      mi300: {threshold: 90}\n",
+            11,
+            "unknown ASIC 'mi300' in 'asic_overrides'; known: aldebaran, aqua_vanjaram, gfx950",
+        ),
+        ("      aldebaran: {threshold: 90, clear_threshold: 95}\n", 11, "'clear_threshold' of aldebaran must not be"),
+        ("      aldebaran: {window: 5}\n", 11, "unknown key 'window'"),
+        ("      aldebaran: {threshold: 90}\n      aldebaran: {threshold: 91}\n", 12, "appears twice"),
+    ],
+)
+def test_bad_asic_overrides_name_their_line(overrides: str, line: int, fragment: str) -> None:
+    with pytest.raises(RulesConfigError) as error:
+        parse_rules(GOOD + "    asic_overrides:\n" + overrides, "o.yaml")
+    assert str(error.value).startswith(f"o.yaml line {line}: ") and fragment in str(error.value)
+
+
+def test_the_asics_a_rule_file_may_name_are_the_known_devices_asics() -> None:
+    from exporter.sources.identity import KNOWN_DEVICES
+
+    assert set(ASICS) == {asic for asic, _ in KNOWN_DEVICES.values()}

@@ -95,6 +95,23 @@ def test_api_serves_the_published_cycle(served) -> None:
     assert devices["devices"][0]["sample"]["temperatures"] == {"junction": 71.0, "hbm0": 60.0}
     (served_alert,) = client.get("/api/v1/alerts").json()["alerts"]
     assert served_alert["state"] == "firing" and served_alert["suggested_command"] == "rocm-smi -d 0"
+    # After it resolves, the restore advice (the one undo command) is served until it expires.
+    restore = AlertState(
+        0,
+        "GpuJunctionHot",
+        "warning",
+        False,
+        1000.0,
+        79.0,
+        suggestion="restore",
+        suggested_command="rocm-smi -d 0 --resetclocks",
+        undo_command="rocm-smi -d 0 --resetclocks",
+        cool_since=1000.0,
+    )
+    holder.publish(Published(published.snapshot, alerts=(restore,)))
+    (served_alert,) = client.get("/api/v1/alerts").json()["alerts"]
+    assert served_alert["state"] == "inactive" and served_alert["undo_command"] == "rocm-smi -d 0 --resetclocks"
+    assert served_alert["suggested_command"] == "rocm-smi -d 0 --resetclocks" and served_alert["cool_since"] == 1000.0
     landing = client.get("/").text
     assert "Source: sysfs (chosen by --source)" in landing and "Devices: 3, up: 2" in landing
 

@@ -113,6 +113,16 @@ def _current_level(levels: list[int], current: int) -> int | None:
     return levels[current] if 0 <= current < min(len(levels), RSMI_MAX_NUM_FREQUENCIES) else None
 
 
+def gfx_levels(slow: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """The gfx DPM table's levels in Hz, lowest first; None when the library gave none."""
+    levels = [float(hz) for hz in slow.get("clocks", {}).get("gfx", {}).get("hertz", ())]
+    if not levels:
+        return None
+    levels.sort()
+    # As the sysfs source: a fine-grained table (min, the clock of the moment, max) is its range.
+    return (levels[0], levels[-1]) if len(levels) <= 3 else tuple(levels)
+
+
 def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
     """(current, max) Hz per domain: DPM tables on the slow schedule, gpu_metrics every read."""
     current: dict[str, float] = {}
@@ -212,6 +222,7 @@ def sample_from_readings(
         memory_total_bytes=frozen_map({k: float(v) for k, v in slow.get("memory_total", {}).items()}),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
+        gfx_dpm_levels_hertz=gfx_levels(slow),
         voltages_volts=frozen_map(voltages),
         pcie_bandwidth_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),

@@ -30,6 +30,14 @@ DPM_FILES = {
 }
 
 
+def dpm_table(levels_hertz: tuple[float, ...]) -> tuple[float, ...]:
+    """A DPM table as Sample.gfx_dpm_levels_hertz holds it: lowest first; a fine-grained table (at most
+    three lines: min, the current clock when between, max) as its range (min, max), since its middle
+    line is the clock of the moment, not a level."""
+    levels = sorted(levels_hertz)
+    return (levels[0], levels[-1]) if len(levels) <= 3 else tuple(levels)
+
+
 def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a sum)."""
     dev = device.device_dir
@@ -39,6 +47,8 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
         levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm)
         if levels is not None and levels.levels_hertz:
             values.set("clocks_max_hertz", domain, levels.max_hertz, name)
+            if domain == "gfx":
+                values.set("gfx_dpm_levels_hertz", None, dpm_table(levels.levels_hertz))
             if levels.current_hertz is not None:
                 values.set("clocks_hertz", domain, levels.current_hertz, name)
     ras_dir = f"{dev}/ras"
@@ -60,6 +70,7 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
         record(f"{dev}/xgmi_error", "implausible", f"{new_errors} events in one read")
         new_errors = None
     before = previous.scalars.get("xgmi_error_events") if previous is not None else None
+    before = before if isinstance(before, int | float) else None
     values.set("xgmi_error_events", None, (int(before or 0) + new_errors) if new_errors is not None else before)
     return values
 

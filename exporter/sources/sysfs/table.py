@@ -133,7 +133,7 @@ class SampleValues:
     """The fields of one Sample being assembled, layer by layer: scalars and mappings by field name."""
 
     def __init__(self) -> None:
-        self.scalars: dict[str, float | int | None] = {}
+        self.scalars: dict[str, float | int | tuple[float, ...] | None] = {}
         self.mappings: dict[str, dict[Any, Any]] = {name: {} for name in MAPPING_FIELDS}
 
     def supplied(self, field: str, key: Key | None = None) -> bool:

@@ -1,0 +1,140 @@
+"""Checking and re-reading configuration: `check-config`, `check-rules` and SIGHUP.
+
+A config file is read here into nodes (not just loaded) so every error names its line, and each
+value is parsed by the same Option the daemon uses (config.OPTIONS), so what `check-config` accepts
+is exactly what `serve` accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node
+
+from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
+from exporter.alerting.rules import Rule
+from exporter.config import OPTIONS, ConfigError, Option, Settings
+
+_BY_NAME = {option.name: option for option in OPTIONS}
+# What a reload applies at once; every other option needs a restart (the listener, the source, ...).
+RELOADABLE = ("rules.file", "log.level")
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Option name -> parsed value, for every option the file sets; ConfigError naming file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        raise ConfigError(f"cannot read config file {path}: {reason}") from error
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: not valid YAML: {error.problem or error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if root is None:
+        return {}
+    if not isinstance(root, MappingNode):
+        raise ConfigError(f"{path} line {root.start_mark.line + 1}: the file must be a mapping of option: value")
+    constructor = SafeConstructor()
+    values: dict[str, Any] = {}
+    for key_node, value_node in root.value:
+        line = f"{path} line {key_node.start_mark.line + 1}"
+        key = _construct(constructor, key_node, line)
+        option = _BY_NAME.get(key) if isinstance(key, str) else None
+        if option is None:
+            raise ConfigError(f"{line}: unknown option {key!r} (known: {', '.join(sorted(_BY_NAME))})")
+        if key in values:
+            raise ConfigError(f"{line}: {key!r} appears twice")
+        values[key] = _parse(option, _construct(constructor, value_node, line), line)
+    return values
+
+
+def _construct(constructor: SafeConstructor, node: Node, line: str) -> Any:
+    try:
+        return constructor.construct_object(node, deep=True)
+    except (ConstructorError, ValueError) as error:
+        raise ConfigError(f"{line}: cannot read value: {error}") from error
+
+
+def _parse(option: Option, raw: Any, line: str) -> Any:
+    try:
+        if option.repeatable:
+            items = [raw] if isinstance(raw, str) else list(raw or ())
+            return tuple(option.parse(item) for item in items)
+        return option.parse(raw)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{line}: {option.name}: {error}") from error
+
+
+def reload_settings(settings: Settings) -> Settings:
+    """The settings with the config file read again. Flags and environment variables still win, as
+    at start; an option the file no longer sets goes back to its default."""
+    from_file = read_config_file(settings.config_file) if settings.config_file else {}
+    changes: dict[str, Any] = {}
+    origins = dict(settings.origins)
+    for option in OPTIONS:
+        if origins.get(option.name) in ("flag", "env"):
+            continue
+        if option.name in from_file:
+            changes[option.dest], origins[option.name] = from_file[option.name], "file"
+        else:
+            changes[option.dest], origins[option.name] = _parse(option, option.default, option.name), "default"
+    return dataclasses.replace(settings, **changes, origins=origins)
+
+
+def changed_options(before: Settings, after: Settings) -> list[str]:
+    return [option.name for option in OPTIONS if getattr(before, option.dest) != getattr(after, option.dest)]
+
+
+def rules_of(settings: Settings) -> tuple[Rule, ...]:
+    """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
+    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
+
+
+def check_rules(path: str) -> str:
+    """`check-rules FILE`: the one-line summary, or RulesConfigError with the line."""
+    rules = load_rules(Path(path))
+    names = ", ".join(rule.alert for rule in rules[:5]) + (", ..." if len(rules) > 5 else "")
+    overrides = sum(len(rule.asic_overrides) for rule in rules)
+    with_overrides = f", {overrides} ASIC override(s)" if overrides else ""
+    return f"{path}: OK, {len(rules)} rule(s){with_overrides}: {names}"
+
+
+def check_config(path: str) -> str:
+    """`check-config FILE`: the one-line summary; the rule file it names is checked too."""
+    values = read_config_file(path)
+    summary = f"{path}: OK, {len(values)} option(s)"
+    rules_file = values.get("rules.file")
+    if rules_file:
+        try:
+            rules = load_rules(Path(rules_file))
+        except RulesConfigError as error:
+            raise ConfigError(f"{path}: rules.file: {error}") from error
+        summary += f"; rules.file {rules_file}: {len(rules)} rule(s)"
+    return summary
+
+
+def check_main(command: str, argv: list[str]) -> int:
+    """`amdgpu-exporter check-config FILE` / `check-rules FILE`: exit 0 with a summary line, 1 with
+    the error (file and line) on stderr, 2 for a wrong command line."""
+    import argparse
+    import sys
+
+    what = "config file" if command == "check-config" else "rule file"
+    parser = argparse.ArgumentParser(prog=f"amdgpu-exporter {command}", description=f"Check a {what}.")
+    parser.add_argument("file", metavar="FILE", help=f"the {what} to check")
+    args = parser.parse_args(argv)
+    try:
+        print(check_config(args.file) if command == "check-config" else check_rules(args.file))
+    except (ConfigError, RulesConfigError) as error:
+        print(f"amdgpu-exporter: error: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,181 @@
+"""check-config / check-rules as an operator runs them, and SIGHUP on a running daemon (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+EXPORTER = [sys.executable, "-m", "exporter.cli"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EXPORTER, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_check_rules_accepts_the_shipped_file_with_one_line() -> None:
+    done = run("check-rules", "exporter/alerting/default_rules.yaml")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "exporter/alerting/default_rules.yaml: OK, 1 rule(s): GpuJunctionTemperatureHigh\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "rules:\n  - alert: X\n    metric: power_watts\n    comparison: '>'\n    threshold: 1\n"
+            "    summary: '{value:>200000000}'\n",
+            "line 6: 'summary': width or precision 200000000 in {value:>200000000} is more than 100",
+        ),
+        ("rules:\n  - alert: X\n    metric: power\n", "line 3: unknown metric 'power'"),
+        ("rules: [\n", "line 2: not valid YAML"),
+    ],
+)
+def test_check_rules_names_the_line_and_exits_1(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    done = run("check-rules", str(path))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"amdgpu-exporter: error: {path} {expected}"), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_check_config_checks_values_lines_and_the_rule_file_it_names(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text((REPO / "exporter/alerting/default_rules.yaml").read_text())
+    config = tmp_path / "config.yaml"
+    config.write_text(f"interval: 2s\nrules.file: {rules}\n")
+    done = run("check-config", str(config))
+    assert (done.returncode, done.stdout) == (0, f"{config}: OK, 2 option(s); rules.file {rules}: 1 rule(s)\n")
+    for text, expected in [
+        ("interval: 2s\nintervall: 3s\n", "line 2: unknown option 'intervall'"),
+        ("interval: 2s\nread-timeout: soon\n", "line 2: read-timeout: 'soon' is not a duration"),
+        ("source: rocm_smi\n", "line 1: source: 'rocm_smi' is not one of auto, sysfs, rocm-smi"),
+        (f"rules.file: {tmp_path / 'missing.yaml'}\n", "rules.file:"),
+    ]:
+        config.write_text(text)
+        done = run("check-config", str(config))
+        assert done.returncode == 1, text
+        assert done.stderr.startswith(f"amdgpu-exporter: error: {config}"), done.stderr
+        assert expected in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert run("check-config").returncode == 2  # no FILE: a usage error
+
+
+# ---------------------------------------------------------------------------------------------- SIGHUP
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, f"the exporter exited with {process.returncode} while waiting for {what}"
+        try:
+            found = check()
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            found = None
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.1)
+
+
+class Daemon:
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.rules = tmp_path / "rules.yaml"
+        self.config = tmp_path / "config.yaml"
+        self.log_path = tmp_path / "exporter.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [*EXPORTER, "--demo", f"--config.file={self.config}", f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env={**os.environ, "AMDGPU_EXPORTER_LOG_FORMAT": "json"},
+            )
+        return self.process
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == name:
+                    found.append(event)
+        return found
+
+    def alert_names(self) -> set[str]:
+        alerts = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=2).json()["alerts"]
+        return {a["alert"] for a in alerts}
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    found = Daemon(tmp_path)
+    yield found
+    if found.process is not None and found.process.poll() is None:
+        found.process.kill()
+        found.process.wait(timeout=10)
+
+
+EDGE_RULE = (
+    "rules:\n  - {alert: EdgeSeen, metric: temperature_celsius, sensor: edge, comparison: '>', threshold: -100}\n"
+)
+
+
+def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemon: Daemon) -> None:
+    daemon.rules.write_text((REPO / "exporter/alerting/default_rules.yaml").read_text())
+    daemon.config.write_text(f"rules.file: {daemon.rules}\ninterval: 1s\n")
+    process = daemon.start()
+    wait_until(lambda: daemon.alert_names() == {"GpuJunctionTemperatureHigh"}, 30, "the first rules' alerts", process)
+
+    # New rules: applied from the next cycle, logged.
+    daemon.rules.write_text(EDGE_RULE)
+    process.send_signal(signal.SIGHUP)
+    wait_until(lambda: daemon.alert_names() == {"EdgeSeen"}, 10, "the new rules' alerts", process)
+    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), 5, "the reloaded log line", process)
+    assert reloaded["rules"] == 1 and reloaded["changed"] == [] and reloaded["restart_needed"] == []
+
+    # An invalid rule file: the running rules stay, and the log says why with the line.
+    daemon.rules.write_text(EDGE_RULE + "  - {alert: Broken, metric: nothing}\n")
+    process.send_signal(signal.SIGHUP)
+    (failed,) = wait_until(lambda: daemon.events("reload_failed"), 5, "the reload_failed log line", process)
+    assert f"{daemon.rules} line 3: unknown metric 'nothing'" in failed["error"]
+    time.sleep(1.5)
+    assert daemon.alert_names() == {"EdgeSeen"} and process.poll() is None
+
+    # The config file: the interval needs a restart and says so; the rule file it names is read.
+    daemon.rules.write_text(EDGE_RULE)
+    daemon.config.write_text(f"rules.file: {daemon.rules}\ninterval: 2s\n")
+    process.send_signal(signal.SIGHUP)
+    events = wait_until(lambda: daemon.events("reloaded")[1:], 5, "the second reloaded log line", process)
+    assert events[0]["changed"] == ["interval"] and events[0]["restart_needed"] == ["interval"]
+    # An invalid config file keeps everything too.
+    daemon.config.write_text("interval: soon\n")
+    process.send_signal(signal.SIGHUP)
+    failures = wait_until(lambda: daemon.events("reload_failed")[1:], 5, "the second reload_failed", process)
+    assert f"{daemon.config} line 1: interval:" in failures[0]["error"]
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0

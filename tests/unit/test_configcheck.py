@@ -1,0 +1,46 @@
+"""Re-reading the config file on SIGHUP: flags and environment still win, removed keys go back to defaults."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from exporter.config import ConfigError, add_arguments, resolve
+from exporter.configcheck import changed_options, read_config_file, reload_settings
+
+
+def settings_for(config: Path, *argv: str, environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return resolve(parser.parse_args([f"--config.file={config}", *argv]), environ or {})
+
+
+def test_reload_takes_the_file_but_flags_and_environment_still_win(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("interval: 2s\nread-timeout: 3s\nlog.level: warn\n")
+    before = settings_for(config, "--interval=5s", environ={"AMDGPU_EXPORTER_LOG_LEVEL": "error"})
+    assert (before.interval, before.read_timeout, before.log_level) == (5.0, 3.0, "error")
+    config.write_text("interval: 1s\nslow-interval: 30s\nlog.level: debug\n")
+    after = reload_settings(before)
+    assert (after.interval, after.log_level) == (5.0, "error")  # the flag, the environment
+    assert after.slow_interval == 30.0 and after.origins["slow-interval"] == "file"
+    assert after.read_timeout == 2.0 and after.origins["read-timeout"] == "default"  # no longer in the file
+    assert changed_options(before, after) == ["read-timeout", "slow-interval"]
+
+
+def test_config_errors_name_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    for text, message in [
+        ("interval: 1s\n\nsource: gpu\n", "line 3: source: 'gpu' is not one of auto, sysfs, rocm-smi"),
+        ("- interval\n", "line 1: the file must be a mapping of option: value"),
+        ("interval: 1s\ninterval: 2s\n", "line 2: 'interval' appears twice"),
+        ("interval: [1s\n", "line 2: not valid YAML"),
+    ]:
+        config.write_text(text)
+        with pytest.raises(ConfigError) as error:
+            read_config_file(str(config))
+        assert str(error.value).startswith(f"{config} {message}"), str(error.value)
+    config.write_text("")
+    assert read_config_file(str(config)) == {}
