@@ -35,6 +35,16 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def parse_fast_interval(text: str) -> float:
+    """A duration of at least 10 ms, or 0 (the fast sampler off)."""
+    if str(text).strip() in ("0", "0s", "0ms"):
+        return 0.0
+    seconds = parse_duration(text)
+    if seconds < 0.01:
+        raise ValueError(f"{text!r} is shorter than 10ms (use 0 to turn the fast sampler off)")
+    return seconds
+
+
 def parse_bool(text: str | bool) -> bool:
     if isinstance(text, bool):
         return text
@@ -145,6 +155,13 @@ OPTIONS: tuple[Option, ...] = (
         "10s",
         "how often caps, thresholds, DPM tables and RAS counts are re-read",
     ),
+    Option(
+        "fast.interval",
+        parse_fast_interval,
+        "100ms",
+        "time between fast gpu_metrics reads for the sliding windows and /api/v1/waveform; 0 turns them off",
+    ),
+    Option("window", parse_duration, "15s", "length of the sliding windows (min, max, mean of the fast samples)"),
     Option("source", _choice("auto", "sysfs", "rocm-smi", "amd-smi"), "auto", "where values come from"),
     Option("rules.file", str, "", "YAML file of in-daemon alert rules (default: the shipped rules)"),
     Option("alertmanager.url", str, (), "Alertmanager to push alerts to (repeatable)", repeatable=True),
@@ -231,6 +248,8 @@ class Settings:
     read_timeout: float
     discovery_interval: float
     slow_interval: float
+    fast_interval: float
+    window: float
     source: str
     rules_file: str
     alertmanager_url: tuple[str, ...]
@@ -342,4 +361,9 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             raise ConfigError(f"{where[origin] or option.name}: {error}") from error
         values[option.dest] = value
         origins[option.name] = origin
+    if values["fast_interval"] and values["window"] < 2 * values["fast_interval"]:
+        raise ConfigError(
+            f"--window ({values['window']:g}s) must hold at least two fast samples"
+            f" (--fast.interval {values['fast_interval']:g}s)"
+        )
     return Settings(**values, config_file=config_file, origins=origins)

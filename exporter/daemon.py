@@ -22,12 +22,14 @@ from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import configure_logging, get_logger
+from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 from exporter.web.routes import create_app
+from exporter.web.waveform import WaveformSource
 
 if TYPE_CHECKING:
     from exporter.alerting.alertmanager import AlertmanagerPusher
@@ -181,6 +183,13 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
         raise ConfigError(f"--alertmanager.url: {error}") from error
 
 
+def fast_sampler(settings: Settings) -> FastSampler | None:
+    """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
+    if not settings.fast_interval:
+        return None
+    return FastSampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+
+
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
     invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
@@ -258,6 +267,10 @@ async def serve(settings: Settings) -> None:
         # logged once devices are found: on a host without a GPU the one-sentence error is all there is
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         pusher = alertmanager_pusher(settings, port, rules)
+        fast = fast_sampler(settings)
+        if fast is not None:
+            stack.callback(fast.stop)
+            fast.start()
         clock_tool = find_tool(settings.alerting_clock_tool)
         attribution = AttributionSources(settings, sysfs_root)
         if attribution.enabled:
@@ -277,10 +290,12 @@ async def serve(settings: Settings) -> None:
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution if attribution.enabled else None,
             health=health,
+            fast=fast,
             clock_tool=clock_tool,
         )
         poller.on_snapshot = pipeline.on_snapshot
-        app = create_app(lambda: pipeline.state, settings.web_telemetry_path, health)
+        waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
+        app = create_app(lambda: pipeline.state, settings.web_telemetry_path, health, waveform=waveform)
         current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
         app = WebGuard(app, current_web, http_stats)
         budget = http_server.connection_budget(

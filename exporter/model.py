@@ -102,7 +102,9 @@ class Sample:
     pcie_max_link_transfers_per_second: float | None = None
     pcie_link_width: int | None = None
     pcie_max_link_width: int | None = None
-    pcie_bandwidth_bytes_per_second: float | None = None
+    pcie_bandwidth_bytes_per_second: float | None = None  # measured (MI300: gpu_metrics pcie_bandwidth_inst)
+    # MI200: an upper bound from pcie_bw (messages x max payload over the kernel's 1 s window), not a measurement
+    pcie_bandwidth_upper_bound_bytes_per_second: float | None = None
     pcie_replays: int | None = None
     pcie_recoveries: int | None = None
     pcie_naks_sent: int | None = None
@@ -175,23 +177,9 @@ class SourceStats:
     worker_restarts: int | None = None  # rocm-smi worker processes started after the first; None: no worker
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Immutable result of one poll cycle: what alerting, exposition and the API all read."""
-
-    taken_at: float
-    devices: tuple[DeviceState, ...] = ()
-    poll_duration_seconds: float = 0.0
-    source: str = ""  # "sysfs" | "rocm-smi"
-    cycle: int = 0
-    source_stats: SourceStats = SourceStats()
-    discoveries: int = 0  # discoveries merged so far
-    discovery_failures: int = 0  # discoveries that failed or overran their deadline
-    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
-    attribution: Attribution = field(default_factory=Attribution)
-
-
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Fast cycles: a healthy cycle of 16 GCDs is ~0.1-1 ms; the top buckets catch slow devices.
+FAST_CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +198,69 @@ class Histogram:
     @property
     def count(self) -> int:
         return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStat:
+    """min / max / mean of one value over the sliding window."""
+
+    minimum: float
+    maximum: float
+    mean: float
+    exact_mean: bool = False  # the mean came from a firmware accumulator, not from the samples
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWindow:
+    """One device's window: (family, key) -> stat for every value supplied in it.
+
+    family is "temperature" | "power" | "busy" | "clock"; key the sensor, "socket", engine, domain.
+    """
+
+    gpu: int
+    samples: int  # fast samples inside the window
+    stats: Mapping[tuple[str, str], WindowStat] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class FastStats:
+    """The fast sampler's own counters, copied out when a window snapshot is taken."""
+
+    samples: Mapping[int, int] = field(default_factory=frozen_map)  # gpu -> samples since start
+    read_errors: Mapping[tuple[int, str], int] = field(default_factory=frozen_map)  # (gpu, reason) -> count
+    cycle_durations: Histogram = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSnapshot:
+    """Every device's sliding window at one instant (pipeline/windows.py), whoever scrapes."""
+
+    taken_at: float
+    window_seconds: float
+    interval_seconds: float
+    devices: tuple[DeviceWindow, ...] = ()
+    stats: FastStats = FastStats()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Immutable result of one poll cycle: what alerting, exposition and the API all read.
+
+    `windows` is the fast sampler's window snapshot taken when the cycle was published (None with
+    --fast.interval=0): the pipeline joins it to the poll's snapshot before any later stage runs.
+    """
+
+    taken_at: float
+    devices: tuple[DeviceState, ...] = ()
+    poll_duration_seconds: float = 0.0
+    source: str = ""  # "sysfs" | "rocm-smi"
+    cycle: int = 0
+    source_stats: SourceStats = SourceStats()
+    # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
+    attribution: Attribution = field(default_factory=Attribution)
+    windows: WindowSnapshot | None = None
+    discoveries: int = 0  # discoveries merged so far
+    discovery_failures: int = 0  # discoveries that failed or overran their deadline
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,8 +129,10 @@ _RULE_KEYS = (
     "description",
     "suggestion",
     "action",
+    "window",
     "asic_overrides",
 )
+_WINDOW_STATS = ("max", "min", "mean")
 _CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range_min_mhz", "restore_after")
 _OVERRIDE_KEYS = ("threshold", "clear_threshold", "for", "severity")
 
@@ -201,6 +203,11 @@ class _RuleFileParser:
         severity = self.severity(fields, default="warning")
         templates = {name: self.template(fields, name) for name in ("summary", "description", "suggestion")}
         clock_down = self.action(fields, metric, for_seconds)
+        window = self.string(fields, "window", default="")
+        if window and window not in _WINDOW_STATS:
+            self.fail(fields["window"][1], f"'window' must be one of {', '.join(_WINDOW_STATS)}, not {window!r}")
+        if window and not spec.window_family:
+            self.fail(fields["window"][1], f"metric {metric!r} has no sliding window to read")
         rule = Rule(
             alert=alert,
             metric=metric,
@@ -214,6 +221,7 @@ class _RuleFileParser:
             description=templates["description"],
             suggestion=templates["suggestion"],
             clock_down=clock_down,
+            window=window,
         )
         if "asic_overrides" in fields:
             rule = dataclasses.replace(rule, asic_overrides=self.asic_overrides(fields["asic_overrides"][1], rule))

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter.alerting.watch import WATCHABLE
-from exporter.model import Sample
+from exporter.model import DeviceWindow, Sample
 
 SEVERITIES = ("info", "warning", "critical")
 # The ASICs a rule file may override values for (DeviceIdentity.asic; a unit test holds this to the
@@ -57,6 +57,10 @@ class Rule:
     description: str = ""
     suggestion: str = ""
     clock_down: ClockDown | None = None
+    # "max" | "min" | "mean": read the value's sliding window (the fast sampler's, --window) instead
+    # of the latest poll sample, so a spike between two polls counts; "" = the latest sample. Where a
+    # device has no window (fast sampler off, a value it does not sample) the latest sample is read.
+    window: str = ""
     # asic (DeviceIdentity.asic, e.g. "aldebaran", "aqua_vanjaram") -> this rule with that ASIC's values
     asic_overrides: tuple[tuple[str, Rule], ...] = ()
 
@@ -67,8 +71,15 @@ class Rule:
                 return rule
         return self
 
-    def read(self, sample: Sample) -> float | None:
-        value = WATCHABLE[self.metric].read(sample, self.key or "")
+    def read(self, sample: Sample, window: DeviceWindow | None = None) -> float | None:
+        spec = WATCHABLE[self.metric]
+        value: float | None = None
+        if self.window and window is not None and spec.window_family:
+            stat = window.stats.get((spec.window_family, spec.window_key(self.key or "")))
+            if stat is not None:
+                value = {"max": stat.maximum, "min": stat.minimum, "mean": stat.mean}[self.window]
+        if value is None:
+            value = spec.read(sample, self.key or "")
         if value is None or not math.isfinite(value):
             return None
         return float(value)

@@ -91,19 +91,20 @@ def evaluate(
     by_key = {(state.device_key, state.alert): state for state in previous}
     configured = {rule.alert for rule in rules}
     smi_indices = rocm_smi_indices(snapshot.devices)
+    windows = {w.gpu: w for w in snapshot.windows.devices} if snapshot.windows is not None else {}
     states: dict[tuple[tuple[str, str, int], str], AlertState] = {}
     transitions: list[Transition] = []
     for device in snapshot.devices:
         sample = device.sample if device.up else None
         # Rules watching the same value read it once per device.
-        values: dict[tuple[str, str | None], float | None] = {}
+        values: dict[tuple[str, str | None, str], float | None] = {}
         for configured_rule in rules:
             rule = configured_rule.for_asic(device.identity.asic)
             key = (device.identity.key, rule.alert)  # an alert follows its device, not its index
             old = by_key.get(key)
-            watched = (rule.metric, rule.key)
+            watched = (rule.metric, rule.key, rule.window)
             if watched not in values:
-                values[watched] = rule.read(sample) if sample is not None else None
+                values[watched] = rule.read(sample, windows.get(device.gpu)) if sample is not None else None
             value = values[watched]
             if value is None:
                 if old is not None:

@@ -27,9 +27,13 @@ class Watchable:
     keys: tuple[str, ...]  # the values the key label may take
     unit: str  # as shown after a value, " °C"
     read: Callable[[Sample, str], float | None]
+    # The fast sampler's window family of the same value ("temperature", ...), "" when there is none;
+    # window_key maps the rule's key to the window's (power has no key: its window key is "socket").
+    window_family: str = ""
+    window_key: Callable[[str], str] = str
 
 
-def _from_table(family: str, keys: tuple[str, ...] = ()) -> Watchable:
+def _from_table(family: str, keys: tuple[str, ...] = (), window_family: str = "") -> Watchable:
     """A watchable read through the table entry of `family`, checked at import."""
     spec: MetricSpec = BY_NAME[family]
     getter = spec.sample_getter
@@ -46,7 +50,10 @@ def _from_table(family: str, keys: tuple[str, ...] = ()) -> Watchable:
                 return value
         return None
 
-    return Watchable(key_label, keys, UNIT_SYMBOLS[spec.unit], read)
+    watchable = Watchable(key_label, keys, UNIT_SYMBOLS[spec.unit], read, window_family)
+    if key_label is None and window_family:
+        watchable = Watchable(key_label, keys, watchable.unit, read, window_family, lambda _key: "socket")
+    return watchable
 
 
 def _memory_used_ratio(sample: Sample, pool: str) -> float | None:
@@ -63,11 +70,11 @@ ENGINES = ("gfx", "memory", "media")
 CLOCK_DOMAINS = ("gfx", "memory", "fabric", "soc", "video", "decode")
 
 WATCHABLE: Mapping[str, Watchable] = {
-    "temperature_celsius": _from_table("amdgpu_temperature_celsius", TEMPERATURE_SENSORS),
-    "power_watts": _from_table("amdgpu_power_watts"),
-    "busy_ratio": _from_table("amdgpu_busy_ratio", ENGINES),
+    "temperature_celsius": _from_table("amdgpu_temperature_celsius", TEMPERATURE_SENSORS, "temperature"),
+    "power_watts": _from_table("amdgpu_power_watts", (), "power"),
+    "busy_ratio": _from_table("amdgpu_busy_ratio", ENGINES, "busy"),
     # Derived from amdgpu_memory_used_bytes / amdgpu_memory_total_bytes (not a family of its own).
     "memory_used_ratio": Watchable("pool", MEMORY_POOLS, "", _memory_used_ratio),
     "memory_used_bytes": _from_table("amdgpu_memory_used_bytes", MEMORY_POOLS),
-    "clock_hertz": _from_table("amdgpu_clock_hertz", CLOCK_DOMAINS),
+    "clock_hertz": _from_table("amdgpu_clock_hertz", CLOCK_DOMAINS, "clock"),
 }

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter import __version__
-from exporter.model import DeviceState, Histogram, Published, Sample, WebStats
+from exporter.model import DeviceState, FastStats, Histogram, Published, Sample, WebStats
+from exporter.pipeline.pcie import link_max_bytes_per_second
 
 STAGES = ("rules", "render", "alertmanager")  # the stages readiness watches (pipeline/health.py)
 
@@ -271,6 +272,34 @@ def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]
     return values
 
 
+def _pcie_link_max(sample: Sample) -> Iterable[LabelledValue]:
+    value = link_max_bytes_per_second(sample.pcie_link_transfers_per_second, sample.pcie_link_width)
+    if value is not None:
+        yield (), value
+
+
+_STATS = (("min", "minimum"), ("max", "maximum"), ("mean", "mean"))
+
+
+def _window(family: str, keyed: bool) -> Callable[[Published], Iterator[LabelledValue]]:
+    """One window family: every device's (family, key) stats from the snapshot's fast-sampler windows."""
+
+    def values(published: Published) -> Iterator[LabelledValue]:
+        windows = published.snapshot.windows
+        if windows is None:
+            return
+        for device in windows.devices:
+            gpu = str(device.gpu)
+            for (stat_family, key), stat in device.stats.items():
+                if stat_family != family:
+                    continue
+                for label, attr in _STATS:
+                    labels = (gpu, key, label) if keyed else (gpu, label)
+                    yield labels, getattr(stat, attr)
+
+    return values
+
+
 def _web(get: Callable[[WebStats], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
     def values(published: Published) -> Iterator[LabelledValue]:
         if published.stats.web is not None:
@@ -314,6 +343,28 @@ def _process_value(attr: str) -> Callable[[Published], Iterator[LabelledValue]]:
                 yield (str(usage.gpu), str(usage.pid), usage.comm), float(value)
 
     return values
+
+
+def _window_seconds(published: Published) -> Iterator[LabelledValue]:
+    if published.snapshot.windows is not None:
+        yield (), published.snapshot.windows.window_seconds
+
+
+def _fast_samples(published: Published) -> Iterator[LabelledValue]:
+    if published.snapshot.windows is not None:
+        for gpu, count in sorted(published.snapshot.windows.stats.samples.items()):
+            yield (str(gpu),), float(count)
+
+
+def _fast_read_errors(published: Published) -> Iterator[LabelledValue]:
+    if published.snapshot.windows is not None:
+        for (gpu, reason), count in sorted(published.snapshot.windows.stats.read_errors.items()):
+            yield (str(gpu), reason), float(count)
+
+
+def _fast_cycle_durations(published: Published) -> Histogram:
+    windows = published.snapshot.windows
+    return windows.stats.cycle_durations if windows is not None else FastStats().cycle_durations
 
 
 def _web_reloads(web: WebStats) -> Iterator[LabelledValue]:
@@ -489,10 +540,29 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_pcie_bandwidth_bytes_per_second",
         "gauge",
         "bytes_per_second",
-        "PCIe bandwidth. MI300: pcie_bandwidth_inst from gpu_metrics; MI200: upper-bound estimate "
-        "(messages x max payload) from pcie_bw, read in the background.",
+        "PCIe bandwidth as the device measures it (MI300: pcie_bandwidth_inst in gpu_metrics). MI200 "
+        "measures none: see amdgpu_pcie_bandwidth_upper_bound_bytes_per_second.",
         (),
         _scalar("pcie_bandwidth_bytes_per_second"),
+    ),
+    device(
+        "amdgpu_pcie_bandwidth_upper_bound_bytes_per_second",
+        "gauge",
+        "bytes_per_second",
+        "Upper bound of PCIe traffic where the device measures none (MI200): messages sent and received "
+        "x the maximum payload size, from pcie_bw over the kernel's 1 s window, read in the background.",
+        (),
+        _scalar("pcie_bandwidth_upper_bound_bytes_per_second"),
+    ),
+    device(
+        "amdgpu_pcie_link_max_bytes_per_second",
+        "gauge",
+        "bytes_per_second",
+        "Theoretical bandwidth of the PCIe link in one direction at its current speed and width: GT/s x "
+        "lanes x the generation's line-code efficiency (8b/10b to 5 GT/s, 128b/130b to 32 GT/s, 242/256 "
+        "FLIT at 64 GT/s) / 8. What 'PCIe bandwidth >= 80 % of theoretical' is measured against.",
+        (),
+        _pcie_link_max,
     ),
     device("amdgpu_pcie_replays", "counter", "", "PCIe replays (NAKs sent + received).", (), _scalar("pcie_replays")),
     device(
@@ -554,6 +624,42 @@ METRICS: tuple[MetricSpec, ...] = (
         _mapping("ecc_errors"),
     ),
     device("amdgpu_ras_retired_pages", "gauge", "", "VRAM pages retired by RAS.", (), _scalar("ras_retired_pages")),
+    MetricSpec(
+        "amdgpu_temperature_window_celsius",
+        "gauge",
+        "celsius",
+        "Temperature of a sensor over the sliding window (amdgpu_exporter_window_seconds) of fast samples: "
+        "stat min, max or mean. A spike between two scrapes shows in max.",
+        ("gpu", "sensor", "stat"),
+        _window("temperature", keyed=True),
+    ),
+    MetricSpec(
+        "amdgpu_power_window_watts",
+        "gauge",
+        "watts",
+        "Socket power over the sliding window of fast samples: stat min, max or mean; the mean is the "
+        "energy accumulator's change over the window, exact whatever the sampling. MI250X: die 0 only.",
+        ("gpu", "stat"),
+        _window("power", keyed=False),
+    ),
+    MetricSpec(
+        "amdgpu_busy_window_ratio",
+        "gauge",
+        "ratio",
+        "Busy ratio of an engine (gfx, memory) over the sliding window of fast samples: stat min, max or "
+        "mean. MI300: the mean comes from the firmware's activity accumulators. Compute/communication "
+        "alternation shows as max near 1 and min far below it.",
+        ("gpu", "engine", "stat"),
+        _window("busy", keyed=True),
+    ),
+    MetricSpec(
+        "amdgpu_clock_window_hertz",
+        "gauge",
+        "hertz",
+        "Current clock of a domain (gfx, memory, soc) over the sliding window of fast samples: stat min, max or mean.",
+        ("gpu", "domain", "stat"),
+        _window("clock", keyed=True),
+    ),
     MetricSpec(
         "amdgpu_up",
         "gauge",
@@ -676,6 +782,39 @@ METRICS: tuple[MetricSpec, ...] = (
         "Unix time the last poll cycle finished.",
         (),
         _last_poll,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_window_seconds",
+        "gauge",
+        "seconds",
+        "Length of the sliding window the *_window_* families cover (--window).",
+        (),
+        _window_seconds,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_fast_samples",
+        "counter",
+        "",
+        "gpu_metrics reads by the fast sampler (--fast.interval) that gave a sample.",
+        ("gpu",),
+        _fast_samples,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_fast_read_errors",
+        "counter",
+        "",
+        "Fast sampler reads that gave no sample, by reason (timeout, gone, read_error, unreadable_table).",
+        ("gpu", "reason"),
+        _fast_read_errors,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_fast_cycle_duration_seconds",
+        "histogram",
+        "seconds",
+        "Wall time of one fast-sampler cycle: one gpu_metrics read of every device.",
+        (),
+        _nothing,
+        histogram=_fast_cycle_durations,
     ),
     MetricSpec(
         "amdgpu_exporter_worker_restarts",

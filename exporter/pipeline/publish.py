@@ -7,8 +7,9 @@ the web layer reads; nothing downstream writes back into anything upstream.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,11 +20,13 @@ from exporter.log import get_logger
 from exporter.model import (
     AlertmanagerStats,
     AlertState,
+    DeviceIdentity,
     ExporterStats,
     Histogram,
     Published,
     Snapshot,
     WebStats,
+    WindowSnapshot,
     frozen_map,
 )
 from exporter.pipeline.enrich import AttributionInputs, enrich
@@ -61,6 +64,14 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
 
 
+class WindowSource(Protocol):
+    """The fast sampler as the pipeline sees it: told which devices exist, asked for its windows."""
+
+    def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None: ...
+
+    def windows(self, now: float | None = None) -> WindowSnapshot: ...
+
+
 class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
@@ -72,6 +83,7 @@ class Pipeline:
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
         attribution: AttributionSource | None = None,
+        fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
@@ -80,6 +92,7 @@ class Pipeline:
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
         self.attribution = attribution
+        self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
         self.state = PublishedState(source=source_name, source_reason=source_reason)
@@ -88,6 +101,11 @@ class Pipeline:
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.health.progress()
+        if self.fast is not None:
+            # The join of the two samplers: the fast one follows the devices the poller knows (same
+            # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
+            self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
+            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)

@@ -15,8 +15,9 @@ correct reader of the tree reproduces it exactly. Conventions where the tree lea
   the v1_6+ *_residency_acc counters x 1 ms (socket_thm -> socket_thermal, vr_thm, hbm_thm alike).
 - Partitioned sockets (v1_6+): every partition's busy gfx is its own (its xcp_stats XCCs), partition
   0's included; fixed layouts (v1_6..v1_8) also give each partition its media (VCN) busy.
-- PCIe bandwidth: MI200 (received + sent) x max payload from pcie_bw; MI300X pcie_bandwidth_inst
-  GB/s x 1e9. XGMI link bytes/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9 / 8;
+- PCIe bandwidth: MI200 (received + sent) x max payload from pcie_bw as the upper bound (its own
+  field); MI300X pcie_bandwidth_inst GB/s x 1e9 as the measured bandwidth.
+  XGMI link bytes/s = xgmi_link_speed (Gbps per lane) x xgmi_link_width x 1e9 / 8;
   XGMI bytes = KB x 1024.
 - Partitions (MI300-class in DPX/QPX/CPX): one device per partition, `gpu` numbered socket by
   socket in BDF order, partition 0 first (the order amd-smi lists them). Partition 0's identity and
@@ -220,12 +221,9 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
     busy = {"gfx": r.gfx_busy / 100.0, "memory": r.mem_busy / 100.0}
     if gcd.metrics_version != (1, 3):
         busy["media"] = 0.0  # vcn_activity / vcn_busy read 0 (Aldebaran leaves mm_activity unset)
-    if r.pcie_bw is not None:
-        pcie_bw: float | None = float((r.pcie_bw[0] + r.pcie_bw[1]) * r.pcie_bw[2])
-    elif r.pcie_bw_inst_gbs is not None:
-        pcie_bw = r.pcie_bw_inst_gbs * 1e9
-    else:
-        pcie_bw = None
+    # MI200: an upper bound from pcie_bw (its own field); MI300X: the measured pcie_bandwidth_inst.
+    pcie_bw_bound = float((r.pcie_bw[0] + r.pcie_bw[1]) * r.pcie_bw[2]) if r.pcie_bw is not None else None
+    pcie_bw = r.pcie_bw_inst_gbs * 1e9 if r.pcie_bw is None and r.pcie_bw_inst_gbs is not None else None
     mi300 = gcd.metrics_version != (1, 3)
     return Sample(
         timestamp=timestamp,
@@ -275,6 +273,7 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
         pcie_link_width=m.pcie_width,
         pcie_max_link_width=m.pcie_width,
         pcie_bandwidth_bytes_per_second=pcie_bw,
+        pcie_bandwidth_upper_bound_bytes_per_second=pcie_bw_bound,
         pcie_replays=r.pcie_replays,
         pcie_recoveries=r.pcie_recoveries,
         pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,

@@ -36,6 +36,7 @@ RANGES: Mapping[str, tuple[float, float]] = {
     "pcie_link_width": (0.0, 32.0),
     "pcie_max_link_width": (0.0, 32.0),
     "pcie_bandwidth_bytes_per_second": (0.0, 1e12),  # 1 TB/s: 8x a PCIe 6 x16 link
+    "pcie_bandwidth_upper_bound_bytes_per_second": (0.0, 1e12),
     "pcie_replays": (0.0, 2.0**62),
     "pcie_recoveries": (0.0, 2.0**62),
     "pcie_naks_sent": (0.0, 2.0**32),

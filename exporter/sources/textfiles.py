@@ -111,6 +111,12 @@ _DECIMAL = re.compile(r"(-?)([0-9]+)")
 
 
 def _decimal(text: str, low: int, high: int, what: str) -> int:
+    if 0 < len(text) <= 20 and text.isascii() and text.isdigit():
+        # The common case, plain ASCII digits, without the regex: a poll parses several per device.
+        value = int(text)
+        if not low <= value <= high:
+            raise _fail(f"{what} out of range [{low}, {high}]", text)
+        return value
     match = _DECIMAL.fullmatch(text)
     if match is None:
         raise _fail(f"not a decimal {what}", text)

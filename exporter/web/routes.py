@@ -1,4 +1,4 @@
-"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts and the landing page /.
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/waveform and /.
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
 (exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,6 +26,7 @@ from exporter.model import AlertState, DeviceState
 from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
+from exporter.web.waveform import WaveformSource, waveform_response
 
 log = get_logger("exporter.web")
 
@@ -158,7 +159,10 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 
 
 def create_app(
-    state_ref: Callable[[], PublishedState], telemetry_path: str = "/metrics", health: Health | None = None
+    state_ref: Callable[[], PublishedState],
+    telemetry_path: str = "/metrics",
+    health: Health | None = None,
+    waveform: WaveformSource | None = None,
 ) -> Any:
     # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
@@ -206,6 +210,11 @@ def create_app(
             {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
         )
 
+    @app.get("/api/v1/waveform")
+    async def waveform_route(request: Request) -> JSONResponse:
+        status, body = waveform_response(waveform, request.query_params)
+        return JSONResponse(body, status_code=status)
+
     @app.get("/", response_class=HTMLResponse)
     async def landing() -> str:
         state = state_ref()
@@ -221,6 +230,8 @@ def create_app(
             f'<li><a href="{path}">{path}</a> — Prometheus metrics</li>'
             '<li><a href="/api/v1/devices">/api/v1/devices</a> — latest samples as JSON</li>'
             '<li><a href="/api/v1/alerts">/api/v1/alerts</a> — in-daemon alerts and clock-down suggestions</li>'
+            '<li><a href="/api/v1/waveform?gpu=0&amp;seconds=5">/api/v1/waveform?gpu=N&amp;seconds=S</a> — '
+            "the fast samples of one device (timestamps, temperatures, power, busy)</li>"
             '<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>'
             "</ul></body></html>"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .panels import (
     ANY_IS_BAD,
     ANY_IS_WORTH_A_LOOK,
+    GREEN,
     NODE_UID,
     ORANGE,
     RED,
@@ -27,6 +28,7 @@ from .queries import (
     NODE_ALL_GPUS,
     PER_GPU,
     age_at_scrape,
+    fast_cycle_quantile,
     junction,
     node_package,
     package_join,
@@ -36,7 +38,12 @@ from .queries import (
     vram_used_ratio,
 )
 from .render import DATASOURCE
-from .thresholds import RETIRED_PAGES_CRITICAL, Thresholds
+from .thresholds import (
+    PCIE_EFFICIENCY_TARGET_RATIO,
+    RETIRED_PAGES_CRITICAL,
+    TEMPERATURE_SWING_LIMIT_CELSIUS,
+    Thresholds,
+)
 from .variables import datasource_variable, query_variable
 
 
@@ -154,6 +161,41 @@ def thermals_row(t: Thresholds) -> Row:
                 HBM_SENSORS,
             ),
             Panel(
+                "timeseries",
+                "Junction temperature over the window (min / max)",
+                "Lowest and highest junction temperature of each GCD within the exporter's sliding window "
+                "(amdgpu_exporter_window_seconds, 15 s by default), sampled every 100 ms: a spike between two "
+                f"scrapes shows here; the red band starts at {celsius(t.junction_hot_celsius)}.",
+                Query(
+                    f'amdgpu_temperature_window_celsius{{{NODE}, sensor="junction", stat=~"min|max"}}',
+                    "gpu {{gpu}} {{stat}}",
+                ),
+                unit="celsius",
+                width=12,
+                height=8,
+                steps=temperature_steps(t),
+                threshold_line=True,
+            ),
+            Panel(
+                "timeseries",
+                "Junction swing within the window",
+                "Junction window max - min per GCD. Training engineers expect less than "
+                f"{celsius(TEMPERATURE_SWING_LIMIT_CELSIUS)} during communication bursts (dashed line; the "
+                "AMDGPUTemperatureSwing alert fires on a sustained swing above it).",
+                Query(
+                    f'amdgpu_temperature_window_celsius{{{NODE}, sensor="junction", stat="max"}} - ignoring (stat) '
+                    f'amdgpu_temperature_window_celsius{{{NODE}, sensor="junction", stat="min"}}',
+                    PER_GPU,
+                ),
+                # a difference of temperatures, not a temperature: no hot/cool levels apply
+                unit="suffix: °C",
+                width=12,
+                height=8,
+                minimum=0,
+                steps=((TEMPERATURE_SWING_LIMIT_CELSIUS, RED),),
+                threshold_line=True,
+            ),
+            Panel(
                 "stat",
                 "GCDs throttling now",
                 "How many of the selected GCDs have at least one SMU throttler reason active.",
@@ -231,6 +273,19 @@ def power_row() -> Row:
                 minimum=0,
             ),
             Panel(
+                "timeseries",
+                "Power over the window (min / mean / max)",
+                "Socket power of each GCD within the exporter's sliding window, sampled every 100 ms: the gap "
+                "between max and min is the compute / communication swing a 15 s scrape cannot see. The mean "
+                "comes from the energy accumulator, exact whatever the sampling. MI250X: die 0 only.",
+                Query(f"amdgpu_power_window_watts{{{NODE}}}", "gpu {{gpu}} {{stat}}"),
+                unit="watt",
+                width=24,
+                height=7,
+                minimum=0,
+                may_be_empty="an MI250X measures its package on die 0: die 1 has no power",
+            ),
+            Panel(
                 "stat",
                 "Energy in range",
                 "Energy each package holding a selected GCD used over the dashboard's time range.",
@@ -261,6 +316,31 @@ def busy_row() -> Row:
                 interval="1s",
                 custom={"lineInterpolation": "stepAfter", "fillOpacity": 0},
                 options={"maxDataPoints": 2000},
+            ),
+            Panel(
+                "timeseries",
+                "GFX busy over the window (min / mean / max)",
+                "Lowest, mean and highest gfx busy of each GCD within the exporter's sliding window, sampled "
+                "every 100 ms. A training job alternating compute and communication shows max near 1 and min "
+                "far below it at every scrape; max and min close together mean steady load (or none). MI300: "
+                "the mean comes from the firmware's activity accumulator.",
+                Query(f'amdgpu_busy_window_ratio{{{NODE}, engine="gfx"}}', "gpu {{gpu}} {{stat}}"),
+                unit="percentunit",
+                width=16,
+                height=8,
+                minimum=0,
+                maximum=1,
+            ),
+            Panel(
+                "timeseries",
+                "Memory busy over the window",
+                "Memory (HBM controller) busy within the window: min, mean and max per GCD.",
+                Query(f'amdgpu_busy_window_ratio{{{NODE}, engine="memory"}}', "gpu {{gpu}} {{stat}}"),
+                unit="percentunit",
+                width=8,
+                height=8,
+                minimum=0,
+                maximum=1,
             ),
             Panel(
                 "timeseries",
@@ -327,6 +407,17 @@ def clocks_row() -> Row:
                 may_be_empty="MI300X reports no voltages; MI200 reports vddgfx (hwmon in0_input) only",
                 width=7,
             ),
+            Panel(
+                "timeseries",
+                "GFX clock over the window (min / max)",
+                "Lowest and highest gfx clock of each GCD within the exporter's sliding window, sampled every "
+                "100 ms: a clock that dips between scrapes (a power or thermal limit biting briefly) shows as "
+                "a min below the max.",
+                Query(f'amdgpu_clock_window_hertz{{{NODE}, domain="gfx", stat=~"min|max"}}', "gpu {{gpu}} {{stat}}"),
+                unit="hertz",
+                width=24,
+                height=7,
+            ),
         ),
     )
 
@@ -355,17 +446,45 @@ def pcie_row() -> Row:
             ),
             against_reference(
                 "PCIe bandwidth",
-                "Measured PCIe traffic (solid; MI300: instantaneous from gpu_metrics, MI200: upper-bound "
-                "estimate from pcie_bw) against the current link's capacity in one direction (dashed; "
-                "GT/s x lanes x 128/130 / 8).",
-                Query(f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}", "gpu {{gpu}}"),
-                Query(
-                    f"amdgpu_pcie_current_link_transfers_per_second{{{NODE}}} * "
-                    f"amdgpu_pcie_current_link_width{{{NODE}}} * 128 / 130 / 8",
-                    "gpu {{gpu}} link capacity",
-                ),
+                "PCIe traffic against the current link's theoretical bandwidth in one direction (dashed; "
+                "amdgpu_pcie_link_max_bytes_per_second: GT/s x lanes x line-code efficiency / 8). Solid: measured "
+                "(MI300, gpu_metrics); dotted: MI200's upper-bound estimate from pcie_bw (messages x max payload).",
+                Query(f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}", "gpu {{gpu}} measured"),
+                Query(f"amdgpu_pcie_link_max_bytes_per_second{{{NODE}}}", "gpu {{gpu}} link max"),
                 unit="Bps",
                 width=6,
+                second_reference=Query(
+                    f"amdgpu_pcie_bandwidth_upper_bound_bytes_per_second{{{NODE}}}", "gpu {{gpu}} upper bound"
+                ),
+                may_be_empty="MI200 has no measured bandwidth and MI300 no pcie_bw estimate",
+            ),
+            Panel(
+                "timeseries",
+                "PCIe bandwidth / theoretical",
+                "PCIe traffic as a share of the link's theoretical bandwidth (the recording rules "
+                "gpu:amdgpu_pcie_bandwidth_efficiency:ratio and gpu:amdgpu_pcie_bandwidth_upper_bound_efficiency"
+                f":ratio). Host-device transfers of a training job should reach "
+                f"{PCIE_EFFICIENCY_TARGET_RATIO:.0%} (dashed line). MI200's figure is an upper bound, so its "
+                "share over-states the efficiency.",
+                (
+                    Query(
+                        f"amdgpu_pcie_bandwidth_bytes_per_second{{{NODE}}}"
+                        f" / amdgpu_pcie_link_max_bytes_per_second{{{NODE}}}",
+                        "gpu {{gpu}} measured",
+                    ),
+                    Query(
+                        f"amdgpu_pcie_bandwidth_upper_bound_bytes_per_second{{{NODE}}}"
+                        f" / amdgpu_pcie_link_max_bytes_per_second{{{NODE}}}",
+                        "gpu {{gpu}} upper bound",
+                    ),
+                ),
+                unit="percentunit",
+                width=6,
+                minimum=0,
+                steps=((PCIE_EFFICIENCY_TARGET_RATIO, GREEN),),
+                base_color=ORANGE,
+                threshold_line=True,
+                may_be_empty="MI200 measures no bandwidth and MI300 has no pcie_bw estimate: one series each",
             ),
             Panel(
                 "timeseries",
@@ -700,6 +819,29 @@ def exporter_row() -> Row:
                 may_be_empty="no read has failed, the sysfs source has no worker, and no Alertmanager is configured",
             ),
             Panel(
+                "timeseries",
+                "Fast samples per second",
+                "gpu_metrics reads per second per GCD by the fast sampler (10 at --fast.interval=100ms), and its "
+                "failed reads by reason.",
+                (
+                    Query(per_step("rate", "amdgpu_exporter_fast_samples_total", NODE), PER_GPU),
+                    Query(per_step("rate", "amdgpu_exporter_fast_read_errors_total", NODE), "gpu {{gpu}} {{reason}}"),
+                ),
+                unit="reqps",
+                width=8,
+                minimum=0,
+                may_be_empty="no fast read has failed",
+            ),
+            Panel(
+                "timeseries",
+                "Fast cycle duration",
+                "Wall time of one fast-sampler cycle: one gpu_metrics read of every GCD (p50, p99).",
+                (Query(fast_cycle_quantile(0.5), "p50"), Query(fast_cycle_quantile(0.99), "p99")),
+                unit="s",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
                 "table",
                 "Exporter build",
                 "Exporter version and the source it reads (sysfs or rocm-smi), with why that source was chosen.",
@@ -707,6 +849,15 @@ def exporter_row() -> Row:
                 unit="none",
                 width=8,
                 hide_columns=("job", "Value"),
+            ),
+            Panel(
+                "stat",
+                "Sliding window",
+                "The length of the window every *_window_* series covers (--window): min, max and mean over "
+                "the fast samples of the last this many seconds, whoever scrapes.",
+                f"amdgpu_exporter_window_seconds{{{NODE_ALL_GPUS}}}",
+                unit="s",
+                width=8,
             ),
         ),
     )

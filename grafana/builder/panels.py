@@ -43,7 +43,8 @@ class Panel:
     may_be_empty: str = ""  # why no data is a valid answer; appended to the description
     minimum: float | None = None
     maximum: float | None = None
-    steps: Steps = ()  # threshold steps above the green base
+    steps: Steps = ()  # threshold steps above the base colour
+    base_color: str = GREEN  # colour below the first step (a share that should be high starts orange)
     threshold_line: bool = False  # draw the threshold steps as dashed lines on a time series
     dashed: tuple[str, ...] = ()  # refIds drawn as dashed reference lines (limits, caps, maxima)
     dotted: tuple[str, ...] = ()  # refIds drawn as dotted lines (a second kind of reference)

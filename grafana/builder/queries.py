@@ -71,6 +71,11 @@ FLEET_PACKAGE_POWER = by_package("amdgpu_power_watts", FLEET)
 FLEET_PACKAGE_CAP = by_package("amdgpu_power_cap_watts", FLEET, "max")
 
 
+def fast_cycle_quantile(quantile: float) -> str:
+    buckets = per_step("rate", "amdgpu_exporter_fast_cycle_duration_seconds_bucket", NODE_ALL_GPUS)
+    return f"histogram_quantile({quantile:g}, sum by (le) ({buckets}))"
+
+
 def poll_duration_quantile(quantile: float) -> str:
     buckets = per_step("rate", "amdgpu_exporter_poll_duration_seconds_bucket", NODE_ALL_GPUS)
     return f"histogram_quantile({quantile:g}, sum by (le) ({buckets}))"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .panels import GREEN, JSON, MAY_BE_EMPTY, Dashboard, Panel, Query, Row
+from .panels import JSON, MAY_BE_EMPTY, Dashboard, Panel, Query, Row
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -37,7 +37,7 @@ def render_target(query: Query, ref_id: str, kind: str) -> JSON:
 
 
 def thresholds(panel: Panel) -> JSON:
-    steps: list[JSON] = [{"color": GREEN, "value": None}]
+    steps: list[JSON] = [{"color": panel.base_color, "value": None}]
     steps += [{"color": color, "value": value} for value, color in panel.steps]
     return {"mode": "absolute", "steps": steps}
 

@@ -161,3 +161,10 @@ def prometheus_threshold(alerts: Mapping[str, str], wanted: PrometheusThreshold,
         raise RulesError(f"{path}: no alert {wanted.alert} nor any alert of the form {wanted.what}")
     listed = ", ".join(f"{name} ({value:g})" for name, value in sorted(found.items()))
     raise RulesError(f"{path}: no alert {wanted.alert}, and alerts of the form {wanted.what} disagree: {listed}")
+
+
+# The field notes' checks (engineers training on MI210/MI250): PCIe bandwidth should reach 80 % of
+# the link's theoretical figure, and the junction should swing less than 5 °C during communication
+# bursts (the AMDGPUTemperatureSwing alert's level).
+PCIE_EFFICIENCY_TARGET_RATIO = 0.8
+TEMPERATURE_SWING_LIMIT_CELSIUS = 5.0

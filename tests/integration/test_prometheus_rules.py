@@ -52,6 +52,7 @@ _IDENTITY = (
     "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "partition", "vbios", "driver",
     "compute_partition", "memory_partition",
 )  # fmt: skip
+_STATS = frozenset({"min", "max", "mean"})
 _SENSORS = frozenset({"edge", "junction", "memory", "hbm0", "hbm1", "hbm2", "hbm3", "vr_gfx", "vr_soc", "vr_mem"})
 _DOMAINS = frozenset({"gfx", "memory", "fabric", "soc", "video", "decode"})
 CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
@@ -85,6 +86,8 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_pcie_current_link_width": _GPU,
     "amdgpu_pcie_max_link_width": _GPU,
     "amdgpu_pcie_bandwidth_bytes_per_second": _GPU,
+    "amdgpu_pcie_bandwidth_upper_bound_bytes_per_second": _GPU,
+    "amdgpu_pcie_link_max_bytes_per_second": _GPU,
     "amdgpu_pcie_replays_total": _GPU,
     "amdgpu_pcie_recoveries_total": _GPU,
     "amdgpu_pcie_naks_total": {**_GPU, "direction": frozenset({"sent", "received"})},
@@ -101,6 +104,11 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
         "type": frozenset({"correctable", "uncorrectable", "deferred"}),
     },
     "amdgpu_ras_retired_pages": _GPU,
+    # issue 13: the fast sampler's sliding windows (min / max / mean over --window)
+    "amdgpu_temperature_window_celsius": {**_GPU, "sensor": _SENSORS, "stat": _STATS},
+    "amdgpu_power_window_watts": {**_GPU, "stat": _STATS},
+    "amdgpu_busy_window_ratio": {**_GPU, "engine": frozenset({"gfx", "memory"}), "stat": _STATS},
+    "amdgpu_clock_window_hertz": {**_GPU, "domain": frozenset({"gfx", "memory", "soc"}), "stat": _STATS},
     "amdgpu_firmware_info": {**_GPU, "block": None, "version": None},
     "amdgpu_alert_firing": {**_GPU, "alert": None, "severity": frozenset({"info", "warning", "critical"})},
     "amdgpu_clock_down_suggested_ratio": _GPU,
@@ -123,6 +131,12 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
     "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
+    "amdgpu_exporter_window_seconds": {},
+    "amdgpu_exporter_fast_samples_total": _GPU,
+    "amdgpu_exporter_fast_read_errors_total": {**_GPU, "reason": None},
+    "amdgpu_exporter_fast_cycle_duration_seconds_bucket": {"le": None},
+    "amdgpu_exporter_fast_cycle_duration_seconds_sum": {},
+    "amdgpu_exporter_fast_cycle_duration_seconds_count": {},
     # Who is on each GPU (issue 12), with --kubernetes / --slurm.state-dir / --collector.processes.
     "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
     "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
@@ -141,14 +155,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
 # Series the rules read that the exporter does not export yet, planned by open issues (DESIGN.md's
 # metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
 # When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
-PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
-    # issue 13: the fast sampler's sliding windows
-    "amdgpu_temperature_window_celsius": {
-        **_GPU,
-        "sensor": _SENSORS,
-        "stat": frozenset({"min", "max", "mean"}),
-    },
-}
+PLANNED: dict[str, dict[str, frozenset[str] | None]] = {}
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
 TARGET_LABELS = frozenset({"instance", "job", "node"})

@@ -109,12 +109,16 @@ def wait_for(port: int, ready: Callable[[Series], bool], timeout: float = 15.0) 
         time.sleep(0.1)
 
 
+# Measured (MI300X, gpu_metrics) and the pcie_bw upper bound (MI2xx, background reader).
+BANDWIDTH_FAMILIES = ("amdgpu_pcie_bandwidth_bytes_per_second", "amdgpu_pcie_bandwidth_upper_bound_bytes_per_second")
+
+
 def settled(gpus: int, with_pcie_bw: int) -> Callable[[Series], bool]:
     """Every GPU up and the background pcie_bw reader's figures in."""
 
     def ready(series: Series) -> bool:
         up = sum(1 for (name, _), value in series.items() if name == "amdgpu_up" and value == 1)
-        bw = sum(1 for (name, _), _v in series.items() if name == "amdgpu_pcie_bandwidth_bytes_per_second")
+        bw = sum(1 for (name, _), _v in series.items() if name in BANDWIDTH_FAMILIES)
         return up == gpus and bw >= with_pcie_bw
 
     return ready

@@ -230,7 +230,7 @@ def compare_rocm_smi(tool: str, card: dict[str, Any], ours: OurDevice, driver: s
     for pool in ("VRAM", "GTT"):
         c.check(f"{pool} Total Memory (B)", ours.value("amdgpu_memory_total_bytes", pool=pool.lower()), int)
         c.check(f"{pool} Total Used Memory (B)", ours.value("amdgpu_memory_used_bytes", pool=pool.lower()), int)
-    bandwidth = ours.value("amdgpu_pcie_bandwidth_bytes_per_second")
+    bandwidth = ours.value("amdgpu_pcie_bandwidth_upper_bound_bytes_per_second")
     key = "Estimated maximum PCIe bandwidth over the last second (MB/s)"  # MiB/s, 3 decimals
     c.expect(key, bandwidth is not None and card.get(key) == f"{bandwidth / MIB:.3f}", f"{bandwidth} B/s in MiB/s")
     c.check("PCIe Replay Count", ours.value("amdgpu_pcie_replays_total"))
@@ -336,7 +336,7 @@ def compare_amd_smi_metric(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
     c.check("pcie.bandwidth", ours.value("amdgpu_pcie_bandwidth_bytes_per_second"), lambda v: v * 1e9, "Mb/s")
     # MI200 pcie_bw: sent and received, each x max payload in MiB/s (floored), labelled "Mb/s"
     sent, received = c.tool_value("pcie.current_bandwidth_sent"), c.tool_value("pcie.current_bandwidth_received")
-    ours_total = _mib_floor(ours.value("amdgpu_pcie_bandwidth_bytes_per_second"))
+    ours_total = _mib_floor(ours.value("amdgpu_pcie_bandwidth_upper_bound_bytes_per_second"))
     for key in ("pcie.current_bandwidth_sent", "pcie.current_bandwidth_received"):
         c.check(key + "@unit", "Mb/s", str)
         c.expect(
@@ -582,7 +582,7 @@ def compare_amdsmi_module(device: dict[str, Any], ours: OurDevice) -> Comparison
     if throughput:  # rsmi-style raw pcie_bw: (sent + received) x max payload = our B/s
         c.check(
             "pci_throughput.ok.sent",
-            ours.value("amdgpu_pcie_bandwidth_bytes_per_second"),
+            ours.value("amdgpu_pcie_bandwidth_upper_bound_bytes_per_second"),
             lambda _: float((throughput["sent"] + throughput["received"]) * throughput["max_pkt_sz"]),
         )
     blocks = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")

@@ -111,3 +111,34 @@ def test_nodelife_soak_runs_and_reports_its_figures(tmp_path) -> None:  # type: 
     text = "\n".join(lines)
     assert "200 poll cycles" in text and "RSS" in text and "threads" in text and "open fds" in text
     assert "the hung one down: stuck" in text
+
+
+def test_fastcost_report_states_each_ratio_against_its_goal() -> None:
+    from bench.fastcost import report_table
+
+    read = {"fast_read": 5e-6, "floor_read": 4e-6, "full_decode_read": 6e-5, "compiled_decode_read": 1.5e-5}
+    sampler = {"gcds": 16, "cpu_per_sample": 3e-5, "core_share": 0.005, "ring_bytes_per_device": 25536}
+    report = {
+        "fleet": "8xMI250X",
+        "read": read,
+        "read_mi300": None,
+        "sampler": sampler,
+        "sampler_64": {"gcds": 64, "core_share": 0.01},
+        "poll": {"hot": {"cpu_per_cycle": 1.3e-3, "floor": 3.4e-4}, "full": {"cpu_per_cycle": 6e-3, "floor": 2.5e-3}},
+        "ratios": {
+            "fast_read_vs_floor": 1.25,
+            "full_decode_read_vs_floor": 15.0,
+            "compiled_decode_read_vs_floor": 3.75,
+            "fast_sampler_core_percent": 0.5,
+            "fast_sampler_per_gcd_64_vs_16": 0.5,
+            "poll_hot_vs_floor": 3.82,
+            "poll_full_vs_floor": 2.4,
+            "poll_daemon_average_vs_floor": 3.2,
+        },
+    }
+    lines = report_table(report)
+    assert len({len(line) for line in lines}) == 1  # an aligned markdown table
+    fast = next(line for line in lines if line.startswith("| one fast read"))
+    assert "1.25x" in fast and "<= 2x" in fast and "| yes" in fast
+    hot = next(line for line in lines if "hot (between slow refreshes)" in line)
+    assert "3.8x" in hot and "**NO**" in hot

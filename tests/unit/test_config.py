@@ -77,3 +77,17 @@ def test_parsers() -> None:
     for bad in ("", "abc", ":-1", ":70000", "host:"):
         with pytest.raises(ValueError):
             parse_listen_address(bad)
+
+
+def test_fast_sampler_options() -> None:
+    settings = _resolve([])
+    assert (settings.fast_interval, settings.window) == (0.1, 15.0)
+    assert _resolve(["--fast.interval=0"]).fast_interval == 0.0
+    assert _resolve(["--fast.interval=250ms", "--window=1m"]).window == 60.0
+    assert _resolve([], {"AMDGPU_EXPORTER_FAST_INTERVAL": "50ms"}).fast_interval == 0.05
+    with pytest.raises(ConfigError, match="shorter than 10ms"):
+        _resolve(["--fast.interval=5ms"])
+    with pytest.raises(ConfigError, match=r"--window \(0.15s\) must hold at least two fast samples"):
+        _resolve(["--window=150ms"])
+    with pytest.raises(ConfigError, match="--window"):
+        _resolve(["--window=0"])

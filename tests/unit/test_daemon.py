@@ -119,3 +119,24 @@ def test_the_pusher_exists_only_with_an_alertmanager_url_and_checks_it() -> None
     assert pusher is not None and pusher.endpoints == ("http://am:9093/api/v2/alerts",)
     with pytest.raises(config.ConfigError, match=r"^--alertmanager\.url: .*not 'am:9093'"):
         alertmanager_pusher(settings("--alertmanager.url=am:9093"), 9442, default_rules())
+
+
+def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(tmp_path: Path) -> None:
+    from exporter.daemon import fast_sampler
+    from tests.unit.test_fast_sampler import make_devices
+
+    assert fast_sampler(settings("--fast.interval=0")) is None
+    fast = fast_sampler(settings("--fast.interval=50ms", "--window=2s"))
+    assert fast is not None and (fast.interval, fast.window) == (0.05, 2.0)
+    (gpu, identity), *_ = make_devices(tmp_path, 1)
+    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), fast=fast)
+    state = device()
+    state = type(state)(identity=identity, gpu=gpu, sample=state.sample, up=True)
+    pipeline.on_snapshot(Snapshot(taken_at=1000.0, devices=(state,)))  # the sampler learns the device
+    fast.sample_once()
+    pipeline.on_snapshot(Snapshot(taken_at=fast._clock(), devices=(state,)))
+    published = pipeline.state.published
+    assert published is not None and published.snapshot.windows is not None
+    (window,) = published.snapshot.windows.devices
+    assert window.gpu == gpu and window.stats[("temperature", "junction")].maximum == 60.0
+    fast.stop()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -191,3 +193,54 @@ def test_a_published_snapshot_renders_its_own_values_later() -> None:
     # rendering order must not matter: each keeps the snapshot it was made from
     assert b'amdgpu_up{gpu="2"}' not in new.text
     assert b'amdgpu_up{gpu="2"} 0.0' in old.text
+
+
+def test_window_families_pcie_link_max_and_fast_counters() -> None:
+    from exporter.model import FAST_CYCLE_BUCKETS, DeviceWindow, FastStats, Histogram, WindowSnapshot, WindowStat
+
+    published = _snapshot()
+    durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1)).observe(0.0004).observe(0.03)
+    windows = WindowSnapshot(
+        taken_at=1001.0,
+        window_seconds=15.0,
+        interval_seconds=0.1,
+        devices=(
+            DeviceWindow(
+                0,
+                150,
+                frozen_map(
+                    {
+                        ("temperature", "junction"): WindowStat(62.0, 91.0, 70.5),
+                        ("power", "socket"): WindowStat(300.0, 560.0, 421.25, exact_mean=True),
+                        ("busy", "gfx"): WindowStat(0.18, 0.99, 0.6),
+                        ("clock", "gfx"): WindowStat(1.5e9, 1.7e9, 1.65e9),
+                    }
+                ),
+            ),
+        ),
+        stats=FastStats(
+            samples=frozen_map({0: 1234, 1: 1200}),
+            read_errors=frozen_map({(1, "timeout"): 1}),
+            cycle_durations=durations,
+        ),
+    )
+    device = published.snapshot.devices[0]
+    assert device.sample is not None
+    with_link = dataclasses.replace(
+        device, sample=dataclasses.replace(device.sample, pcie_link_transfers_per_second=16e9, pcie_link_width=16)
+    )
+    snapshot = dataclasses.replace(published.snapshot, windows=windows, devices=(with_link,))
+    values = _samples(render(dataclasses.replace(published, snapshot=snapshot)).text.decode())
+    assert values[("amdgpu_temperature_window_celsius", (("gpu", "0"), ("sensor", "junction"), ("stat", "max")))] == 91
+    assert values[("amdgpu_power_window_watts", (("gpu", "0"), ("stat", "mean")))] == 421.25
+    assert values[("amdgpu_busy_window_ratio", (("engine", "gfx"), ("gpu", "0"), ("stat", "min")))] == 0.18
+    assert values[("amdgpu_clock_window_hertz", (("domain", "gfx"), ("gpu", "0"), ("stat", "mean")))] == 1.65e9
+    assert values[("amdgpu_exporter_window_seconds", ())] == 15.0
+    assert values[("amdgpu_exporter_fast_samples_total", (("gpu", "1"),))] == 1200
+    assert values[("amdgpu_exporter_fast_read_errors_total", (("gpu", "1"), ("reason", "timeout")))] == 1
+    assert values[("amdgpu_exporter_fast_cycle_duration_seconds_count", ())] == 2
+    assert values[("amdgpu_exporter_fast_cycle_duration_seconds_bucket", (("le", "0.0005"),))] == 1
+    assert values[("amdgpu_pcie_link_max_bytes_per_second", (("gpu", "0"),))] == pytest.approx(31.5077e9, rel=1e-5)
+    # Without the fast sampler: no window series at all, never zeros.
+    plain = _samples(render(published).text.decode())
+    assert not [k for k in plain if "_window_" in k[0] or k[0].startswith("amdgpu_exporter_fast_samples")]

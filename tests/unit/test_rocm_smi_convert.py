@@ -142,9 +142,9 @@ def test_ecc_and_retired_pages() -> None:
 
 
 def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
-    assert make().pcie_bandwidth_bytes_per_second is None
+    assert make().pcie_bandwidth_upper_bound_bytes_per_second is None
     readings = {**FAST, "pcie_throughput": {"sent": 10, "received": 30, "max_payload": 256}}
-    assert make(readings).pcie_bandwidth_bytes_per_second == 40 * 256
+    assert make(readings).pcie_bandwidth_upper_bound_bytes_per_second == 40 * 256
 
 
 def test_missing_readings_give_an_empty_sample() -> None:

@@ -21,7 +21,17 @@ from exporter.alerting.rulefile import (
 from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
 from exporter.alerting.texts import alert_annotations, format_duration
-from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
+from exporter.model import (
+    AlertState,
+    DeviceIdentity,
+    DeviceState,
+    DeviceWindow,
+    Sample,
+    Snapshot,
+    WindowSnapshot,
+    WindowStat,
+    frozen_map,
+)
 
 MHZ = 1e6
 GFX_MAX = 1700 * MHZ  # MI250X
@@ -717,3 +727,69 @@ def test_the_asics_a_rule_file_may_name_are_the_known_devices_asics() -> None:
     from exporter.sources.identity import KNOWN_DEVICES
 
     assert set(ASICS) == {asic for asic, _ in KNOWN_DEVICES.values()}
+
+
+# --- the sliding window (issue 13) -------------------------------------------------------------
+
+
+def windowed(at: float, latest: float, window_max: float | None, gpu: int = 0) -> Snapshot:
+    """A poll that read `latest`, with the fast sampler's junction window peaking at `window_max`."""
+    stats = {}
+    if window_max is not None:
+        stats[("temperature", "junction")] = WindowStat(min(latest, window_max), window_max, latest)
+    windows = WindowSnapshot(at, 15.0, 0.1, (DeviceWindow(gpu, 150, frozen_map(stats)),))
+    return dataclasses.replace(snap(at, device(gpu=gpu, junction=latest)), windows=windows)
+
+
+def test_the_default_rule_reads_the_window_max() -> None:
+    (rule,) = default_rules()
+    assert rule.window == "max"
+
+
+def test_a_spike_between_two_polls_is_not_missed() -> None:
+    # Every poll happens to read 84 °C, but the 100 ms samples between them peaked at 90 °C.
+    run = Run()
+    for at in range(0, 61, 1):
+        run.feed(windowed(float(at), latest=84.0, window_max=90.0))
+    state = run.state()
+    assert state.firing and state.value == 90.0
+    assert state.clock_down_ratio == pytest.approx(0.05)
+    # The same polls without a window (fast sampler off) never see it.
+    blind = Run()
+    for at in range(0, 61, 1):
+        blind.feed(windowed(float(at), latest=84.0, window_max=None))
+    assert not blind.state().firing and blind.state().pending_since is None
+
+
+def test_the_window_clears_only_once_a_whole_window_stays_below_80() -> None:
+    run = Run()
+    for at in range(0, 62):
+        run.feed(windowed(float(at), latest=90.0, window_max=92.0))
+    assert run.state().firing
+    run.feed(windowed(62.0, latest=75.0, window_max=83.0))  # cool now, but the window still held 83 °C
+    assert run.state().firing
+    run.feed(windowed(77.0, latest=75.0, window_max=79.0))
+    assert not run.state().firing
+
+
+def test_a_rule_without_window_reads_the_latest_sample() -> None:
+    (rule,) = default_rules()
+    latest_only = (dataclasses.replace(rule, window=""),)
+    run = Run(latest_only)
+    for at in range(0, 61):
+        run.feed(windowed(float(at), latest=84.0, window_max=95.0))
+    assert not run.state().firing and run.state().value == 84.0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("    window: peak\n", "'window' must be one of max, min, mean, not 'peak'"),
+        ("    window: max\n", "metric 'memory_used_ratio' has no sliding window to read"),
+    ],
+)
+def test_window_key_errors_name_the_line(extra: str, message: str) -> None:
+    metric = "temperature_celsius\n    sensor: junction" if "peak" in extra else "memory_used_ratio\n    pool: vram"
+    text = f"rules:\n  - alert: A\n    metric: {metric}\n    comparison: '>'\n    threshold: 1\n{extra}"
+    with pytest.raises(RulesConfigError, match=message):
+        parse_rules(text, "rules.yaml")

@@ -224,7 +224,7 @@ def sample_from_readings(
         clocks_max_hertz=frozen_map(max_clocks),
         gfx_dpm_levels_hertz=gfx_levels(slow),
         voltages_volts=frozen_map(voltages),
-        pcie_bandwidth_bytes_per_second=pcie_bandwidth(readings),
+        pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
         xgmi_error_events=xgmi_error_events,
         ecc_errors=frozen_map(ecc(slow)),

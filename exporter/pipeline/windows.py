@@ -1,0 +1,139 @@
+"""Sliding windows over the fast samples: a bounded ring per device, and min / max / mean of it.
+
+The ring is the one mutable piece (one writer: the device's fast read; readers copy it under its
+lock). Everything computed from it is an immutable value: a RingView copied out of the ring,
+then window_stats() over the view, a pure function. Memory per device is fixed at construction:
+(1 + len(CHANNELS)) x 8 bytes per slot, slots = window / fast interval + 2.
+
+Means: where the firmware keeps an accumulator the mean is the accumulator's change over the
+device's own clock (system_clock_counter) across the window, which is exact whatever the sampling
+— energy on every ASIC gives the mean power; on MI300-class tables gfx_activity_acc and
+mem_activity_acc (accumulated %·s) give the mean busy. Elsewhere the mean is the average of the
+samples, which are taken at a fixed interval. min / max are over the samples in the window.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from array import array
+from dataclasses import dataclass, field
+
+from exporter.model import DeviceWindow, WindowStat, frozen_map
+from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
+
+WIDTH = len(CHANNELS)
+SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per channel
+_NAN = math.nan
+_U32 = float(1 << 32)
+
+# The families exported as windows; "acc" channels only feed the exact means.
+WINDOW_FAMILIES = ("temperature", "power", "busy", "clock")
+_ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
+_CLOCK = CHANNEL_INDEX[("acc", "clock_seconds")]
+# channel -> (accumulator channel, how it wraps, what one accumulated unit per second is worth)
+_EXACT_MEANS: dict[int, tuple[int, float | None, float]] = {
+    CHANNEL_INDEX[("power", "socket")]: (_ENERGY, None, 1.0),  # J / s = W; u64 ticks never wrap
+    CHANNEL_INDEX[("busy", "gfx")]: (CHANNEL_INDEX[("acc", "gfx_activity")], _U32, 0.01),  # %·s / s -> ratio
+    CHANNEL_INDEX[("busy", "memory")]: (CHANNEL_INDEX[("acc", "mem_activity")], _U32, 0.01),
+}
+
+
+def ring_slots(window_seconds: float, interval_seconds: float) -> int:
+    """Slots for a window: every sample in it, plus the one before it opens (the base of the exact means)."""
+    return math.ceil(window_seconds / interval_seconds) + 2
+
+
+@dataclass(frozen=True, slots=True)
+class RingView:
+    """The samples of one ring, oldest first, copied out of it: times (unix s) and rows of WIDTH floats."""
+
+    times: tuple[float, ...] = ()
+    rows: array = field(default_factory=lambda: array("d"))  # len(times) x WIDTH, row-major
+
+    def channel(self, index: int, first: int = 0) -> list[float]:
+        return self.rows[first * WIDTH + index :: WIDTH].tolist()
+
+
+class SampleRing:
+    """A fixed-size ring of fast samples for one device (one writer at a time, readers copy)."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 2:
+            raise ValueError("a sample ring needs at least 2 slots")
+        self.slots = slots
+        self._times = array("d", [_NAN]) * slots
+        self._rows = array("d", [_NAN]) * (slots * WIDTH)
+        self._next = 0  # slot the next sample goes to
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the ring's sample storage (fixed for its lifetime)."""
+        return self._times.itemsize * len(self._times) + self._rows.itemsize * len(self._rows)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, timestamp: float, values: tuple[float, ...] | array) -> None:
+        row = self._next
+        with self._lock:
+            self._times[row] = timestamp
+            self._rows[row * WIDTH : (row + 1) * WIDTH] = array("d", values)
+            self._next = (row + 1) % self.slots
+            self._count = min(self._count + 1, self.slots)
+
+    def view(self, since: float = -math.inf) -> RingView:
+        """The samples taken at or after `since`, plus the newest one before it (oldest first)."""
+        with self._lock:
+            count, end = self._count, self._next
+            start = (end - count) % self.slots
+            if start + count <= self.slots:
+                times = self._times[start : start + count]
+                rows = self._rows[start * WIDTH : (start + count) * WIDTH]
+            else:
+                head = self.slots - start
+                times = self._times[start:] + self._times[: count - head]
+                rows = self._rows[start * WIDTH :] + self._rows[: (count - head) * WIDTH]
+        first = 0
+        while first + 1 < len(times) and times[first + 1] <= since:
+            first += 1
+        return RingView(tuple(times[first:]), rows[first * WIDTH :])
+
+
+def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
+    """min / max / mean over the samples of `view` taken in [now - seconds, now]."""
+    start = now - seconds
+    times = view.times
+    inside = next((i for i, t in enumerate(times) if t >= start), len(times))
+    stats: dict[tuple[str, str], WindowStat] = {}
+    for index, (family, key) in enumerate(CHANNELS):
+        if family not in WINDOW_FAMILIES:
+            continue
+        values = [v for v in view.channel(index, inside) if v == v]
+        if not values:
+            continue
+        exact = _exact_mean(view, index)
+        mean = exact if exact is not None else math.fsum(values) / len(values)
+        stats[(family, key)] = WindowStat(min(values), max(values), mean, exact is not None)
+    return DeviceWindow(gpu, len(times) - inside, frozen_map(stats))
+
+
+def _exact_mean(view: RingView, index: int) -> float | None:
+    """The mean of a channel from its accumulator: Δaccumulator / Δdevice clock over the view."""
+    spec = _EXACT_MEANS.get(index)
+    if spec is None:
+        return None
+    accumulator, wrap, factor = spec
+    pairs = [(a, c) for a, c in zip(view.channel(accumulator), view.channel(_CLOCK), strict=True) if a == a and c == c]
+    if len(pairs) < 2:
+        return None
+    (first_acc, first_clock), (last_acc, last_clock) = pairs[0], pairs[-1]
+    elapsed = last_clock - first_clock
+    delta = last_acc - first_acc
+    if wrap is not None:
+        delta %= wrap
+    if elapsed <= 0 or delta < 0:  # a clock that did not move, or a reset accumulator (driver reload)
+        return None
+    return delta / elapsed * factor
