@@ -11,11 +11,12 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from exporter import safeyaml
 
 
 class ConfigError(ValueError):
@@ -436,12 +437,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _load_file(path: str) -> dict[str, Any]:
+    # Bounded: size, UTF-8, nesting depth and alias expansion are checked before YAML builds anything.
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        text = safeyaml.read_text(path, "config file")
+        safeyaml.check_limits(text, f"config file {path}")
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass that refuses duplicate keys
+    except safeyaml.YamlLimitError as error:
+        raise ConfigError(str(error)) from error
     except ConfigError as error:
         raise ConfigError(f"config file {path}: {error}") from error
     except yaml.YAMLError as error:

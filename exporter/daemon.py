@@ -26,6 +26,7 @@ from exporter.config import ConfigError, Settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
 from exporter.pipeline.fast_sampler import FastSampler
+from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import Source
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
+
+SHUTDOWN_GRACE_SECONDS = 0.5
 
 
 class StartupError(RuntimeError):
@@ -73,7 +76,7 @@ def demo_tree(settings: Settings) -> Iterator[str]:
             yield str(root)
         finally:
             stop.set()
-            thread.join(timeout=5)
+            thread.join(timeout=SHUTDOWN_GRACE_SECONDS)
 
 
 def select_source(
@@ -85,7 +88,7 @@ def select_source(
     host paths or library messages; the full explanation goes into `details` (for the log).
     """
     details = {} if details is None else details
-    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval)
+    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval, read_timeout=settings.read_timeout)
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"
     if settings.source == "amd-smi":
@@ -136,15 +139,21 @@ def open_listener(host: str, port: int) -> socket.socket:
 
 
 async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
-    """The first discovery, bounded (a hung GPU can block it as it can any read); the device count."""
-    deadline = max(10.0, read_timeout * 5)
-    try:
-        devices = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, poller.discover), deadline)
-    except TimeoutError as error:
+    """The first discovery, bounded; the device count.
+
+    With a hung GPU: each card's identity is read against the read deadline, so a card that hangs
+    is served as down (amdgpu_up 0, reason identify_timeout) with the others up, and identified by
+    a later discovery. Serving is the better choice: exiting would have systemd restart us into the
+    same hang in a loop, leaving the node's healthy GPUs unmonitored exactly when something is
+    wrong. Only a discovery that cannot even list the cards by the deadline (nothing to serve) ends
+    start-up, in one line and non-zero.
+    """
+    devices = await poller.discover_within(poller.discovery_deadline)
+    if devices is None:
         raise StartupError(
-            f"device discovery under {sysfs_root} did not finish within {deadline:g} s: "
+            f"device discovery under {sysfs_root} did not finish within {poller.discovery_deadline:g} s: "
             "a GPU or its driver may be hung (see dmesg)"
-        ) from error
+        )
     if not devices:
         raise StartupError(
             f"no AMD GPU found: no card under {sysfs_root}/class/drm is a PCI device driven by amdgpu "
@@ -296,6 +305,7 @@ async def serve(settings: Settings) -> None:
         from exporter.web.http_stats import HttpStats, web_stats
 
         http_stats = HttpStats()
+        health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(
             source_name=source_name,
             source_reason=reason,
@@ -304,6 +314,7 @@ async def serve(settings: Settings) -> None:
             host=host_info,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution if attribution.enabled else None,
+            health=health,
             fast=fast,
             clock_tool=clock_tool,
         )
@@ -312,6 +323,7 @@ async def serve(settings: Settings) -> None:
         app = create_app(
             lambda: pipeline.state,
             settings.web_telemetry_path,
+            health,
             waveform=waveform,
             refresh_seconds=max(settings.interval, 0.5),
         )
@@ -356,5 +368,9 @@ async def serve(settings: Settings) -> None:
         for task in done:
             if task is not stopper and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
-        await asyncio.wait(tasks, timeout=5)
-        log.info("stopped")
+        # Whatever is stuck (a read in a hung driver, a slow client), leave within the grace period:
+        # reader threads are daemon threads, and cli.main exits without joining anything.
+        _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        for task in pending:
+            task.cancel()
+        log.info("stopped", abandoned_tasks=len(pending))

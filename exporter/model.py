@@ -65,6 +65,8 @@ class DeviceIdentity:
     firmware: Mapping[str, str] = field(default_factory=frozen_map)  # block -> "0x0000001a"
     topology: tuple[TopologyLink, ...] = ()
     gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
+    secondary_die: bool = False  # an MI250X's second die by its own signals (power cap and its default 0)
+    complete: bool = True  # False: discovery could not read this card in time (a hung read); not polled
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -116,6 +118,9 @@ class Sample:
     # (block, type) -> count, type in ("correctable", "uncorrectable", "deferred")
     ecc_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
     ras_retired_pages: int | None = None
+    # (file, reason) -> how many times this read found the file unreadable or its value rejected
+    # (file = the attribute's name, "temp2_input"; reason in exporter.sources.errors.REASONS)
+    file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +128,23 @@ class DeviceState:
     """A device as the poller last saw it: identity, latest good sample, and whether it is up."""
 
     identity: DeviceIdentity
-    gpu: int  # index in PCI BDF order: the `gpu` label
+    gpu: int  # the `gpu` label: given once per device key, never changed while the process runs
     sample: Sample | None  # the latest sample that was read in full; None before the first
     up: bool
-    down_reason: str = ""  # "timeout" | "read_error" | "not_found" | ... when not up
+    down_reason: str = ""  # "timeout" | "stuck" | "gone" | "read_error" | ... when not up
     read_errors: Mapping[str, int] = field(default_factory=frozen_map)  # reason -> total
     read_timeouts: int = 0
+    present: bool = True  # False once a discovery no longer finds the device (down_reason "gone")
+    file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (file, reason) -> total
 
 
 @dataclass(frozen=True, slots=True)
 class AlertState:
-    """One in-daemon alert on one device (see alerting/state.py)."""
+    """One in-daemon alert on one device (see alerting/state.py).
+
+    Keyed by (device_key, alert): the device's DeviceIdentity.key, so nothing that renumbers `gpu`
+    could ever move an alert to another physical GPU.
+    """
 
     gpu: int
     alert: str
@@ -156,6 +167,7 @@ class AlertState:
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None
     clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step
+    device_key: tuple[str, str, int] = ("", "", 0)  # DeviceIdentity.key of the device
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +259,8 @@ class Snapshot:
     # Who is on each device (pods, jobs, processes): added by the enrich stage, empty when attribution is off.
     attribution: Attribution = field(default_factory=Attribution)
     windows: WindowSnapshot | None = None
+    discoveries: int = 0  # discoveries merged so far
+    discovery_failures: int = 0  # discoveries that failed or overran their deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +269,8 @@ class AlertmanagerStats:
 
     sent: int = 0
     failed: int = 0
+    sender_failures: int = 0  # sender tasks that died (and were restarted)
+    sender_failing: bool = False  # a sender died and has not completed a pass since
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +315,8 @@ class ExporterStats:
     alertmanager: AlertmanagerStats | None = None  # None when no Alertmanager is configured
     process: ProcessStats = ProcessStats()  # empty where /proc cannot be read
     host: HostInfo | None = None  # None until read (or where it is not: tests, benchmarks)
+    stage_failures: Mapping[str, int] = field(default_factory=frozen_map)  # stage -> failures so far
+    failing_stages: tuple[str, ...] = ()  # stages whose latest run failed ("rules", "render", "alertmanager")
     web: WebStats | None = None  # None without --web.config.file
 
 

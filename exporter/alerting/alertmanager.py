@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ def alert_labels(
         "node": node,
         "instance": instance,
         "gpu": str(state.gpu),
+        "pci_bus_id": state.device_key[0],
     }
     if rule is not None and rule.key:
         key_label = WATCHABLE[rule.metric].key_label
@@ -165,7 +167,8 @@ class AlertmanagerPusher:
         self.retry_initial = retry_initial
         self._rules = {rule.alert: rule for rule in rules}
         # (gpu, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
-        self._outbox: Mapping[tuple[int, str], OutgoingAlert] = {}
+        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index
+        self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -186,11 +189,11 @@ class AlertmanagerPusher:
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None:
         """Record what should be sent after this cycle. Never blocks, never does I/O."""
         now = snapshot.taken_at
-        devices = {device.gpu: device for device in snapshot.devices}
+        devices = {device.identity.key: device for device in snapshot.devices}
         previous = self._outbox
-        outbox: dict[tuple[int, str], OutgoingAlert] = {}
+        outbox: dict[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         for state in alerts:
-            key = (state.gpu, state.alert)
+            key = (state.device_key, state.alert)
             old = previous.get(key)
             if not state.firing:
                 if old is not None and state.suggestion:
@@ -199,7 +202,7 @@ class AlertmanagerPusher:
                     resolved_at = old.resolved_at if old.resolved_at is not None else max(state.since, old.starts_at)
                     outbox[key] = OutgoingAlert(old.labels, annotations, old.starts_at, resolved_at=resolved_at)
                 continue
-            device = devices.get(state.gpu)
+            device = devices.get(state.device_key)
             rule = self._rules.get(state.alert)
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
@@ -216,7 +219,7 @@ class AlertmanagerPusher:
                 annotations=annotations,
                 starts_at=starts_at,
             )
-        resolved_since = {(s.gpu, s.alert): s.since for s in alerts if not s.firing}
+        resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}
         for key, old in previous.items():
             if key in outbox:
                 continue
@@ -257,7 +260,7 @@ class AlertmanagerPusher:
         self._loop = asyncio.get_running_loop()
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             senders = [
-                asyncio.create_task(self._sender(client, url), name=f"alertmanager {url}") for url in self.endpoints
+                asyncio.create_task(self._supervised(client, url), name=f"alertmanager {url}") for url in self.endpoints
             ]
             try:
                 await stop.wait()
@@ -268,6 +271,19 @@ class AlertmanagerPusher:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                 self._loop = None
+
+    async def _supervised(self, client: httpx.AsyncClient, url: str) -> None:
+        """One endpoint's sender, restarted (and counted, and readiness failed) if it ever dies."""
+        while True:
+            try:
+                await self._sender(client, url)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a bug in building a payload: count it, say so, start again
+                stats = self._stats
+                self._stats = dataclasses.replace(stats, sender_failures=stats.sender_failures + 1, sender_failing=True)
+                log.error("alertmanager_sender_failed", url=url, error=f"{type(error).__name__}: {error}")
+                await asyncio.sleep(self.retry_initial)
 
     async def _sender(self, client: httpx.AsyncClient, url: str) -> None:
         backoff = self.retry_initial
@@ -280,6 +296,8 @@ class AlertmanagerPusher:
                 else:
                     delay = backoff
                     backoff = min(backoff * 2, self.resend_interval)
+            if self._stats.sender_failing:
+                self._stats = dataclasses.replace(self._stats, sender_failing=False)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake[url].get(), timeout=delay)
 
@@ -290,13 +308,13 @@ class AlertmanagerPusher:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         else:
             if response.is_success:
-                self._stats = AlertmanagerStats(self._stats.sent + len(body), self._stats.failed)
+                self._stats = dataclasses.replace(self._stats, sent=self._stats.sent + len(body))
                 if self.last_error.get(url):
                     log.info("alertmanager_reachable_again", url=url, alerts=len(body))
                 self.last_error[url] = ""
                 return True
             error = f"HTTP {response.status_code}: {response.text.strip()[:200]}"
-        self._stats = AlertmanagerStats(self._stats.sent, self._stats.failed + len(body))
+        self._stats = dataclasses.replace(self._stats, failed=self._stats.failed + len(body))
         self.last_error[url] = error
         log.warning("alertmanager_post_failed", url=url, alerts=len(body), error=error)
         return False
@@ -332,7 +350,8 @@ def _without_advice(annotations: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def _needs_prompt_send(
-    previous: Mapping[tuple[int, str], OutgoingAlert], current: Mapping[tuple[int, str], OutgoingAlert]
+    previous: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
+    current: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
 ) -> bool:
     """A new, resolved or re-labelled alert, or a changed suggestion, is sent at once; a changed
     value in the description alone waits for the next regular resend."""

@@ -18,6 +18,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from exporter import safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
@@ -63,8 +64,12 @@ def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
         raise RulesConfigError(f"{source}: the rule file is larger than {MAX_FILE_BYTES // 1024} KiB")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: 10x faster
     try:
+        # Depth and alias limits first: a RecursionError or an alias bomb is no error message.
+        safeyaml.check_limits(text, source)
         _check_rule_count(text, source, loader)
         root = yaml.compose(text, Loader=loader)
+    except safeyaml.YamlLimitError as exc:
+        raise RulesConfigError(str(exc)) from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -88,11 +88,11 @@ def evaluate(
     `tool` is what the clock-down commands are written for (clockdown.find_tool).
     """
     now = snapshot.taken_at
-    by_key = {(state.gpu, state.alert): state for state in previous}
+    by_key = {(state.device_key, state.alert): state for state in previous}
     configured = {rule.alert for rule in rules}
     smi_indices = rocm_smi_indices(snapshot.devices)
     windows = {w.gpu: w for w in snapshot.windows.devices} if snapshot.windows is not None else {}
-    states: dict[tuple[int, str], AlertState] = {}
+    states: dict[tuple[tuple[str, str, int], str], AlertState] = {}
     transitions: list[Transition] = []
     for device in snapshot.devices:
         sample = device.sample if device.up else None
@@ -100,7 +100,7 @@ def evaluate(
         values: dict[tuple[str, str | None, str], float | None] = {}
         for configured_rule in rules:
             rule = configured_rule.for_asic(device.identity.asic)
-            key = (device.gpu, rule.alert)
+            key = (device.identity.key, rule.alert)  # an alert follows its device, not its index
             old = by_key.get(key)
             watched = (rule.metric, rule.key, rule.window)
             if watched not in values:
@@ -123,7 +123,7 @@ def evaluate(
     for key, state in by_key.items():
         if key not in states and state.alert in configured:
             states[key] = state
-    ordered = tuple(states[key] for key in sorted(states))
+    ordered = tuple(sorted(states.values(), key=lambda s: (s.gpu, s.alert, s.device_key)))
     transitions.sort(key=lambda t: (t.gpu, t.alert))
     return ordered, tuple(transitions)
 
@@ -181,8 +181,15 @@ class _Context:
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:
     rule, now, value = ctx.rule, ctx.now, ctx.value
     if old is None:
-        old = AlertState(gpu=ctx.device.gpu, alert=rule.alert, severity=rule.severity, firing=False, since=now)
-    state = dataclasses.replace(old, value=value, severity=rule.severity)
+        old = AlertState(
+            gpu=ctx.device.gpu,
+            alert=rule.alert,
+            severity=rule.severity,
+            firing=False,
+            since=now,
+            device_key=ctx.device.identity.key,
+        )
+    state = dataclasses.replace(old, value=value, severity=rule.severity, gpu=ctx.device.gpu)
     if state.firing:
         if rule.clears(value):
             return _clear(ctx, state)

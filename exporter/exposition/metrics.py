@@ -19,6 +19,8 @@ from exporter import __version__
 from exporter.model import DeviceState, FastStats, Histogram, Published, Sample, WebStats
 from exporter.pipeline.pcie import link_max_bytes_per_second
 
+STAGES = ("rules", "render", "alertmanager")  # the stages readiness watches (pipeline/health.py)
+
 Kind = Literal["gauge", "counter", "histogram"]
 LabelledValue = tuple[tuple[str, ...], float]
 SampleGetter = Callable[[Sample], Iterable[LabelledValue]]
@@ -187,6 +189,26 @@ def _topology(published: Published) -> Iterator[LabelledValue]:
 def _read_errors(state: DeviceState) -> Iterable[LabelledValue]:
     for reason, count in sorted(state.read_errors.items()):
         yield (reason,), float(count)
+
+
+def _file_errors(state: DeviceState) -> Iterable[LabelledValue]:
+    for (file, reason), count in sorted(state.file_errors.items()):
+        yield (file, reason), float(count)
+
+
+def _present(state: DeviceState) -> Iterable[LabelledValue]:
+    yield (), 1.0 if state.present else 0.0
+
+
+def _discoveries(published: Published) -> Iterator[LabelledValue]:
+    yield ("failed",), float(published.snapshot.discovery_failures)
+    yield ("ok",), float(published.snapshot.discoveries)
+
+
+def _stage_failures(published: Published) -> Iterator[LabelledValue]:
+    failures = published.stats.stage_failures
+    for stage in STAGES:
+        yield (stage,), float(failures.get(stage, 0))
 
 
 def _read_timeouts(state: DeviceState) -> Iterable[LabelledValue]:
@@ -665,6 +687,14 @@ METRICS: tuple[MetricSpec, ...] = (
         _per_state(_up),
     ),
     MetricSpec(
+        "amdgpu_device_present",
+        "gauge",
+        "",
+        "1 while discovery finds the device, 0 once it has vanished (it keeps its gpu index).",
+        ("gpu",),
+        _per_state(_present),
+    ),
+    MetricSpec(
         "amdgpu_device_down_info",
         "gauge",
         "",
@@ -722,6 +752,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Device reads that missed their deadline.",
         ("gpu",),
         _per_state(_read_timeouts),
+    ),
+    MetricSpec(
+        "amdgpu_exporter_file_errors",
+        "counter",
+        "",
+        "Failed reads of one file and rejected values by reason (parse, implausible, too_large, eio, eperm, ...).",
+        ("gpu", "file", "reason"),
+        _per_state(_file_errors),
     ),
     MetricSpec(
         "amdgpu_alert_firing",
@@ -839,6 +877,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "Alert pushes to Alertmanager by result.",
         ("result",),
         _alertmanager_notifications,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_discoveries",
+        "counter",
+        "",
+        "Device discoveries by result (ok, failed: an error or past its deadline).",
+        ("result",),
+        _discoveries,
+    ),
+    MetricSpec(
+        "amdgpu_exporter_stage_failures",
+        "counter",
+        "",
+        "Failures of a pipeline stage (rules, render, alertmanager); /readyz is 503 while one is failing.",
+        ("stage",),
+        _stage_failures,
     ),
     # The HTTP layer (exporter/web), only with --web.config.file.
     MetricSpec(

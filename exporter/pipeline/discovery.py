@@ -1,18 +1,33 @@
-"""The set of known devices: what discovery found, merged into what the poller already tracks.
+"""The set of known devices and their stable `gpu` index: what discovery found, merged into what is tracked.
 
-Devices that vanish stay known, marked gone, so their series disappear from /metrics while
-amdgpu_up says why; a device that comes back keeps its counters.
+Identity. A device is its DeviceIdentity.key (PCI BDF, unique_id, partition). Its `gpu` index is
+given once, when the key is first seen, and never changes while the process runs:
+- on the first discovery (a cold start) indices follow rocm-smi's GPU[N] order, which is DRM card
+  order (card0, card1, ...), so `gpu="3"` and `rocm-smi -d 3` name the same device;
+- a device first seen later gets the next free index, moving nobody;
+- a device that vanishes keeps its index and stays known, marked gone (amdgpu_up 0, reason
+  `gone`); one that returns under the same key gets its index back.
+
+A failed read of unique_id during a rediscovery ("" where a unique_id was known) is the known
+device at that BDF and partition, not a new one: a phantom device would take an index for good.
+A device first found without a unique_id (its read failed or hung) takes the unique_id when a later
+discovery reads it, keeping its index.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample
 
 log = get_logger("exporter.pipeline.discovery")
+
+Key = tuple[str, str, int]
+_CARD = re.compile(r"card(\d+)")
 
 
 @dataclass(slots=True)
@@ -20,6 +35,7 @@ class TrackedDevice:
     """Mutable per-device bookkeeping, private to the pipeline (snapshots copy out of it)."""
 
     identity: DeviceIdentity
+    gpu: int  # the stable `gpu` index
     sample: Sample | None = None
     up: bool = False
     down_reason: str = "not_read_yet"
@@ -27,32 +43,84 @@ class TrackedDevice:
     read_in_flight: bool = False  # a read of this device is running (possibly stuck) on a reader thread
     read_errors: dict[str, int] = field(default_factory=dict)
     read_timeouts: int = 0
+    file_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # (file, reason) -> total
+    counters: Any = None  # pipeline/counters.py state: wrap offsets and last raw values
+
+
+def rocm_smi_order(identity: DeviceIdentity) -> tuple[int, str, int]:
+    """rocm-smi numbers GPU[N] in DRM card order; a card name that is not cardN sorts last, by BDF."""
+    match = _CARD.fullmatch(identity.card)
+    return (int(match.group(1)) if match else 1 << 30, identity.pci_bus_id, identity.partition)
 
 
 class KnownDevices:
-    """Every device discovery has ever found, by DeviceIdentity.key."""
+    """Every device discovery has ever found, by DeviceIdentity.key, each with its stable index."""
 
     def __init__(self) -> None:
-        self._devices: dict[tuple[str, str, int], TrackedDevice] = {}
+        self._devices: dict[Key, TrackedDevice] = {}
 
-    def merge(self, found: Sequence[DeviceIdentity]) -> None:
-        """Add new devices, refresh the identity of known ones, mark the ones not found as gone."""
-        seen = set()
-        for identity in found:
-            seen.add(identity.key)
-            tracked = self._devices.get(identity.key)
+    def merge(self, found: Sequence[DeviceIdentity], *, incomplete: frozenset[str] = frozenset()) -> None:
+        """Add new devices, refresh the identity of known ones, mark the ones not found as gone.
+
+        `incomplete`: BDFs whose identity could not be read in full this time (a read hung or
+        failed); a known device there is left as it is, neither refreshed nor gone.
+        """
+        cold_start = not self._devices
+        ordered = sorted(found, key=rocm_smi_order) if cold_start else list(found)
+        seen: set[Key] = set()
+        for identity in ordered:
+            tracked = self._match(identity)
             if tracked is None:
-                self._devices[identity.key] = TrackedDevice(identity=identity)
-                log.info("device_found", pci_bus_id=identity.pci_bus_id, card=identity.card, product=identity.product)
+                tracked = TrackedDevice(identity=identity, gpu=self._next_index())
+                self._devices[identity.key] = tracked
+                log.info(
+                    "device_found",
+                    gpu=tracked.gpu,
+                    pci_bus_id=identity.pci_bus_id,
+                    card=identity.card,
+                    product=identity.product,
+                )
             else:
+                if tracked.identity.unique_id and not identity.unique_id:
+                    # This discovery could not read unique_id: it is still the device known here.
+                    identity = replace(identity, unique_id=tracked.identity.unique_id)
+                if identity.key != tracked.identity.key:
+                    del self._devices[tracked.identity.key]
+                    self._devices[identity.key] = tracked
                 tracked.identity = identity
-                tracked.present = True
+                if not tracked.present:
+                    log.info("device_returned", gpu=tracked.gpu, pci_bus_id=identity.pci_bus_id, card=identity.card)
+                    tracked.present = True
+                    if tracked.down_reason == "gone":
+                        tracked.down_reason = "not_read_yet"
+            seen.add(identity.key)
         for key, tracked in self._devices.items():
-            if key not in seen and tracked.present:
-                tracked.present = False
-                tracked.up = False
-                tracked.down_reason = "gone"
-                log.warning("device_gone", pci_bus_id=tracked.identity.pci_bus_id, card=tracked.identity.card)
+            if key in seen or not tracked.present or tracked.identity.pci_bus_id in incomplete:
+                continue
+            tracked.present = False
+            tracked.up = False
+            tracked.down_reason = "gone"
+            log.warning(
+                "device_gone", gpu=tracked.gpu, pci_bus_id=tracked.identity.pci_bus_id, card=tracked.identity.card
+            )
+
+    def _match(self, identity: DeviceIdentity) -> TrackedDevice | None:
+        tracked = self._devices.get(identity.key)
+        if tracked is not None:
+            return tracked
+        same_place = [
+            t
+            for t in self._devices.values()
+            if t.identity.pci_bus_id == identity.pci_bus_id and t.identity.partition == identity.partition
+        ]
+        for t in same_place:
+            # One side's unique_id is unknown (a failed read): the same device, not a phantom.
+            if not identity.unique_id or not t.identity.unique_id:
+                return t
+        return None
+
+    def _next_index(self) -> int:
+        return max((t.gpu for t in self._devices.values()), default=-1) + 1
 
     def __len__(self) -> int:
         return len(self._devices)
@@ -60,6 +128,10 @@ class KnownDevices:
     def __iter__(self) -> Iterator[TrackedDevice]:
         return iter(self._devices.values())
 
-    def in_pci_order(self) -> list[TrackedDevice]:
-        """The order the `gpu` label numbers devices in."""
-        return sorted(self._devices.values(), key=lambda t: (t.identity.pci_bus_id, t.identity.partition))
+    def in_gpu_order(self) -> list[TrackedDevice]:
+        """Every known device by its `gpu` index (the order snapshots list them in)."""
+        return sorted(self._devices.values(), key=lambda t: t.gpu)
+
+    @property
+    def present_count(self) -> int:
+        return sum(1 for t in self._devices.values() if t.present)

@@ -10,6 +10,8 @@ for-duration and the compute/communication waveform far better than a 15 s scrap
 
 A device whose read misses its deadline is marked down, and its stuck read is NOT re-issued
 until that read returns: a hung GPU costs exactly one blocked thread, never a growing pile.
+Reader and discovery threads are daemon threads (exporter/threads.py): a read stuck in the
+driver never holds up the process's exit.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, Snapshot
+from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.discovery import KnownDevices, TrackedDevice
 from exporter.pipeline.snapshot import freeze
 from exporter.sources.base import Source, SourceError
+from exporter.sources.plausible import without_implausible
+from exporter.threads import DaemonPool
 
 log = get_logger("exporter.pipeline.poller")
 
@@ -48,33 +53,86 @@ class Poller:
         self.interval = interval
         self.read_timeout = read_timeout
         self.discovery_interval = discovery_interval
+        # A discovery reads every card's identity against the read deadline (the sysfs source), so
+        # one that runs past this is stuck in something else: it is waited for, never re-issued.
+        self.discovery_deadline = max(10.0, read_timeout * 5)
         self.on_snapshot = on_snapshot
         self.source_name = source_name or source.name
         self._devices = KnownDevices()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_size = 0
+        self._readers = DaemonPool(2, "read")
+        # Discovery has its own single thread: never two at once, never on the poll path.
+        self._discoverer = DaemonPool(1, "discovery")
+        self._discovery: concurrent.futures.Future[Sequence[DeviceIdentity]] | None = None
+        self._discovery_started = 0.0
+        self._discovery_stuck_logged = False
         self._last_discovery = 0.0
         self._cycle = 0
+        self.last_progress = time.monotonic()  # the poll loop's heartbeat (liveness)
+        self.discoveries = 0
+        self.discovery_failures = 0
 
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:
-        """Blocking discovery, merged into the known devices (discovery.py)."""
+        """Blocking discovery, merged into the known devices (tests and tools; the daemon uses discover_within)."""
         found = list(self.source.discover())
-        self._devices.merge(found)
-        self._last_discovery = time.monotonic()
-        self._ensure_executor()
+        self._merge(found)
         return found
 
-    def _ensure_executor(self) -> None:
-        # One thread per device plus headroom: each device has at most one read in flight, so a
-        # hung device can never starve the others of threads.
-        wanted = len(self._devices) + 2
-        if self._executor is None or wanted > self._executor_size:
-            old = self._executor
-            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=wanted, thread_name_prefix="read")
-            self._executor_size = wanted
-            if old is not None:
-                old.shutdown(wait=False)
+    async def discover_within(self, deadline: float) -> Sequence[DeviceIdentity] | None:
+        """Discovery on its own thread, merged here on the event loop; None if it missed `deadline` seconds."""
+        future = self._start_discovery()
+        try:
+            found = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), deadline)
+        except TimeoutError:
+            return None
+        self._finish_discovery()
+        return found
+
+    def _start_discovery(self) -> concurrent.futures.Future[Sequence[DeviceIdentity]]:
+        if self._discovery is None:
+            self._discovery = self._discoverer.submit(lambda: list(self.source.discover()))
+            self._discovery_started = time.monotonic()
+            self._discovery_stuck_logged = False
+        return self._discovery
+
+    def _finish_discovery(self) -> None:
+        """Merge a finished discovery (on the event loop, between cycles); log one that is overdue."""
+        future = self._discovery
+        if future is None:
+            return
+        if not future.done():
+            overdue = time.monotonic() - self._discovery_started
+            if overdue > self.discovery_deadline and not self._discovery_stuck_logged:
+                self._discovery_stuck_logged = True
+                self.discovery_failures += 1
+                log.warning("discovery_stuck", running_seconds=round(overdue, 1), deadline=self.discovery_deadline)
+            return
+        self._discovery = None
+        self._last_discovery = time.monotonic()
+        try:
+            found = future.result()
+        except Exception as error:  # keep polling the devices we know
+            self.discovery_failures += 1
+            log.warning("rediscovery_failed", error=str(error) or type(error).__name__)
+            return
+        self._merge(found)
+
+    def _merge(self, found: Sequence[DeviceIdentity]) -> None:
+        incomplete = frozenset(d.pci_bus_id for d in found if not d.complete)
+        known_bdfs = {t.identity.pci_bus_id for t in self._devices}
+        self._devices.merge([d for d in found if d.complete or d.pci_bus_id not in known_bdfs], incomplete=incomplete)
+        self._last_discovery = time.monotonic()
+        self.discoveries += 1
+        self._readers.resize(len(self._devices) + 2)
+
+    def _discovery_due(self) -> bool:
+        if self._discovery is not None:
+            return False
+        every = self.discovery_interval
+        if any(not t.identity.complete and t.present for t in self._devices):
+            # A card that could not be identified in time: try again soon, not in five minutes.
+            every = min(every, max(self.interval, self.read_timeout) * 5)
+        return time.monotonic() - self._last_discovery >= every or self._source_asks_rediscovery()
 
     @property
     def device_count(self) -> int:
@@ -92,10 +150,13 @@ class Poller:
         """
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        assert self._executor is not None, "discover() first"
         queued: list[TrackedDevice] = []
-        for tracked in self._devices:
+        for tracked in list(self._devices):
             if not tracked.present:
+                continue
+            if not tracked.identity.complete:
+                tracked.up = False
+                tracked.down_reason = "identify_timeout"
                 continue
             if tracked.read_in_flight:
                 # Still stuck in the read we gave up on: do not pile another read on top of it.
@@ -105,7 +166,7 @@ class Poller:
             queued.append(tracked)
         if queued:
             cycle = _Cycle(queued, self.source, loop)
-            self._executor.submit(cycle.drain)
+            self._readers.submit(cycle.drain)
             deadline = started + self.read_timeout
             fan_out_after = min(0.05, self.read_timeout / 4)
             while not cycle.finished.done():
@@ -116,13 +177,20 @@ class Poller:
                     await asyncio.wait_for(asyncio.shield(cycle.finished), min(fan_out_after, deadline - now))
                 if not cycle.finished.done() and cycle.needs_helper(fan_out_after):
                     log.debug("reader_added", cycle=self._cycle + 1, slow_after=fan_out_after)
-                    self._executor.submit(cycle.drain)
+                    self._readers.submit(cycle.drain)
             for tracked, outcome in cycle.close():
                 if isinstance(outcome, _TimedOut):
+                    was = (tracked.up, tracked.down_reason)
                     tracked.up = False
                     tracked.down_reason = "timeout"
                     tracked.read_timeouts += 1
-                    log.warning("read_timeout", pci_bus_id=tracked.identity.pci_bus_id, timeout=self.read_timeout)
+                    if was != (False, "timeout"):
+                        log.warning(
+                            "read_timeout",
+                            gpu=tracked.gpu,
+                            pci_bus_id=tracked.identity.pci_bus_id,
+                            timeout=self.read_timeout,
+                        )
                 else:
                     self._record_result(tracked, outcome)
         self._cycle += 1
@@ -130,18 +198,27 @@ class Poller:
 
     def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
         if isinstance(outcome, Sample):
+            _add_counts(tracked.file_errors, outcome.file_errors)
+            outcome, rejected = without_implausible(outcome)
+            _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
             was_down = not tracked.up and tracked.sample is not None
-            tracked.sample = outcome
+            if tracked.counters is None:
+                tracked.counters = CounterState()
+            tracked.sample = continue_counters(tracked.counters, tracked.identity, outcome)
             tracked.up = True
             tracked.down_reason = ""
             if was_down:
-                log.info("device_recovered", pci_bus_id=tracked.identity.pci_bus_id)
+                log.info("device_recovered", gpu=tracked.gpu, pci_bus_id=tracked.identity.pci_bus_id)
             return
         error = outcome
         reason = error.reason if isinstance(error, SourceError) else type(error).__name__
+        if isinstance(error, SourceError):
+            _add_counts(tracked.file_errors, error.file_errors)
         tracked.read_errors[reason] = tracked.read_errors.get(reason, 0) + 1
         if tracked.up or tracked.down_reason != reason:
-            log.warning("read_failed", pci_bus_id=tracked.identity.pci_bus_id, reason=reason, error=str(error))
+            log.warning(
+                "read_failed", gpu=tracked.gpu, pci_bus_id=tracked.identity.pci_bus_id, reason=reason, error=str(error)
+            )
         tracked.up = False
         tracked.down_reason = reason
 
@@ -152,17 +229,25 @@ class Poller:
             source_name=self.source_name,
             cycle=self._cycle,
             source_stats=self.source.stats(),
+            discoveries=self.discoveries,
+            discovery_failures=self.discovery_failures,
         )
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll every `interval` seconds on a fixed schedule (no drift) until `stop` is set."""
+        """Poll every `interval` seconds on a fixed schedule (no drift) until `stop` is set.
+
+        Rediscovery runs beside the loop on its own thread; its result is merged here, between
+        two cycles, so the device set never changes while a cycle walks it.
+        """
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
         while not stop.is_set():
-            if time.monotonic() - self._last_discovery >= self.discovery_interval or self._source_asks_rediscovery():
-                await self._rediscover(loop)
+            self._finish_discovery()
+            if self._discovery_due():
+                self._start_discovery()
             snapshot = await self.poll_once()
+            self.last_progress = time.monotonic()
             if self.on_snapshot is not None:
                 try:
                     self.on_snapshot(snapshot)
@@ -181,17 +266,19 @@ class Poller:
         asks = getattr(self.source, "needs_rediscovery", None)
         return bool(asks()) if callable(asks) else False
 
-    async def _rediscover(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            await asyncio.wait_for(loop.run_in_executor(None, self.discover), timeout=self.read_timeout * 5)
-        except Exception as error:  # keep polling the devices we know
-            self._last_discovery = time.monotonic()
-            log.warning("rediscovery_failed", error=str(error) or type(error).__name__)
+    @property
+    def reader_threads(self) -> int:
+        return self._readers.threads
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._readers.close()
+        self._discoverer.close()
         self.source.close()
+
+
+def _add_counts(totals: dict[tuple[str, str], int], counts: Mapping[tuple[str, str], int]) -> None:
+    for key, count in counts.items():
+        totals[key] = totals.get(key, 0) + count
 
 
 class _TimedOut:

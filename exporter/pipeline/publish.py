@@ -28,8 +28,10 @@ from exporter.model import (
     Snapshot,
     WebStats,
     WindowSnapshot,
+    frozen_map,
 )
 from exporter.pipeline.enrich import AttributionInputs, enrich
+from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 
 log = get_logger("exporter.pipeline")
@@ -85,6 +87,7 @@ class Pipeline:
         attribution: AttributionSource | None = None,
         fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
+        health: Health | None = None,
         clock_tool: str = "rocm-smi",
     ) -> None:
         self.host = host
@@ -94,18 +97,28 @@ class Pipeline:
         self.attribution = attribution
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
+        self.health = health if health is not None else Health()
         self.state = PublishedState(source=source_name, source_reason=source_reason)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        self.health.progress()
         if self.fast is not None:
             # The join of the two samplers: the fast one follows the devices the poller knows (same
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
             self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
             snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
-        alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
+        try:
+            alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
+        except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
+            if self.health.failed("rules", f"{type(error).__name__}: {error}"):
+                log.exception("stage_failed", stage="rules")
+            alerts, transitions = self._alerts, ()
+        else:
+            if self.health.ok("rules"):
+                log.info("stage_recovered", stage="rules")
         self._alerts = alerts
         log.debug(
             "cycle",
@@ -120,15 +133,26 @@ class Pipeline:
         for transition in transitions:
             log.warning("alert_transition", **transition.log_fields())
         self._poll_durations = self._poll_durations.observe(snapshot.poll_duration_seconds)
+        pusher_stats = None
         if self.pusher is not None:
             self.pusher.update(snapshot, alerts)
+            pusher_stats = self.pusher.stats
+            if pusher_stats.sender_failing:
+                self.health.failed("alertmanager", "an Alertmanager sender died (restarted)")
+            elif self.health.ok("alertmanager"):
+                log.info("stage_recovered", stage="alertmanager")
+        failures = self.health.failures
+        if pusher_stats is not None and pusher_stats.sender_failures:
+            failures["alertmanager"] = pusher_stats.sender_failures  # the pusher counts its own deaths
         stats = ExporterStats(
             source=self.state.source,
             source_reason=self.state.source_reason,
             poll_durations=self._poll_durations,
-            alertmanager=self.pusher.stats if self.pusher is not None else None,
+            alertmanager=pusher_stats,
             process=read_process_stats(),
             host=self.host,
+            stage_failures=frozen_map(failures),
+            failing_stages=tuple(sorted(self.health.failing)),
             web=self.web_stats() if self.web_stats is not None else None,
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)

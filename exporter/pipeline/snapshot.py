@@ -9,20 +9,29 @@ from exporter.pipeline.discovery import KnownDevices
 
 
 def freeze(
-    devices: KnownDevices, *, duration: float, source_name: str, cycle: int, source_stats: SourceStats
+    devices: KnownDevices,
+    *,
+    duration: float,
+    source_name: str,
+    cycle: int,
+    source_stats: SourceStats,
+    discoveries: int = 0,
+    discovery_failures: int = 0,
 ) -> Snapshot:
-    """One Snapshot of every known device, `gpu` numbered in PCI order."""
+    """One Snapshot of every known device (gone ones included), in `gpu` order."""
     states = tuple(
         DeviceState(
             identity=t.identity,
-            gpu=index,
+            gpu=t.gpu,
             sample=t.sample,
             up=t.up,
             down_reason=t.down_reason,
             read_errors=frozen_map(t.read_errors),
             read_timeouts=t.read_timeouts,
+            present=t.present,
+            file_errors=frozen_map(t.file_errors),
         )
-        for index, t in enumerate(devices.in_pci_order())
+        for t in devices.in_gpu_order()
     )
     return Snapshot(
         taken_at=time.time(),
@@ -31,4 +40,6 @@ def freeze(
         source=source_name,
         cycle=cycle,
         source_stats=source_stats,
+        discoveries=discoveries,
+        discovery_failures=discovery_failures,
     )

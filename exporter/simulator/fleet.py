@@ -39,6 +39,7 @@ _COMPATIBLE_NPS = {
     "CPX": ("NPS1", "NPS4"),
 }
 XCP_NAME_STYLES = ("underscore", "dot")  # amdgpu_xcp_<n> (ROCm DKMS) or amdgpu_xcp.<n> (some kernels)
+SERIAL_STYLES = ("fru", "unique_id")  # where serial_number comes from (see FleetEntry.serial)
 MAX_XCP = 8  # amdgpu_xcp_dev_alloc: a partitionable socket allocates xcp nodes 1..MAX_XCP-1 at load
 MAX_RENDER_NODES = 128  # DRM render minors the simulator hands out (renderD128 ..)
 
@@ -55,6 +56,9 @@ class FleetEntry:
     # "used": platform devices for the partitions in use only; "all": as amdgpu_xcp_dev_alloc does it,
     # MAX_XCP - 1 per socket whatever the mode (the unused ones have DRM minors but no KFD node)
     xcp_nodes: str = "used"
+    # "fru": the board's FRU EEPROM gives serial_number (both dies of an MI250X share it);
+    # "unique_id": no FRU, so the kernel falls back to each die's own unique_id, unpadded %llx
+    serial: str = "fru"
 
     @property
     def partitions(self) -> int:
@@ -81,6 +85,8 @@ class FleetEntry:
             options.append(f"xcp_metrics={self.xcp_metrics[0]}.{self.xcp_metrics[1]}")
         if self.xcp_nodes != "used":
             options.append(f"xcp_nodes={self.xcp_nodes}")
+        if self.serial != "fru":
+            options.append(f"serial={self.serial}")
         if options:
             text += ":" + ";".join(options)
         return text
@@ -147,6 +153,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     xcp_names = "underscore"
     xcp_metrics: tuple[int, int] | None = None
     xcp_nodes = "used"
+    serial = "fru"
     seen: set[str] = set()
     tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
     for option in tokens:
@@ -188,11 +195,15 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
             if value.strip() not in ("used", "all"):
                 raise ValueError(f"bad xcp_nodes={value.strip()} for {model.name}: expected used or all")
             xcp_nodes = value.strip()
+        elif sep and key == "serial":
+            if value.strip() not in SERIAL_STYLES:
+                raise ValueError(f"bad serial={value.strip()} for {model.name}: expected fru or unique_id")
+            serial = value.strip()
         else:
             modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
             raise ValueError(
                 f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot,"
-                " xcp_metrics=1.0|1.1 or xcp_nodes=all"
+                " xcp_metrics=1.0|1.1, xcp_nodes=all or serial=unique_id"
             )
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
@@ -201,7 +212,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
         )
     if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
         raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
-    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics, xcp_nodes)
+    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics, xcp_nodes, serial)
 
 
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
@@ -279,6 +290,7 @@ class GcdLayout:
     # xcp platform devices allocated but not in use in the current mode (xcp_nodes=all): their DRM
     # minors exist, KFD has no node for them. PartitionLayout with kfd_node/gpu_id -1.
     idle_xcp_nodes: tuple[PartitionLayout, ...] = ()
+    package_id: str = ""  # the package's identity: the board serial, or die 0's serial without a FRU
 
     @property
     def card(self) -> str:
@@ -361,7 +373,8 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
 
     for package_index, (model, version) in enumerate(packages):
         entry = entry_of_package[package_index]
-        serial = f"PCB{_digest('serial', model.name, package_index) % 100000:05d}-{package_index + 1:04d}"
+        board_serial = f"PCB{_digest('serial', model.name, package_index) % 100000:05d}-{package_index + 1:04d}"
+        package_id = ""
         quadrant = package_index // per_quadrant
         for die in range(model.gcds_per_package):
             slot = slots[quadrant]
@@ -403,6 +416,10 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                 xcp_counter += 1
                 idle.append(PartitionLayout(_spare, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
                 minor += 1
+            unique_id = _digest("unique_id", model.name, index) | (1 << 62)
+            # Without a FRU EEPROM the kernel's serial_number is the die's unique_id as unpadded %llx.
+            serial = f"{unique_id:x}" if entry.serial == "unique_id" else board_serial
+            package_id = package_id or serial
             result.append(
                 GcdLayout(
                     index=index,
@@ -417,7 +434,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     hwmon_index=CPU_HWMON_COUNT + index,
                     kfd_node=parts[0].kfd_node,
                     gpu_id=parts[0].gpu_id,
-                    unique_id=_digest("unique_id", model.name, index) | (1 << 62),
+                    unique_id=unique_id,
                     serial=serial,
                     xgmi_device_id=_digest("xgmi_node", index),
                     hive_id=(_digest("hive", model.name, hive[0]) | 1) if in_hive else 0,
@@ -428,6 +445,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     partitions=tuple(parts),
                     xcp_metrics_version=entry.xcp_metrics,
                     idle_xcp_nodes=tuple(idle),
+                    package_id=package_id,
                 )
             )
             index += 1

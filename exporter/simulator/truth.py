@@ -4,7 +4,8 @@ The truth is built from the same quantised readings that were rendered into the 
 correct reader of the tree reproduces it exactly. Conventions where the tree leaves room:
 - MI250X secondary die: its power, power cap and energy read 0 -> None (not supplied);
   its power1_cap_max still reads the package limit.
-- package = the board serial number (both dies of an MI250X share it); die = 0/1 in BDF order.
+- package = the board serial number (both dies of an MI250X share it), or die 0's serial when there is no
+  FRU EEPROM (fleet option serial=unique_id); die = 0/1 in BDF order; secondary_die on die 1.
 - topology = the KFD io_links: PCIe to the CPU node (peer "", hops 1, weight 20), then one XGMI
   link per hive peer (hops 1, weight 15 per PSP hop: 15 or 30). rocm-smi's GPU-pair view (PCIe
   pairs via the CPU: hops 2 on one NUMA node, 3 across, weights summed) follows from these.
@@ -124,7 +125,7 @@ def identity(
         serial=gcd.serial,
         vbios=m.vbios,
         driver_version=DRIVER_VERSION,
-        package=gcd.serial,
+        package=gcd.package_id or gcd.serial,
         die=gcd.die,
         partition=partition,
         compute_partition=gcd.compute_partition,
@@ -135,6 +136,7 @@ def identity(
         firmware=frozen_map({block: f"0x{v:08x}" for block, v in m.firmware.items() if v}),
         topology=topology(gcd, gcds, partition),
         gpu_metrics_version=f"{gcd.metrics_version[0]}.{gcd.metrics_version[1]}",
+        secondary_die=m.gcds_per_package > 1 and gcd.die > 0,
     )
 
 

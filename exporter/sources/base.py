@@ -14,6 +14,8 @@ class SourceError(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+        # (file, reason) -> count of the file errors met before the read gave up (set by the source)
+        self.file_errors: dict[tuple[str, str], int] = {}
 
 
 class Source(Protocol):

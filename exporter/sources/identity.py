@@ -31,17 +31,84 @@ def measures_package_power(device: DeviceIdentity) -> bool:
     return not (device.die > 0 and device.device_id in DUAL_DIE_DEVICE_IDS)
 
 
+def is_secondary_die(device_id: str, power_cap_uw: int | None, power_cap_default_uw: int | None) -> bool:
+    """An MI250X's second die, by its own signals: a dual-die device id whose power cap and default are 0.
+
+    rocm-smi prints "N/A (Secondary die)" on the same evidence (with power1_average 0, which a
+    discovery-time read cannot tell from an idle die).
+    """
+    return device_id in DUAL_DIE_DEVICE_IDS and power_cap_uw == 0 and power_cap_default_uw == 0
+
+
 def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
-    """Group the dies of dual-die packages (MI250X) by their shared serial; die index in BDF order."""
-    by_serial: dict[str, list[int]] = {}
-    for index, device in enumerate(devices):
-        if device.device_id in DUAL_DIE_DEVICE_IDS and device.serial:
-            by_serial.setdefault(device.serial, []).append(index)
+    """Pair the dies of dual-die packages (MI250X); every other device is a package of its own.
+
+    A die known to be secondary (`secondary_die`, from its power cap) is paired with a primary die:
+    the one sharing its serial when the FRU EEPROM gives both the board serial; otherwise (no FRU:
+    the kernel falls back to each die's own unique_id for serial_number) the one nearest in topology:
+    the lightest XGMI link between them (the in-package links), then the deepest shared PCIe
+    ancestor (the package's switch), then the nearest BDF. Without secondary-die signals (a source
+    that cannot read the caps) dies sharing a serial are numbered in BDF order, as before.
+    """
     result = list(devices)
-    for index, device in enumerate(devices):
-        siblings = by_serial.get(device.serial) if device.device_id in DUAL_DIE_DEVICE_IDS else None
-        if siblings and len(siblings) > 1:
-            result[index] = replace(device, package=device.serial, die=siblings.index(index))
-        else:
-            result[index] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
+    dual = [i for i, d in enumerate(devices) if d.device_id in DUAL_DIE_DEVICE_IDS]
+    flagged = any(devices[i].secondary_die for i in dual)
+    for i, device in enumerate(devices):
+        if i not in dual:
+            result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
+    if not flagged:
+        by_serial: dict[str, list[int]] = {}
+        for i in dual:
+            if devices[i].serial:
+                by_serial.setdefault(devices[i].serial, []).append(i)
+        for i in dual:
+            device = devices[i]
+            siblings = by_serial.get(device.serial)
+            if siblings and len(siblings) > 1:
+                die = siblings.index(i)
+                result[i] = replace(device, package=device.serial, die=die, secondary_die=die > 0)
+            else:
+                result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
+        return result
+    primaries = [i for i in dual if not devices[i].secondary_die]
+    taken: set[int] = set()
+    for i in primaries:
+        d = devices[i]
+        result[i] = replace(d, package=d.serial or d.unique_id or d.pci_bus_id, die=0)
+    for i in (j for j in dual if devices[j].secondary_die):
+        device = devices[i]
+        free = [p for p in primaries if p not in taken]
+        partner = next((p for p in free if device.serial and devices[p].serial == device.serial), None)
+        if partner is None and free:
+            partner = min(free, key=lambda p: _distance(device, devices[p]))
+        if partner is None:
+            result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=1)
+            continue
+        taken.add(partner)
+        result[i] = replace(device, package=result[partner].package, die=1)
     return result
+
+
+def _distance(secondary: DeviceIdentity, primary: DeviceIdentity) -> tuple[float, int, int, int]:
+    xgmi = [
+        link.weight
+        for link in secondary.topology
+        if link.peer_pci_bus_id == primary.pci_bus_id and link.link_type == "xgmi"
+    ]
+    shared = 0
+    for a, b in zip(secondary.device_dir.split("/"), primary.device_dir.split("/"), strict=False):
+        if a != b:
+            break
+        shared += 1
+    # Die 0 is probed first: of two equally near primaries, the one before the secondary die.
+    after = 1 if _bdf_number(primary) > _bdf_number(secondary) else 0
+    return (min(xgmi) if xgmi else float("inf"), -shared, after, abs(_bdf_number(secondary) - _bdf_number(primary)))
+
+
+def _bdf_number(device: DeviceIdentity) -> int:
+    try:
+        domain, bus, rest = device.pci_bus_id.split(":")
+        slot, function = rest.split(".")
+        return (int(domain, 16) << 16) | (int(bus, 16) << 8) | (int(slot, 16) << 3) | int(function, 16)
+    except ValueError:
+        return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -19,11 +20,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
+from exporter.log import get_logger
 from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
+
+log = get_logger("exporter.web")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -36,10 +41,11 @@ OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charse
 class MetricsFastPath:
     """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
-    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str) -> None:
+    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str, health: Health) -> None:
         self.app = app
         self.state_ref = state_ref
         self.path = path
+        self.health = health
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,7 +71,15 @@ class MetricsFastPath:
             # First scrape of this snapshot in this format: render off the event loop, on one
             # thread, so other requests keep being served meanwhile.
             loop = asyncio.get_running_loop()
-            body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+            try:
+                body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+            except Exception as error:  # a rendering bug: a 500 and a failing readiness, never stale bytes
+                if self.health.failed("render", f"{type(error).__name__}: {error}"):
+                    log.exception("stage_failed", stage="render")
+                await _send(send, 500, b"text/plain; charset=utf-8", b"rendering /metrics failed\n", [])
+                return
+            if self.health.ok("render"):
+                log.info("stage_recovered", stage="render")
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
         if scope["method"] == "HEAD":
@@ -159,12 +173,15 @@ def alert_json(alert: AlertState) -> dict[str, Any]:
 def create_app(
     state_ref: Callable[[], PublishedState],
     telemetry_path: str = "/metrics",
+    health: Health | None = None,
     waveform: WaveformSource | None = None,
     refresh_seconds: float = 1.0,
 ) -> Any:
     # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
+    checks = health if health is not None else Health(interval=math.inf)
 
     @app.exception_handler(StarletteHTTPException)
     async def bare_error(_request: Any, error: StarletteHTTPException) -> PlainTextResponse:
@@ -172,14 +189,14 @@ def create_app(
         return PlainTextResponse(text + "\n", status_code=error.status_code)
 
     @app.get("/healthz", response_class=PlainTextResponse)
-    async def healthz() -> str:
-        return "ok\n"
+    async def healthz() -> PlainTextResponse:
+        alive, why = checks.liveness()
+        return PlainTextResponse(f"{why}\n", status_code=200 if alive else 503)
 
     @app.get("/readyz", response_class=PlainTextResponse)
     async def readyz() -> PlainTextResponse:
-        if state_ref().published is None:
-            return PlainTextResponse("waiting for the first poll cycle\n", status_code=503)
-        return PlainTextResponse("ready\n")
+        ready, why = checks.readiness(state_ref().published)
+        return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
@@ -222,4 +239,4 @@ def create_app(
             waveform_seconds=min(60.0, waveform.max_seconds) if waveform is not None else 60.0,
         )
 
-    return MetricsFastPath(app, state_ref, telemetry_path)
+    return MetricsFastPath(app, state_ref, telemetry_path, checks)

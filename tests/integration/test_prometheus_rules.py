@@ -60,10 +60,6 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_device_info": {**_GPU, **dict.fromkeys(_IDENTITY)},
     "amdgpu_sample_timestamp_seconds": _GPU,
     # 1 while amdgpu_up is 0, with the poller's down reason (docs/alert-labels.md)
-    "amdgpu_device_down_info": {
-        **_GPU,
-        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet"}),
-    },
     "amdgpu_temperature_celsius": {**_GPU, "sensor": _SENSORS},
     "amdgpu_temperature_threshold_celsius": {
         **_GPU,
@@ -128,6 +124,16 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_read_errors_total": {**_GPU, "reason": None},
     "amdgpu_exporter_read_timeouts_total": {**_GPU, "reason": None},
     "amdgpu_exporter_worker_restarts_total": {},
+    # a node's life (issue 10): vanished devices, why a device is down, errors as data, stages
+    "amdgpu_device_present": _GPU,
+    # a down device's reason, 1 while amdgpu_up is 0 (docs/alert-labels.md)
+    "amdgpu_device_down_info": {
+        **_GPU,
+        "reason": frozenset({"gone", "timeout", "stuck", "read_error", "not_read_yet", "identify_timeout"}),
+    },
+    "amdgpu_exporter_file_errors_total": {**_GPU, "file": None, "reason": None},
+    "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
+    "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
     "amdgpu_exporter_window_seconds": {},
     "amdgpu_exporter_fast_samples_total": _GPU,

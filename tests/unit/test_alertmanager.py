@@ -46,6 +46,7 @@ def alert(gpu: int, firing: bool, since: float, suggestion: str = "lower it", va
         since=since,
         value=value,
         suggestion=suggestion if firing else "",
+        device_key=gcd(gpu).identity.key,  # alerts follow the device, not the gpu index
     )
 
 

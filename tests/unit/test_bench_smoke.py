@@ -104,6 +104,15 @@ def test_rocm_smi_gpu_count_is_distinct_indices() -> None:
     assert gcds_in_output(output) == 2
 
 
+def test_nodelife_soak_runs_and_reports_its_figures(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench.nodelife import soak
+
+    lines = soak(200, tmp_path)
+    text = "\n".join(lines)
+    assert "200 poll cycles" in text and "RSS" in text and "threads" in text and "open fds" in text
+    assert "the hung one down: stuck" in text
+
+
 def test_fastcost_report_states_each_ratio_against_its_goal() -> None:
     from bench.fastcost import report_table
 

@@ -148,6 +148,7 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_info",
         "_pages",
         "_firing",  # a 0/1 state, unitless like _up and _active
+        "_present",  # a 0/1 state: amdgpu_device_present
         "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
         "_connections",  # a count of open HTTP connections, unitless like _fds
         "_successful",  # a 0/1 state, as Prometheus' own prometheus_config_last_reload_successful

@@ -156,3 +156,27 @@ def test_accept_encoding(accept_encoding: str, gzipped: bool) -> None:
 @given(st.binary(max_size=200))
 def test_any_header_bytes_give_an_answer(header: bytes) -> None:
     assert isinstance(wants_openmetrics(header), bool) and isinstance(wants_gzip(header), bool)
+
+
+def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works() -> None:
+    from exporter.pipeline.health import Health
+
+    class Broken:
+        def cached(self, openmetrics: bool, gzipped: bool) -> None:
+            return None
+
+        def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+            raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    holder = Holder()
+    health = Health(interval=1e9)
+    client = TestClient(create_app(lambda: holder.state, "/metrics", health))
+    published = _snapshot()
+    holder.state = PublishedState(published=published, metrics=Broken())  # type: ignore[arg-type]
+    assert client.get("/metrics").status_code == 500
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and "stage render is failing" in ready.text
+    assert health.failures == {"render": 1}
+    holder.publish(published)
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/readyz").status_code == 200

@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
-from exporter.sources.identity import KNOWN_DEVICES, assign_packages
+from exporter.sources.errors import record
+from exporter.sources.identity import DUAL_DIE_DEVICE_IDS, KNOWN_DEVICES, assign_packages, is_secondary_die
+from exporter.sources.labels import clean_label, clean_name
 from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -24,27 +26,45 @@ _PARTITION_SHIFT = 28  # KFD location_id: partition << 28 | bus << 8 | device <<
 _KFD_LINK_TYPES = {2: "pcie", 11: "xgmi"}
 
 
-def discover_devices(root: str) -> list[DeviceIdentity]:
-    """Every amdgpu device under root/class/drm, in the order ROCm tools list them.
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A PCI DRM card found by listing class/drm (no attribute file read yet: listing never blocks)."""
 
-    A PCI card driven by amdgpu (vendor 0x1002) is one device, or partition 0 of a partitioned
-    MI300-class socket. Partitions 1..N-1 of such a socket are platform devices (amdgpu_xcp_<n> or
-    amdgpu_xcp.<n>) holding only DRM minors: their KFD node, found by render minor, says which
-    socket (location_id's BDF bits) and which partition (location_id >> 28) they are. An xcp node
-    without a KFD node is allocated but unused in the current mode, and is not a device.
-    Order: socket by socket in BDF order, partitions of a socket by index.
+    name: str  # "card3"
+    device_dir: str
+    bdf: str
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What listing class/drm and reading the KFD topology found, before any card's identity is read."""
+
+    cards: tuple[Card, ...]  # PCI cards in card order
+    partitions: tuple[tuple[str, int, str, str], ...]  # (socket BDF, partition, card, platform device dir)
+    topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]]
+    driver_version: str
+
+
+def list_devices(root: str) -> Listing:
+    """The cards under root/class/drm and the KFD topology; reads no SMU-backed file.
+
+    A PCI card is one device, or partition 0 of a partitioned MI300-class socket. Partitions 1..N-1
+    of such a socket are platform devices (amdgpu_xcp_<n> or amdgpu_xcp.<n>) holding only DRM
+    minors: their KFD node, found by render minor, says which socket (location_id's BDF bits) and
+    which partition (location_id >> 28) they are. An xcp node without a KFD node is allocated but
+    unused in the current mode, and is not a device.
     """
     drm = os.path.join(root, "class", "drm")
     try:
         names = os.listdir(drm)
     except OSError:
-        return []
+        return Listing((), (), {}, "")
     kfd = read_kfd_nodes(root)
     topology = kfd_topology(kfd)
     by_render_minor = {node.render_minor: node for node in kfd.values() if node.render_minor}
     driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
-    sockets: list[DeviceIdentity] = []
-    partitions: list[tuple[str, int, str, str]] = []  # (bdf, partition, card, platform device dir)
+    cards: list[Card] = []
+    partitions: list[tuple[str, int, str, str]] = []
     for name in names:
         if not _CARD.match(name):
             continue
@@ -56,16 +76,27 @@ def discover_devices(root: str) -> list[DeviceIdentity]:
                 if node is not None and node.partition > 0:
                     partitions.append((node.pci_bus_id, node.partition, name, device_dir))
             continue
-        uevent = read_parsed(os.path.join(device_dir, "uevent"), tf.parse_uevent) or {}
-        vendor = read_parsed(os.path.join(device_dir, "vendor"), tf.parse_hex_id)
-        if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
-            continue
-        sockets.append(read_identity(name, device_dir, bdf, driver_version, topology))
+        cards.append(Card(name, device_dir, bdf))
+    cards.sort(key=lambda c: int(c.name[4:]))
+    return Listing(tuple(cards), tuple(partitions), topology, driver_version)
+
+
+def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
+    """The card's identity, or None when it is not an amdgpu device (vendor 0x1002, DRIVER=amdgpu)."""
+    uevent = read_parsed(os.path.join(card.device_dir, "uevent"), tf.parse_uevent) or {}
+    vendor = read_parsed(os.path.join(card.device_dir, "vendor"), tf.parse_hex_id)
+    if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
+        return None
+    return read_identity(card.name, card.device_dir, card.bdf, listing.driver_version, listing.topology)
+
+
+def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIdentity]:
+    """Sockets paired into packages, plus their partitions: socket by socket in BDF order, partitions by index."""
     found = assign_packages(sorted(sockets, key=lambda d: d.pci_bus_id))
     socket_by_bdf = {device.pci_bus_id: device for device in found}
-    for bdf, index, card, device_dir in partitions:
+    for bdf, index, card, device_dir in listing.partitions:
         socket = socket_by_bdf.get(bdf)
-        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished meanwhile)
+        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
             continue
         found.append(
             replace(
@@ -74,10 +105,17 @@ def discover_devices(root: str) -> list[DeviceIdentity]:
                 device_dir=device_dir,
                 hwmon_dir="",
                 partition=index,
-                topology=topology.get((bdf, index), ()),
+                topology=listing.topology.get((bdf, index), ()),
             )
         )
     return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
+
+
+def discover_devices(root: str) -> list[DeviceIdentity]:
+    """Every amdgpu device under root/class/drm, in the order ROCm tools list them (no deadlines:
+    SysfsSource.discover reads each card against the read deadline)."""
+    listing = list_devices(root)
+    return assemble([d for card in listing.cards if (d := identify(card, listing)) is not None], listing)
 
 
 def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> KfdNode | None:
@@ -102,7 +140,11 @@ def read_identity(
     topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]],
 ) -> DeviceIdentity:
     def text(name: str) -> str:
-        return read_parsed(os.path.join(device_dir, name), str.strip) or ""
+        path = os.path.join(device_dir, name)
+        cleaned, changed = clean_label(read_parsed(path, str) or "")
+        if changed:
+            record(path, "label", "cut to length or cleaned of control characters")
+        return cleaned
 
     device_id = read_parsed(os.path.join(device_dir, "device"), tf.parse_hex_id) or ""
     asic, default_product = KNOWN_DEVICES.get(device_id, ("", ""))
@@ -112,13 +154,17 @@ def read_identity(
         if entry.endswith("_fw_version"):
             version = read_parsed(os.path.join(fw_dir, entry), tf.parse_fw_version)
             if version is not None:
-                firmware[entry.removesuffix("_fw_version")] = version
+                firmware[clean_name(entry.removesuffix("_fw_version"))] = version
     hwmon_dir = ""
     for entry in sorted(listdir(os.path.join(device_dir, "hwmon"))):
         candidate = os.path.join(device_dir, "hwmon", entry)
         if read_parsed(os.path.join(candidate, "name"), str.strip) == "amdgpu":
             hwmon_dir = os.path.realpath(candidate)
             break
+    cap = cap_default = None
+    if hwmon_dir and device_id in DUAL_DIE_DEVICE_IDS:
+        cap = read_parsed(os.path.join(hwmon_dir, "power1_cap"), tf.parse_unsigned)
+        cap_default = read_parsed(os.path.join(hwmon_dir, "power1_cap_default"), tf.parse_unsigned)
     blob = read_file_bytes(os.path.join(device_dir, "gpu_metrics"))
     metrics_version = f"{blob[2]}.{blob[3]}" if blob is not None and len(blob) >= 4 else ""
     numa = read_parsed(os.path.join(device_dir, "numa_node"), tf.parse_signed)
@@ -128,6 +174,7 @@ def read_identity(
         card=card,
         device_dir=device_dir,
         unique_id=read_parsed(os.path.join(device_dir, "unique_id"), tf.parse_unique_id) or "",
+        secondary_die=is_secondary_die(device_id, cap, cap_default),
         hwmon_dir=hwmon_dir,
         vendor_id="0x1002",
         device_id=device_id,

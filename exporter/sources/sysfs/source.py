@@ -10,6 +10,8 @@ finds files, reads them, and assembles a Sample.
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import os
 import threading
 import time
@@ -20,10 +22,11 @@ from pathlib import Path
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.sources.base import SourceError
+from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError
 from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
 from exporter.sources.identity import measures_package_power
-from exporter.sources.sysfs.discovery import discover_devices
+from exporter.sources.sysfs.discovery import Card, Listing, assemble, identify, list_devices
 from exporter.sources.sysfs.files import read_file_bytes
 from exporter.sources.sysfs.partitions import (
     PartitionLayout,
@@ -36,7 +39,8 @@ from exporter.sources.sysfs.partitions import (
     throttlers_active,
 )
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
-from exporter.sources.sysfs.table import FAST_FILES, GPU_METRICS_FIELDS, SampleValues, read_rows
+from exporter.sources.sysfs.table import FAST_FILES, GPU_METRICS_FIELDS, MEMORY_POOLS, SampleValues, read_rows
+from exporter.threads import DaemonPool
 
 log = get_logger("exporter.sources.sysfs")
 
@@ -59,6 +63,7 @@ class SysfsSource:
         slow_interval: float = 10.0,
         pcie_bw_interval: float = 30.0,
         socket_table_max_age: float = 0.1,
+        read_timeout: float = 2.0,
     ):
         self.root = str(sysfs_root)
         self.slow_interval = slow_interval
@@ -67,19 +72,107 @@ class SysfsSource:
         self._slow_lock = threading.Lock()
         self._pcie_readers: dict[str, PcieBandwidthReader] = {}
         self._stop = threading.Event()
-        self._warned: set[tuple[str, str]] = set()
+        self.read_timeout = read_timeout
+        # (bdf, file) -> the reason it last failed: logged once per change of state, never per cycle
+        self._file_state: dict[tuple[str, str], str] = {}
+        self._file_state_lock = threading.Lock()
+        # Identity reads: one daemon thread per card at most; a card whose read hangs keeps its thread
+        # and is not read again until that read returns (its late answer is used by the next discovery).
+        self._identify_pool = DaemonPool(4, "identify")
+        self._identifying: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
+        self._discovery_errors: dict[str, dict[tuple[str, str], int]] = {}  # bdf -> counted on its next read
         self._residency: dict[tuple[str, str, int], Mapping[str, int]] = {}
         self._sockets = SocketTables(socket_table_max_age)
         self._partitioning: dict[str, PartitionLayout] = {}  # BDF -> how its socket is split now
         self._rediscover = threading.Event()  # a socket's partition mode changed since discovery
 
     def discover(self) -> Sequence[DeviceIdentity]:
+        """Every amdgpu device, each PCI card identified against the read deadline.
+
+        A card whose identity read does not finish in time (a hung SMU blocks hwmon and gpu_metrics
+        reads) is returned with complete=False and only what listing told (BDF, card): the poller
+        marks it down instead of reading it, and a later discovery completes it.
+        """
         self._rediscover.clear()
-        found = discover_devices(self.root)
+        listing = list_devices(self.root)
+        self._identify_pool.resize(len(listing.cards) + 2)
+        pending: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
+        stuck_before: set[str] = set()
+        for card in listing.cards:
+            running = self._identifying.get(card.bdf)
+            if running is None or running.done():
+                running = self._identify_pool.submit(self._identify, card, listing)
+                self._identifying[card.bdf] = running
+            else:
+                stuck_before.add(card.bdf)  # still in the read that hung last time: not read again
+            pending[card.bdf] = running
+        concurrent.futures.wait(pending.values(), timeout=self.read_timeout)
+        sockets: list[DeviceIdentity] = []
+        incomplete: list[DeviceIdentity] = []
+        for card in listing.cards:
+            future = pending[card.bdf]
+            if not future.done():
+                if card.bdf not in stuck_before:  # logged once per hang, not once per discovery
+                    log.warning("identify_timeout", card=card.name, pci_bus_id=card.bdf, timeout=self.read_timeout)
+                incomplete.append(
+                    DeviceIdentity(pci_bus_id=card.bdf, card=card.name, device_dir=card.device_dir, complete=False)
+                )
+                continue
+            del self._identifying[card.bdf]
+            try:
+                identity, errors = future.result()
+            except Exception as error:  # a bug or an unexpected OSError: the card is skipped this time
+                log.warning("identify_failed", card=card.name, pci_bus_id=card.bdf, error=str(error))
+                continue
+            if errors.counts:
+                with self._file_state_lock:
+                    pending_errors = self._discovery_errors.setdefault(card.bdf, {})
+                    for key, count in errors.counts.items():
+                        pending_errors[key] = pending_errors.get(key, 0) + count
+            if identity is not None:
+                sockets.append(identity)
+        found = assemble(sockets, listing)
         self._partitioning = partition_layouts(self.root, found)
-        return found
+        return sorted([*found, *incomplete], key=lambda d: (d.pci_bus_id, d.partition))
+
+    @staticmethod
+    def _identify(card: Card, listing: Listing) -> tuple[DeviceIdentity | None, FileErrors]:
+        errors = FileErrors(card.device_dir)
+        with collecting(errors):
+            return identify(card, listing), errors
 
     def read(self, device: DeviceIdentity) -> Sample:
+        errors = FileErrors(device.device_dir, device.hwmon_dir)
+        try:
+            with collecting(errors):
+                sample = self._read(device)
+        except SourceError as error:
+            error.file_errors = self._file_errors(device, errors)
+            raise
+        return dataclasses.replace(sample, file_errors=frozen_map(self._file_errors(device, errors)))
+
+    def _file_errors(self, device: DeviceIdentity, errors: FileErrors) -> dict[tuple[str, str], int]:
+        """This read's (file, reason) counts (plus the last discovery's), logging each file's change of state."""
+        bdf = device.pci_bus_id
+        failed = errors.failed_files()
+        with self._file_state_lock:
+            for file, reason in failed.items():
+                if self._file_state.get((bdf, file)) != reason:
+                    self._file_state[(bdf, file)] = reason
+                    detail = errors.details.get((file, reason), "")
+                    log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error=detail)
+            for file in errors.ok_files():
+                if self._file_state.pop((bdf, file), None) is not None:
+                    log.info("file_recovered", pci_bus_id=bdf, card=device.card, file=file)
+            counts = dict(errors.counts)
+            for (file, reason), count in self._discovery_errors.pop(bdf, {}).items():
+                counts[(file, reason)] = counts.get((file, reason), 0) + count
+                if self._file_state.get((bdf, file)) != reason:  # identity files: read at discovery only
+                    self._file_state[(bdf, file)] = reason
+                    log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error="")
+        return counts
+
+    def _read(self, device: DeviceIdentity) -> Sample:
         dev = device.device_dir
         if not os.path.isdir(dev):
             raise SourceError("gone", f"{dev} no longer exists")
@@ -104,6 +197,7 @@ class SysfsSource:
             # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
             values.set("power_watts", None, None)
             values.set("energy_joules", None, None)
+        _check_memory(values)
         if not values.supplied("pcie_bandwidth_bytes_per_second"):
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, self._background_pcie_bandwidth(device))
@@ -137,7 +231,7 @@ class SysfsSource:
             # of the poll's CPU (tests hold the two equal on every layout).
             return decode_gpu_metrics_compiled(blob)
         except GpuMetricsError as error:
-            self._warn_once(device, "gpu_metrics", str(error))
+            record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
             return None
 
     def _throttle_residency(self, device: DeviceIdentity, metrics: GpuMetrics, values: SampleValues) -> None:
@@ -151,12 +245,6 @@ class SysfsSource:
         if previous is not None:
             for reason, active in throttlers_active(previous, metrics.residency_acc).items():
                 values.set("throttle", reason, active)
-
-    def _warn_once(self, device: DeviceIdentity, what: str, message: str) -> None:
-        key = (device.pci_bus_id, what)
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning("unreadable_file", pci_bus_id=device.pci_bus_id, file=what, error=message)
 
     def _slow_layer(self, device: DeviceIdentity) -> SampleValues:
         now = time.monotonic()
@@ -191,6 +279,7 @@ class SysfsSource:
             reader = PcieBandwidthReader(path, self.pcie_bw_interval, self._stop)
             self._pcie_readers[device.pci_bus_id] = reader
             reader.start()
+        reader.take_errors()
         return reader.bytes_per_second
 
     def needs_rediscovery(self) -> bool:
@@ -203,3 +292,14 @@ class SysfsSource:
 
     def close(self) -> None:
         self._stop.set()
+        self._identify_pool.close()
+
+
+def _check_memory(values: SampleValues) -> None:
+    """A pool cannot use more than it holds: such a reading (2^64-1 in mem_info_vram_used) is rejected."""
+    for pool, prefix in MEMORY_POOLS:
+        used = values.mappings["memory_used_bytes"].get(pool)
+        total = values.mappings["memory_total_bytes"].get(pool)
+        if used is not None and total is not None and used > total:
+            del values.mappings["memory_used_bytes"][pool]
+            record(f"{prefix}_used", "implausible", f"{used:g} B used of {total:g} B")

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
+from exporter.sources.errors import record
+from exporter.sources.plausible import plausible
 from exporter.sources.sysfs.files import read_parsed
 
 Key = str | int | tuple[str, str]
@@ -66,7 +68,7 @@ def _bytes(text: str) -> float:
 
 
 _HWMON_TEMPERATURES = (("edge", 1), ("junction", 2), ("memory", 3))
-_MEMORY_POOLS = (("vram", "mem_info_vram"), ("visible_vram", "mem_info_vis_vram"), ("gtt", "mem_info_gtt"))
+MEMORY_POOLS = (("vram", "mem_info_vram"), ("visible_vram", "mem_info_vis_vram"), ("gtt", "mem_info_gtt"))
 
 FAST_FILES: tuple[FileField, ...] = (
     *(
@@ -80,7 +82,7 @@ FAST_FILES: tuple[FileField, ...] = (
     # MI2xx leaves the gpu_metrics voltages unset; hwmon in0 (vddgfx) has the gfx rail.
     FileField("voltages_volts", "gfx", "hwmon", "in0_input", _milli, "mV", "if_missing"),
     FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _bytes, "Hz", "if_missing"),
-    *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes, "B") for pool, prefix in _MEMORY_POOLS),
+    *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes, "B") for pool, prefix in MEMORY_POOLS),
 )
 
 SLOW_FILES: tuple[FileField, ...] = (
@@ -91,10 +93,7 @@ SLOW_FILES: tuple[FileField, ...] = (
     ),
     FileField("power_cap_watts", None, "hwmon", "power1_cap", _micro_nonzero, "µW"),
     FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _micro_nonzero, "µW"),
-    *(
-        FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes, "B")
-        for pool, prefix in _MEMORY_POOLS
-    ),
+    *(FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes, "B") for pool, prefix in MEMORY_POOLS),
     FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", tf.parse_link_speed, "GT/s"),
     FileField("pcie_max_link_width", None, "device", "max_link_width", tf.parse_link_width, "lanes"),
     FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", tf.parse_link_speed, "GT/s"),
@@ -142,7 +141,11 @@ class SampleValues:
             return key in self.mappings[field] if key is not None else bool(self.mappings[field])
         return self.scalars.get(field) is not None
 
-    def set(self, field: str, key: Key | None, value: Any) -> None:
+    def set(self, field: str, key: Key | None, value: Any, origin: str = "") -> None:
+        """Set one value read from `origin` (a file); an implausible one is counted against it and not set."""
+        if origin and value is not None and not plausible(field, value):
+            record(origin, "implausible", f"{field} {value!r}")
+            return
         if key is None:
             self.scalars[field] = value
         else:
@@ -156,7 +159,7 @@ class SampleValues:
         for name, mapping in layer.mappings.items():
             self.mappings[name].update(mapping)
 
-    def override_from(self, source: object, names: Iterable[str]) -> None:
+    def override_from(self, source: object, names: Iterable[str], origin: str = "gpu_metrics") -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
 
         A mapping keeps the order of the keys already here (a key's first layer decides where it is listed).
@@ -164,9 +167,10 @@ class SampleValues:
         for name in names:
             value = getattr(source, name)
             if name in MAPPING_FIELDS:
-                self.mappings[name].update(value)
+                for key, item in value.items():
+                    self.set(name, key, item, origin)
             elif value is not None:
-                self.scalars[name] = value
+                self.set(name, None, value, origin)
 
     def sample(self, timestamp: float) -> Sample:
         fields: dict[str, Any] = dict(self.scalars)
@@ -187,7 +191,7 @@ def read_rows(rows: Iterable[FileField], device: DeviceIdentity, values: SampleV
             continue
         value = read_parsed(path, row.parse)
         if value is not None:
-            values.set(row.field, row.key, value)
+            values.set(row.field, row.key, value, row.file)
 
 
 def check_table() -> None:

@@ -1,0 +1,133 @@
+"""Counters that stay monotonic across accumulator wraparound and restart cleanly on a hardware reset.
+
+The hardware's accumulators are fixed-width: gpu_metrics v1_0's energy_accumulator is a u32 of
+2^-16 J ticks (it wraps every 65,536 J, about 3.6 minutes at 300 W); the others are u32 or u64.
+Exported raw, a wrap is a huge drop that Prometheus's rate() reads as a counter reset.
+
+Per device and counter, this keeps the last raw value and an offset (whole wraps seen so far):
+- raw >= last: the counter moved on; exported = raw + offset;
+- raw < last, and going round the register's width explains it (the increment that implies is one
+  the hardware can make in the elapsed time): a wrap; offset += width;
+- otherwise a reset (driver reload, GPU reset): the offset is dropped and the raw value exported
+  as it is, so the series restarts from the hardware's own figure and rate() sees one clean reset,
+  never a huge negative step nor a counter made up across it.
+
+Widths and plausible rates are declared once here, per Sample field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.model import DeviceIdentity, Sample, frozen_map
+
+_TICK = 2.0**-16  # J per energy_accumulator tick
+_U32 = 2**32  # ints: exact arithmetic near the top of a u64 (a float cannot tell 2^64 - 5 from 2^64)
+_U64 = 2**64
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRule:
+    """How one counter field wraps: its register width in the field's unit, the fastest it can climb."""
+
+    width: Callable[[DeviceIdentity], int | float | None]  # None: never wraps (accumulated in software)
+    max_rate_per_second: float | None = None  # None: a wrap is only believed from the top quarter
+
+
+def _energy_width(identity: DeviceIdentity) -> int | float:
+    # v1_0 has a u32 energy accumulator; v1_1 and later (and rocm_smi's u64 counter) a u64.
+    return _U32 * _TICK if identity.gpu_metrics_version == "1.0" else _U64 * _TICK
+
+
+def _fixed(width: int | None) -> Callable[[DeviceIdentity], int | float | None]:
+    return lambda identity: width
+
+
+# Sample counter fields (scalar or mapping of keys to counts). 5 kW bounds any socket's power.
+COUNTERS: Mapping[str, CounterRule] = {
+    "energy_joules": CounterRule(_energy_width, max_rate_per_second=5000.0),
+    "pcie_replays": CounterRule(_fixed(_U64)),
+    "pcie_recoveries": CounterRule(_fixed(_U64)),
+    "pcie_naks_sent": CounterRule(_fixed(_U32)),
+    "pcie_naks_received": CounterRule(_fixed(_U32)),
+    "xgmi_read_bytes": CounterRule(_fixed(_U64 * 1024)),  # KB registers
+    "xgmi_write_bytes": CounterRule(_fixed(_U64 * 1024)),
+    "xgmi_error_events": CounterRule(_fixed(None)),
+    "ecc_errors": CounterRule(_fixed(_U64)),
+    # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
+    "throttle_residency_seconds": CounterRule(_fixed(None)),
+}
+_MAPPING_COUNTERS = frozenset(
+    f.name for f in dataclasses.fields(Sample) if f.name in COUNTERS and "Mapping" in str(f.type)
+)
+
+
+@dataclass(slots=True)
+class _Track:
+    raw: int | float
+    offset: int | float = 0
+
+
+@dataclass(slots=True)
+class CounterState:
+    """Per-device continuity state: (field, key) -> last raw value and wrap offset."""
+
+    tracks: dict[tuple[str, Any], _Track] = field(default_factory=dict)
+    last_timestamp: float | None = None
+    wraps: int = 0
+    resets: int = 0
+
+
+def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sample) -> Sample:
+    """The sample with every counter made continuous against the previous ones of this device."""
+    dt = sample.timestamp - state.last_timestamp if state.last_timestamp is not None else None
+    state.last_timestamp = sample.timestamp
+    changes: dict[str, Any] = {}
+    for name, rule in COUNTERS.items():
+        value = getattr(sample, name)
+        width = rule.width(identity)
+        if name in _MAPPING_COUNTERS:
+            if value:
+                changes[name] = frozen_map(
+                    {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
+                )
+        elif value is not None:
+            changed = _step(state, (name, None), value, width, rule, dt)
+            changes[name] = type(value)(changed) if isinstance(value, int) else changed
+    return dataclasses.replace(sample, **changes) if changes else sample
+
+
+def _step(
+    state: CounterState,
+    key: tuple[str, Any],
+    raw: int | float,
+    width: int | float | None,
+    rule: CounterRule,
+    dt: float | None,
+) -> int | float:
+    track = state.tracks.get(key)
+    if track is None:
+        state.tracks[key] = _Track(raw)
+        return raw
+    if raw < track.raw:
+        if width is not None and _is_wrap(track.raw, raw, width, rule, dt):
+            track.offset += width
+            state.wraps += 1
+        else:
+            track.offset = 0
+            state.resets += 1
+    track.raw = raw
+    return raw + track.offset
+
+
+def _is_wrap(last: int | float, raw: int | float, width: int | float, rule: CounterRule, dt: float | None) -> bool:
+    increment = (raw - last) + width
+    if increment <= 0:
+        return False
+    if rule.max_rate_per_second is not None and dt is not None and dt > 0:
+        # Twice the fastest climb plus one second of slack: a read delayed by a slow cycle still counts.
+        return increment <= rule.max_rate_per_second * (2 * dt + 1)
+    return last >= 0.75 * width and raw < 0.25 * width

@@ -1,0 +1,120 @@
+"""Errors as data: every failed file read or rejected value of a device read, by file and reason.
+
+A reader thread installs a FileErrors for the device it reads (`collecting`); the file helpers
+(sysfs/files.py) and the value checks (plausible.py, labels) record into it without being handed
+it. The source copies the counts into the Sample (`Sample.file_errors`), the poller adds them up
+into `amdgpu_exporter_file_errors_total{gpu, file, reason}`.
+
+Reasons are a small fixed set, so the label stays bounded whatever the kernel returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import Iterator
+
+from exporter.sources.labels import clean_name
+
+REASONS = (
+    "parse",  # the text or blob is not what the driver writes
+    "implausible",  # parsed, but outside the field's plausible range (plausible.py)
+    "unavailable",  # the driver's own "no value right now" text (pp_dpm after a RAS interrupt)
+    "too_large",  # longer than any real attribute: not slurped
+    "label",  # an identity string cut to length or cleaned of control characters
+    "timeout",  # a reader that hung (pcie_bw's background reader)
+    "eio",
+    "enodev",  # ENODEV / ENXIO: the device itself is gone
+    "ebusy",
+    "eagain",
+    "eperm",  # EPERM / EACCES
+    "enodata",
+    "einval",
+    "eopnotsupp",
+    "eisdir",
+    "eloop",
+    "other",  # any other errno
+)
+_ERRNO_REASONS = {
+    errno.EIO: "eio",
+    errno.ENODEV: "enodev",
+    errno.ENXIO: "enodev",
+    errno.EBUSY: "ebusy",
+    errno.EAGAIN: "eagain",
+    errno.EPERM: "eperm",
+    errno.EACCES: "eperm",
+    errno.ENODATA: "enodata",
+    errno.EINVAL: "einval",
+    errno.EOPNOTSUPP: "eopnotsupp",
+    errno.EISDIR: "eisdir",
+    errno.ELOOP: "eloop",
+    errno.ETIMEDOUT: "timeout",
+}
+
+
+def errno_reason(error: OSError) -> str:
+    return _ERRNO_REASONS.get(error.errno or 0, "other")
+
+
+class FileErrors:
+    """The (file, reason) failures of one device read; files named relative to the device's folders."""
+
+    def __init__(self, *bases: str) -> None:
+        # longest first: the hwmon folder lies inside the device's, and its files are named from it
+        self._bases = tuple(sorted((b.rstrip("/") + "/" for b in bases if b), key=len, reverse=True))
+        self.counts: dict[tuple[str, str], int] = {}
+        self.details: dict[tuple[str, str], str] = {}
+        self.read_ok: set[str] = set()  # paths read without an error (a later check may still reject the value)
+
+    def name_of(self, path: str) -> str:
+        for base in self._bases:
+            if path.startswith(base):
+                return path[len(base) :]
+        return os.path.basename(path)
+
+    def add(self, path_or_file: str, reason: str, detail: str = "") -> None:
+        key = (clean_name(self.name_of(path_or_file) if path_or_file.startswith("/") else path_or_file), reason)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if detail and key not in self.details:
+            self.details[key] = detail[:200]
+
+    def ok_files(self) -> set[str]:
+        """Files read and accepted this read."""
+        failed = {file for file, _ in self.counts}
+        return {name for name in (clean_name(self.name_of(path)) for path in self.read_ok) if name not in failed}
+
+    def failed_files(self) -> dict[str, str]:
+        """file -> its (first) reason this read."""
+        result: dict[str, str] = {}
+        for file, reason in self.counts:
+            result.setdefault(file, reason)
+        return result
+
+
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def collecting(errors: FileErrors) -> Iterator[FileErrors]:
+    """Record this thread's file errors into `errors` while the block runs."""
+    previous = getattr(_current, "errors", None)
+    _current.errors = errors
+    try:
+        yield errors
+    finally:
+        _current.errors = previous
+
+
+def note_ok(path: str) -> None:
+    errors: FileErrors | None = getattr(_current, "errors", None)
+    if errors is not None:
+        errors.read_ok.add(path)
+
+
+def record(path_or_file: str, reason: str, detail: str = "") -> None:
+    """Count one failure for the device this thread is reading (nothing outside a `collecting` block)."""
+    errors: FileErrors | None = getattr(_current, "errors", None)
+    if errors is not None:
+        errors.add(path_or_file, reason, detail)

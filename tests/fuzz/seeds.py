@@ -1,0 +1,36 @@
+"""Seed corpus for the fuzz target: real gpu_metrics tables and text files from a simulated tree."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from exporter.simulator import Simulator
+
+TEXT_FILES = ("gpu_busy_percent", "mem_info_vram_used", "pp_dpm_sclk", "pp_dpm_pcie", "current_link_speed",
+              "current_link_width", "unique_id", "vendor", "pcie_bw", "uevent", "ras/umc_err_count")  # fmt: skip
+
+
+def write_seeds(corpus: Path, work: Path) -> int:
+    """Seeds: selector byte 0 + a gpu_metrics blob per fleet model; odd selectors + text files."""
+    corpus.mkdir(parents=True, exist_ok=True)
+    root = work / "sys"
+    simulator = Simulator(root, fleet="1xMI210,1xMI250X,1xMI300X,1xMI300X:gpu_metrics=1.4", seed=1)
+    simulator.write_tree()
+    count = 0
+    for device in simulator.truth():
+        dev = Path(device.identity.device_dir)
+        blob = dev / "gpu_metrics"
+        if blob.exists():
+            (corpus / f"metrics-{count}").write_bytes(b"\x00" + blob.read_bytes())
+            count += 1
+        for index, name in enumerate(TEXT_FILES):
+            path = dev / name
+            if path.is_file():
+                (corpus / f"text-{count}").write_bytes(bytes([1 + 2 * index]) + path.read_bytes())
+                count += 1
+    return count
+
+
+if __name__ == "__main__":
+    print(write_seeds(Path(sys.argv[1]), Path(sys.argv[2])))
