@@ -91,12 +91,14 @@ def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sam
         width = rule.width(identity)
         if name in _MAPPING_COUNTERS:
             if value:
-                changes[name] = frozen_map(
-                    {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
-                )
+                stepped = {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
+                # No wrap ever seen (the common case): every value is the raw one, the mapping stays as it is.
+                if any(stepped[key] is not raw for key, raw in value.items()):
+                    changes[name] = frozen_map(stepped)
         elif value is not None:
             changed = _step(state, (name, None), value, width, rule, dt)
-            changes[name] = type(value)(changed) if isinstance(value, int) else changed
+            if changed is not value:
+                changes[name] = type(value)(changed) if isinstance(value, int) else changed
     return dataclasses.replace(sample, **changes) if changes else sample
 
 
@@ -120,7 +122,8 @@ def _step(
             track.offset = 0
             state.resets += 1
     track.raw = raw
-    return raw + track.offset
+    # The raw value itself while no wrap is carried: continue_counters then keeps the sample as it is.
+    return raw + track.offset if track.offset else raw
 
 
 def _is_wrap(last: int | float, raw: int | float, width: int | float, rule: CounterRule, dt: float | None) -> bool:

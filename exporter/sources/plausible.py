@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from exporter.model import Sample, frozen_map
@@ -57,19 +57,56 @@ LOW_EXCLUSIVE = frozenset({"temperatures", "temperature_thresholds", "memory_tot
 MAX_XGMI_ERRORS_PER_READ = 2**32
 
 
+# field -> (lowest, highest, lowest itself rejected): looked up once per value on the poll path.
+_BOUNDS: Mapping[str, tuple[float, float, bool]] = {
+    name: (low, high, name in LOW_EXCLUSIVE) for name, (low, high) in RANGES.items()
+}
+
+
 def plausible(field: str, value: object) -> bool:
     """True if `value` is one the field can take (bools and fields without a range always are)."""
+    bounds = _BOUNDS.get(field)
+    return True if bounds is None else _within(bounds, value)
+
+
+def _within(bounds: tuple[float, float, bool], value: object) -> bool:
+    """plausible() for a field whose bounds are already looked up (NaN fails every comparison)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return True
-    bounds = RANGES.get(field)
-    if bounds is None:
-        return True
-    low, high = bounds
-    if not math.isfinite(value):
-        return False
-    if field in LOW_EXCLUSIVE and value <= low:
-        return False
-    return low <= value <= high
+    low, high, low_exclusive = bounds
+    if low_exclusive:
+        return low < value <= high and value != _INF and value != -_INF
+    return low <= value <= high and value != _INF and value != -_INF
+
+
+def plausible_items(field: str, values: Mapping[Any, Any]) -> bool:
+    """True if every value of a mapping field is plausible (the common case, checked without copying)."""
+    bounds = _BOUNDS.get(field)
+    return True if bounds is None or not values else _all_within(bounds, values.values())
+
+
+def _all_within(bounds: tuple[float, float, bool], values: Collection[Any]) -> bool:
+    """_within() of every value, in three C-level passes when they are finite numbers all in range.
+
+    A finite sum means no NaN and no infinity among them; then min and max decide. Anything else
+    (a value out of range, a non-number, an overflow) is judged value by value, exactly as _within.
+    """
+    low, high, low_exclusive = bounds
+    try:
+        total = sum(values)
+        if total - total == 0:
+            lowest, highest = min(values), max(values)
+            if (lowest > low if low_exclusive else lowest >= low) and highest <= high:
+                return True
+    except (TypeError, OverflowError):
+        pass
+    return all(_within(bounds, item) for item in values)
+
+
+# Sample fields with a range that are mappings (key -> value); the others with a range are scalars.
+_MAPPING_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(Sample) if f.name in RANGES and f.default_factory is not dataclasses.MISSING
+)
 
 
 def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
@@ -80,14 +117,15 @@ def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
     """
     changes: dict[str, Any] = {}
     rejected: dict[str, int] = {}
-    for name in RANGES:
+    for name, bounds in _BOUNDS.items():
         value = getattr(sample, name)
-        if isinstance(value, Mapping):
-            kept = {key: item for key, item in value.items() if plausible(name, item)}
-            if len(kept) != len(value):
-                changes[name] = frozen_map(kept)
-                rejected[name] = len(value) - len(kept)
-        elif value is not None and not plausible(name, value):
+        if name in _MAPPING_FIELDS:
+            if not value or _all_within(bounds, value.values()):
+                continue
+            kept = {key: item for key, item in value.items() if _within(bounds, item)}
+            changes[name] = frozen_map(kept)
+            rejected[name] = len(value) - len(kept)
+        elif value is not None and not _within(bounds, value):
             changes[name] = None
             rejected[name] = 1
     return (dataclasses.replace(sample, **changes) if changes else sample), rejected

@@ -145,11 +145,15 @@ class SysfsSource:
         errors = FileErrors(device.device_dir, device.hwmon_dir)
         try:
             with collecting(errors):
-                sample = self._read(device)
+                read = self._read(device)
         except SourceError as error:
             error.file_errors = self._file_errors(device, errors)
             raise
-        return dataclasses.replace(sample, file_errors=frozen_map(self._file_errors(device, errors)))
+        file_errors = frozen_map(self._file_errors(device, errors))
+        if isinstance(read, Sample):
+            return dataclasses.replace(read, file_errors=file_errors)
+        values, timestamp = read
+        return values.sample(timestamp, file_errors)  # built once: no copy of a finished Sample
 
     def _file_errors(self, device: DeviceIdentity, errors: FileErrors) -> dict[tuple[str, str], int]:
         """This read's (file, reason) counts (plus the last discovery's), logging each file's change of state."""
@@ -161,9 +165,11 @@ class SysfsSource:
                     self._file_state[(bdf, file)] = reason
                     detail = errors.details.get((file, reason), "")
                     log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error=detail)
-            for file in errors.ok_files():
-                if self._file_state.pop((bdf, file), None) is not None:
-                    log.info("file_recovered", pci_bus_id=bdf, card=device.card, file=file)
+            # Naming the files read fine costs more than the rest of this: only done when one can recover.
+            if any(key[0] == bdf for key in self._file_state):
+                for file in errors.ok_files():
+                    if self._file_state.pop((bdf, file), None) is not None:
+                        log.info("file_recovered", pci_bus_id=bdf, card=device.card, file=file)
             counts = dict(errors.counts)
             for (file, reason), count in self._discovery_errors.pop(bdf, {}).items():
                 counts[(file, reason)] = counts.get((file, reason), 0) + count
@@ -172,14 +178,14 @@ class SysfsSource:
                     log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error="")
         return counts
 
-    def _read(self, device: DeviceIdentity) -> Sample:
+    def _read(self, device: DeviceIdentity) -> Sample | tuple[SampleValues, float]:
+        """A partition's Sample, or a device's values and the time the read finished."""
         dev = device.device_dir
         if not os.path.isdir(dev):
             raise SourceError("gone", f"{dev} no longer exists")
         if device.partition > 0:
             return self._read_partition(device)
-        values = SampleValues()
-        values.merge(self._slow_layer(device))
+        values = SampleValues.copy_of(self._slow_layer(device))
         metrics = self._read_gpu_metrics(device)
         if metrics is not None:
             values.override_from(metrics, GPU_METRICS_FIELDS)
@@ -203,7 +209,7 @@ class SysfsSource:
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, self._background_pcie_bandwidth(device))
         if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
             raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
-        return values.sample(time.time())
+        return values, time.time()
 
     def _read_partition(self, device: DeviceIdentity) -> Sample:
         """Partition 1..N-1: only its own values (busy of its XCCs and decoders); the socket-wide

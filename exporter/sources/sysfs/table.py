@@ -15,14 +15,15 @@ Adding a value read from a file is one row here; a test checks every row against
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import plausible
+from exporter.sources.plausible import plausible, plausible_items
 from exporter.sources.sysfs.files import read_parsed
 
 Key = str | int | tuple[str, str]
@@ -151,6 +152,14 @@ class SampleValues:
         else:
             self.mappings[field][key] = value
 
+    @classmethod
+    def copy_of(cls, layer: SampleValues) -> SampleValues:
+        """A new set of values holding what `layer` supplies: SampleValues() then merge(layer), in one step."""
+        values = cls.__new__(cls)
+        values.scalars = {name: value for name, value in layer.scalars.items() if value is not None}
+        values.mappings = {name: dict(mapping) for name, mapping in layer.mappings.items()}
+        return values
+
     def merge(self, layer: SampleValues) -> None:
         """Take every value an earlier-computed layer supplies (scalars whole, mappings by key)."""
         for name, value in layer.scalars.items():
@@ -163,18 +172,34 @@ class SampleValues:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
 
         A mapping keeps the order of the keys already here (a key's first layer decides where it is listed).
+        The hot path of every read: a mapping whose values are all plausible (the common case) is taken
+        in one update; one that is not goes value by value, so each rejected value is counted.
         """
+        mappings, scalars = self.mappings, self.scalars
         for name in names:
             value = getattr(source, name)
-            if name in MAPPING_FIELDS:
-                for key, item in value.items():
-                    self.set(name, key, item, origin)
+            if name in mappings:
+                if not value:
+                    continue
+                if not origin or plausible_items(name, value):
+                    mappings[name].update(value)
+                else:
+                    for key, item in value.items():
+                        self.set(name, key, item, origin)
             elif value is not None:
-                self.set(name, None, value, origin)
+                if not origin or plausible(name, value):
+                    scalars[name] = value
+                else:
+                    record(origin, "implausible", f"{name} {value!r}")
 
-    def sample(self, timestamp: float) -> Sample:
+    def sample(self, timestamp: float, file_errors: Mapping[tuple[str, str], int] | None = None) -> Sample:
+        """The finished Sample. Call once, last: the Sample takes over these mappings (read-only views, no copies)."""
         fields: dict[str, Any] = dict(self.scalars)
-        fields.update((name, frozen_map(mapping)) for name, mapping in self.mappings.items())
+        empty = frozen_map()
+        mappings = self.mappings.items()
+        fields.update((name, MappingProxyType(mapping) if mapping else empty) for name, mapping in mappings)
+        if file_errors is not None:
+            fields["file_errors"] = file_errors
         return Sample(timestamp=timestamp, **fields)
 
 
