@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: make `grafana.builder` importable
     sys.path.insert(0, str(ROOT))
 
-from grafana.builder import dashboards, to_text  # noqa: E402
+from grafana.builder import dashboards, memory_limits, to_text  # noqa: E402
 from grafana.builder.thresholds import DAEMON_RULES, PROMETHEUS_RULES, RulesError, load  # noqa: E402
 
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
@@ -34,10 +34,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--prometheus-rules", type=Path, default=PROMETHEUS_RULES, help="Prometheus rules (default: %(default)s)"
     )
+    parser.add_argument(
+        "--systemd-unit",
+        type=Path,
+        default=memory_limits.SYSTEMD_UNIT,
+        help="systemd unit whose MemoryMax the dashboards draw (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--daemonset",
+        type=Path,
+        default=memory_limits.DAEMONSET,
+        help="DaemonSet whose container memory limit the dashboards draw (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
-        generated = dashboards(load(args.daemon_rules, args.prometheus_rules))
-    except RulesError as error:
+        generated = dashboards(
+            load(args.daemon_rules, args.prometheus_rules), memory_limits.load(args.systemd_unit, args.daemonset)
+        )
+    except (RulesError, memory_limits.LimitsError) as error:
         print(f"build_dashboards: {error}", file=sys.stderr)
         return 2
     stale = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .memory_limits import MEMORY_WARNING_RATIO, MemoryLimits, mebibytes, promql_number
 from .panels import (
     ANY_IS_BAD,
     ANY_IS_WORTH_A_LOOK,
@@ -27,6 +28,7 @@ from .queries import (
     HBM_SENSORS,
     JOULES_PER_KWH,
     SAMPLE_AGE_FLEET,
+    exporter_process,
     junction,
     per_step,
     with_identity,
@@ -550,7 +552,56 @@ def stale_row() -> Row:
     )
 
 
-def fleet_dashboard(t: Thresholds) -> Dashboard:
+def exporter_health_row(limits: MemoryLimits) -> Row:
+    resident = exporter_process("process_resident_memory_bytes", FLEET)
+    tightest = limits.tightest_bytes
+    return Row(
+        "Exporter health",
+        (
+            Panel(
+                "timeseries",
+                "Exporter file errors per node",
+                "Failed sysfs file reads per step by node and reason, summed over GCDs and files (the node "
+                "dashboard's exporter health row has them per file).",
+                Query(
+                    f"sum by (instance, reason) ({per_step('increase', 'amdgpu_exporter_file_errors_total', FLEET)})",
+                    "{{instance}} {{reason}}",
+                ),
+                unit="none",
+                width=9,
+                minimum=0,
+                may_be_empty="no exporter has failed a sysfs file read",
+                links=(NODE_LINK_FROM_SERIES,),
+            ),
+            against_reference(
+                "Exporter resident memory per node",
+                "Resident memory of each node's exporter against the smaller of the ceilings the project ships "
+                f"(systemd MemoryMax {mebibytes(limits.systemd_memory_max_bytes)}, DaemonSet limit "
+                f"{mebibytes(limits.kubernetes_memory_limit_bytes)}), dashed.",
+                Query(resident, "{{instance}}"),
+                Query(f"vector({promql_number(tightest)})", "tighter shipped limit"),
+                unit="bytes",
+                width=9,
+            ),
+            tile(
+                "Exporters near their memory limit",
+                f"Exporters whose resident memory is above {MEMORY_WARNING_RATIO:.0%} of the tighter shipped "
+                f"ceiling ({mebibytes(tightest)}): a leak, or a limit too small for the node.",
+                f"count({resident} > {promql_number(round(MEMORY_WARNING_RATIO * tightest))}) or vector(0)",
+                steps=ANY_IS_WORTH_A_LOOK,
+            ),
+            tile(
+                "Exporter stage failures",
+                "Failures of the exporter's stages after a poll (rules, render, Alertmanager) over the selected "
+                "range, all nodes.",
+                f"round(sum(increase(amdgpu_exporter_stage_failures_total{{{FLEET}}}[$__range])))",
+                steps=ANY_IS_WORTH_A_LOOK,
+            ),
+        ),
+    )
+
+
+def fleet_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
     return Dashboard(
         uid=FLEET_UID,
         title="AMD GPU / Fleet overview",
@@ -571,6 +622,7 @@ def fleet_dashboard(t: Thresholds) -> Dashboard:
             usage_row(),
             errors_row(),
             stale_row(),
+            exporter_health_row(limits),
         ),
         time_from="now-6h",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .memory_limits import MEMORY_WARNING_RATIO, MemoryLimits, mebibytes, promql_number
 from .panels import (
     ANY_IS_BAD,
     ANY_IS_WORTH_A_LOOK,
@@ -28,9 +29,11 @@ from .queries import (
     NODE_ALL_GPUS,
     PER_GPU,
     age_at_scrape,
+    exporter_process,
     fast_cycle_quantile,
     junction,
     node_package,
+    only_exporter,
     package_join,
     packages_of_selected_gpus,
     per_step,
@@ -863,7 +866,115 @@ def exporter_row() -> Row:
     )
 
 
-def node_dashboard(t: Thresholds) -> Dashboard:
+def exporter_health_row(limits: MemoryLimits) -> Row:
+    resident = exporter_process("process_resident_memory_bytes", NODE_ALL_GPUS)
+    systemd, kubernetes = limits.systemd_memory_max_bytes, limits.kubernetes_memory_limit_bytes
+    return Row(
+        "Exporter health",
+        (
+            Panel(
+                "timeseries",
+                "Exporter memory against its limits",
+                "Resident and virtual memory of the exporter process, against the memory ceilings the project "
+                f"ships: the systemd unit's MemoryMax ({mebibytes(systemd)}, dashed) and the DaemonSet's memory "
+                f"limit ({mebibytes(kubernetes)}, dotted). Only resident memory counts against either.",
+                (
+                    Query(resident, "resident"),
+                    Query(exporter_process("process_virtual_memory_bytes", NODE_ALL_GPUS), "virtual"),
+                    Query(f"vector({promql_number(systemd)})", "systemd MemoryMax"),
+                    Query(f"vector({promql_number(kubernetes)})", "DaemonSet memory limit"),
+                ),
+                unit="bytes",
+                width=10,
+                minimum=0,
+                dashed=("C",),
+                dotted=("D",),
+            ),
+            Panel(
+                "stat",
+                "Memory share of the tighter limit",
+                f"Resident memory as a share of the smaller shipped ceiling ({mebibytes(limits.tightest_bytes)}); "
+                f"orange from {MEMORY_WARNING_RATIO:.0%}, red at the limit (the kernel kills the exporter there).",
+                Query(f"{resident} / {promql_number(limits.tightest_bytes)}", "resident"),
+                unit="percentunit",
+                width=4,
+                steps=((MEMORY_WARNING_RATIO, ORANGE), (1.0, RED)),
+            ),
+            Panel(
+                "timeseries",
+                "Exporter CPU",
+                "CPU time the exporter process uses per second of wall time (1 = one core).",
+                Query(
+                    only_exporter(per_step("rate", "process_cpu_seconds_total", NODE_ALL_GPUS), NODE_ALL_GPUS), "cpu"
+                ),
+                unit="percentunit",
+                width=5,
+                minimum=0,
+            ),
+            against_reference(
+                "Open file descriptors",
+                "Descriptors the exporter holds (sysfs files, sockets, HTTP connections) against its limit "
+                "(dashed; the unit raises it with LimitNOFILE).",
+                Query(exporter_process("process_open_fds", NODE_ALL_GPUS), "open"),
+                Query(exporter_process("process_max_fds", NODE_ALL_GPUS), "limit"),
+                unit="none",
+                width=5,
+            ),
+            Panel(
+                "timeseries",
+                "File errors",
+                "Failed sysfs file reads per step by GCD, file and reason (a file the driver stopped providing, "
+                "a permission change, a malformed value).",
+                Query(
+                    per_step("increase", "amdgpu_exporter_file_errors_total", NODE), "gpu {{gpu}} {{file}} {{reason}}"
+                ),
+                unit="none",
+                width=10,
+                minimum=0,
+                may_be_empty="no sysfs file read has failed since the exporter started",
+            ),
+            Panel(
+                "timeseries",
+                "Stage failures and device discoveries",
+                "Failures per step of the stages after a poll (rules, render, Alertmanager; /readyz reports them), "
+                "and device discoveries by result (a GPU that appears or disappears triggers one).",
+                (
+                    Query(
+                        per_step("increase", "amdgpu_exporter_stage_failures_total", NODE_ALL_GPUS), "{{stage}} failed"
+                    ),
+                    Query(
+                        per_step("increase", "amdgpu_exporter_discoveries_total", NODE_ALL_GPUS), "discovery {{result}}"
+                    ),
+                ),
+                unit="none",
+                width=8,
+                minimum=0,
+            ),
+            Panel(
+                "stat",
+                "Devices present",
+                "GCDs the last discovery found, and how many of them the last cycle read in time: fewer present "
+                "than the node has is a lost GPU (the rules' device count).",
+                (
+                    Query(f"sum(amdgpu_device_present{{{NODE_ALL_GPUS}}})", "present"),
+                    Query(f"sum(amdgpu_up{{{NODE_ALL_GPUS}}})", "up"),
+                ),
+                unit="none",
+                width=3,
+            ),
+            Panel(
+                "stat",
+                "Exporter uptime",
+                "Time since the exporter process started (a restart resets it).",
+                Query(f"time() - {exporter_process('process_start_time_seconds', NODE_ALL_GPUS)}", "uptime"),
+                unit="s",
+                width=3,
+            ),
+        ),
+    )
+
+
+def node_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
     return Dashboard(
         uid=NODE_UID,
         title="AMD GPU / Node and GCD detail",
@@ -887,6 +998,7 @@ def node_dashboard(t: Thresholds) -> Dashboard:
             ras_row(),
             firmware_row(),
             exporter_row(),
+            exporter_health_row(limits),
         ),
         time_from="now-1h",
         annotations=(

@@ -79,3 +79,13 @@ def fast_cycle_quantile(quantile: float) -> str:
 def poll_duration_quantile(quantile: float) -> str:
     buckets = per_step("rate", "amdgpu_exporter_poll_duration_seconds_bucket", NODE_ALL_GPUS)
     return f"histogram_quantile({quantile:g}, sum by (le) ({buckets}))"
+
+
+def only_exporter(expr: str, selector: str) -> str:
+    """Keep the series of amdgpu-exporter's targets: other jobs on the node (node_exporter) export process_* too."""
+    return f"({expr} and on(instance, job) amdgpu_exporter_build_info{{{selector}}})"
+
+
+def exporter_process(metric: str, selector: str) -> str:
+    """A process_* family of the exporter only."""
+    return only_exporter(f"{metric}{{{selector}}}", selector)

@@ -26,7 +26,7 @@ import yaml
 
 from exporter.exposition.metrics import all_metric_names
 from grafana import builder
-from grafana.builder import thresholds
+from grafana.builder import memory_limits, thresholds
 from tests.realtools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,14 +39,7 @@ EXPORTER = ROOT / ".venv" / "bin" / "amdgpu-exporter"
 EXPORTED_FAMILIES = tuple(all_metric_names())
 
 # Families no panel shows on purpose, each with the reason.
-_PROCESS = "the exporter process itself (generic process metrics): no GPU dashboard panel yet"
 FAMILIES_LEFT_OFF: dict[str, str] = {
-    "process_cpu_seconds_total": _PROCESS,
-    "process_resident_memory_bytes": _PROCESS,
-    "process_virtual_memory_bytes": _PROCESS,
-    "process_start_time_seconds": _PROCESS,
-    "process_open_fds": _PROCESS,
-    "process_max_fds": _PROCESS,
     # The version matrix (exporter/operator/doctor.py) as series: for joins in ad-hoc queries and
     # alert annotations; a versions table panel is still to be drawn.
     "amdgpu_driver_info": "host versions: no dashboard panel yet",
@@ -55,11 +48,6 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
-    # issue 10 (a node's life): not on a dashboard yet; a panel of file errors by reason is a follow-up
-    "amdgpu_device_present": "read by the alert rules (the device count); the dashboards show amdgpu_up",
-    "amdgpu_exporter_file_errors_total": "the exporter's own error accounting: no panel yet (issue 10 follow-up)",
-    "amdgpu_exporter_discoveries_total": "the exporter's own discoveries: no panel yet (issue 10 follow-up)",
-    "amdgpu_exporter_stage_failures_total": "readiness shows it (/readyz): no panel yet (issue 10 follow-up)",
     **dict.fromkeys(
         (
             "amdgpu_exporter_web_config_reloads_total",
@@ -80,6 +68,8 @@ DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 MAY_BE_EMPTY = "May be empty:"
 # The levels the dashboards colour by, as the shipped rule files define them.
 LEVELS = thresholds.load()
+# The exporter's memory ceilings, as the shipped systemd unit and DaemonSet set them.
+LIMITS = memory_limits.load()
 SCRAPE_INTERVAL_SECONDS = 1
 # Grafana's step variables for a short range at a 1 s scrape interval:
 # $__rate_interval = max($__interval + scrape interval, 4 x scrape interval).
@@ -280,6 +270,24 @@ def test_power_cap_share_turns_red_where_the_power_at_cap_alert_fires() -> None:
     for panel in share_panels:
         steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
         assert steps[-1] == {"color": "red", "value": LEVELS.power_at_cap_ratio}, panel["title"]
+
+
+def test_exporter_memory_is_drawn_against_the_shipped_limits() -> None:
+    """Resident memory of the exporter process only (not node_exporter's), against both shipped ceilings."""
+    shown = []
+    for dashboard in DASHBOARDS.values():
+        for panel in data_panels(dashboard):
+            exprs = [target["expr"] for target in panel["targets"]]
+            if any("process_resident_memory_bytes" in expr for expr in exprs):
+                shown.append(panel["title"])
+                joined = " ".join(exprs)
+                assert "and on(instance, job) amdgpu_exporter_build_info" in joined, panel["title"]
+                levels = (LIMITS.tightest_bytes, memory_limits.MEMORY_WARNING_RATIO * LIMITS.tightest_bytes)
+                assert any(f"{round(level)}" in joined for level in levels), panel["title"]
+    assert len(shown) >= 3, shown
+    node_exprs = [t["expr"] for p in data_panels(DASHBOARDS["amdgpu-node.json"]) for t in p["targets"]]
+    assert f"vector({int(LIMITS.systemd_memory_max_bytes)})" in node_exprs
+    assert f"vector({int(LIMITS.kubernetes_memory_limit_bytes)})" in node_exprs
 
 
 def test_stale_after_defaults_to_the_stale_samples_alert() -> None:
