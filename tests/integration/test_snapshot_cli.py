@@ -162,7 +162,7 @@ def test_watch_redraws_in_place_on_a_terminal(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [EXPORTER, "snapshot", f"--path.sysfs={tmp_path / 'sys'}", "--watch=200ms"],
         stdout=follower,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # never read: an unread pipe could fill and block logging
         env=_env(),
     )
     os.close(follower)
@@ -182,7 +182,7 @@ def test_watch_json_is_one_document_per_line_when_piped(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [EXPORTER, "snapshot", f"--path.sysfs={tmp_path / 'sys'}", "--watch=200ms", "--json"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # never read: an unread pipe could fill and block logging
         env=_env(),
     )
     assert proc.stdout is not None
@@ -221,6 +221,8 @@ def test_logs_are_plain_json_when_piped(tmp_path: Path) -> None:
 
 def test_watch_shows_a_device_that_hangs_mid_watch_and_still_stops_at_once(tmp_path: Path) -> None:
     simulator = write_tree(tmp_path / "sys", fleet="2xMI210")
+    log_path = tmp_path / "stderr.log"
+    log_file = log_path.open("wb")
     proc = subprocess.Popen(
         [
             EXPORTER,
@@ -232,7 +234,7 @@ def test_watch_shows_a_device_that_hangs_mid_watch_and_still_stops_at_once(tmp_p
             "--slow-interval=100ms",
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=log_file,  # a file, not an unread pipe that could fill and block logging
         env=_env(),
     )
     assert proc.stdout is not None
@@ -249,9 +251,13 @@ def test_watch_shows_a_device_that_hangs_mid_watch_and_still_stops_at_once(tmp_p
         assert frame["devices"][1]["down_reason"] in ("timeout", "stuck") and frame["devices"][0]["up"]
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        assert proc.wait(timeout=5) == 130
+        try:
+            assert proc.wait(timeout=5) == 130
+        except subprocess.TimeoutExpired as error:
+            raise AssertionError(f"still running 5 s after SIGINT; its log:\n{log_path.read_text()}") from error
         assert time.monotonic() - started < 2  # the stuck reader thread is not joined
     finally:
+        log_file.close()
         if hung is not None:
             release(hung)
         if proc.poll() is None:
