@@ -225,7 +225,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "discovery-interval",
-        bounded_duration(1, 86400),
+        # Down to 10 ms (tests stress rediscovery): one discovery thread, never two at once.
+        bounded_duration(0.01, 86400),
         "5m",
         "how often devices, identity and topology are re-read",
     ),

@@ -277,7 +277,7 @@ def test_snapshot_exits_within_the_read_timeout_with_a_stuck_read(tmp_path: Path
     hang(Path(hung.device_dir) / "gpu_metrics")
     started = time.monotonic()
     result = subprocess.run(
-        [EXPORTER, "snapshot", f"--path.sysfs={root}", "--read-timeout=1s"], capture_output=True, timeout=30
+        [EXPORTER, "snapshot", "--json", f"--path.sysfs={root}", "--read-timeout=1s"], capture_output=True, timeout=30
     )
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
@@ -629,7 +629,7 @@ def test_hostile_config_and_rules_files_fail_fast_in_one_line(
     path.write_bytes(content)
     started = time.monotonic()
     result = subprocess.run(
-        ["/usr/bin/time", "-f", "%M", EXPORTER, f"{flag}={path}", "--path.sysfs=/nonexistent"],
+        ["/usr/bin/time", "-f", "%M", EXPORTER, f"{flag}={path}", f"--path.sysfs={tmp_path}"],  # a folder with no GPU
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     took = time.monotonic() - started
