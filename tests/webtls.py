@@ -43,6 +43,12 @@ def _leaf(folder: Path, name: str, subject: str, san: str, usage: str) -> None:
     )  # fmt: skip
 
 
+def server_certificate(folder: Path, name: str, dns_name: str) -> tuple[Path, Path]:
+    """Another server certificate and key from make_pki's CA (in `folder`), for the name `dns_name`."""
+    _leaf(folder, name, f"/CN={dns_name}", f"DNS:{dns_name}", "serverAuth")
+    return folder / f"{name}.crt", folder / f"{name}.key"
+
+
 def make_pki(folder: Path) -> Pki:
     folder.mkdir(parents=True, exist_ok=True)
     _openssl(

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
+from exporter.attribution.model import Attribution
 from exporter.log import get_logger
 from exporter.model import AlertState, DeviceState, Snapshot
 from exporter.pipeline.health import Health
@@ -109,7 +110,27 @@ async def _send(
     await send({"type": "http.response.body", "body": body})
 
 
-def device_json(state: DeviceState) -> dict[str, Any]:
+def holders_json(attribution: Attribution, gpu: int) -> list[dict[str, Any]]:
+    """Who holds device `gpu`: its pods and Slurm jobs (in the enrich stage's order), then its processes."""
+    holders: list[dict[str, Any]] = []
+    for allocation in attribution.allocations:
+        if allocation.gpu != gpu:
+            continue
+        holder: dict[str, Any] = {"source": allocation.source, **dict(allocation.labels)}
+        if allocation.source != "slurm":  # a Slurm claim's resource is always "slurm": nothing to say
+            holder["resource"] = allocation.resource
+        holder["device_id"] = allocation.device_id
+        holders.append(holder)
+    for usage in attribution.processes:
+        if usage.gpu == gpu:
+            holders.append(
+                {"source": "processes", "pid": usage.pid, "comm": usage.comm, "vram_bytes": usage.vram_bytes}
+            )
+    return holders
+
+
+def device_json(state: DeviceState, attribution: Attribution | None = None) -> dict[str, Any]:
+    """One device entry; with attribution on (any source configured) it carries `holders`, maybe []."""
     ident = state.identity
     sample = state.sample
     data: dict[str, Any] = {
@@ -148,6 +169,8 @@ def device_json(state: DeviceState) -> dict[str, Any]:
             out[f.name] = value
         out["age_seconds"] = round(time.time() - sample.timestamp, 3)
         data["sample"] = out
+    if attribution is not None and attribution.sources_up:
+        data["holders"] = holders_json(attribution, state.gpu)
     return data
 
 
@@ -158,7 +181,7 @@ def devices_document(snapshot: Snapshot) -> dict[str, Any]:
         "source": snapshot.source,
         "cycle": snapshot.cycle,
         "poll_duration_seconds": snapshot.poll_duration_seconds,
-        "devices": [device_json(d) for d in snapshot.devices],
+        "devices": [device_json(d, snapshot.attribution) for d in snapshot.devices],
     }
 
 

@@ -90,6 +90,13 @@ def per_gpu_families(series: Series) -> dict[str, list[dict[str, str]]]:
     }
 
 
+def holders(port: int) -> dict[int, list[dict]]:
+    """/api/v1/devices: each device's `holders` (absent when attribution is off), by gpu."""
+    response = httpx.get(f"http://127.0.0.1:{port}/api/v1/devices", timeout=5)
+    assert response.status_code == 200
+    return {device["gpu"]: device["holders"] for device in response.json()["devices"] if "holders" in device}
+
+
 def slurm(script: str, state: Path, job: str, gpus: str = "") -> None:
     env = {
         "PATH": "/usr/bin:/bin",
@@ -172,6 +179,47 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
             per_gpu.setdefault(labels["gpu"], []).append(labels["pid"])
         assert all(len(pids) <= 2 for pids in per_gpu.values()) and set(per_gpu) == {"0", "1", "2", "3"}
 
+        # /api/v1/devices names the same holders per device, and the same processes as /metrics.
+        held = holders(port)
+        assert sorted(held) == [0, 1, 2, 3]
+        non_process = {gpu: [h for h in entries if h["source"] != "processes"] for gpu, entries in held.items()}
+        assert non_process == {
+            0: [
+                {
+                    "source": "kubernetes",
+                    "pod": "train-0",
+                    "namespace": "ml",
+                    "container": "trainer",
+                    "resource": "amd.com/gpu",
+                    "device_id": bdfs["0"].upper(),
+                }
+            ],
+            1: [
+                {
+                    "source": "kubernetes",
+                    "pod": "infer-1",
+                    "namespace": "serve",
+                    "container": "server",
+                    "resource": "amd.com/gpu",
+                    "device_id": bdfs["1"],
+                }
+            ],
+            2: [{"source": "slurm", "job_id": "4242", "job_user": "alice", "job_partition": "mi250", "device_id": "2"}],
+            3: [],
+        }
+        process_memory = {
+            (labels["gpu"], labels["pid"], labels["comm"]): value
+            for labels, value in series["amdgpu_process_memory_bytes"]
+        }
+        api_processes = {
+            (str(gpu), str(h["pid"]), h["comm"]): h["vram_bytes"]
+            for gpu, entries in held.items()
+            for h in entries
+            if h["source"] == "processes"
+        }
+        assert api_processes and set(api_processes) == set(process_memory)
+        assert all(isinstance(h["vram_bytes"], int) for e in held.values() for h in e if h["source"] == "processes")
+
         # train-0 goes away and job 4242 ends: no series anywhere keeps their label sets.
         kubelet.set_pods([FakePod("infer-1", "serve", [FakeContainer("server", {"amd.com/gpu": [bdfs["1"]]})])])
         slurm("epilog.sh", state, "4242")
@@ -184,6 +232,9 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
             for labels, _ in samples:
                 assert labels.get("pod") != "train-0" and labels.get("job_id") != "4242", (name, labels)
         assert all(labels["pod"] == "" for labels, _ in series["amdgpu_up"] if labels["gpu"] == "0")
+        held = holders(port)
+        assert [h for h in held[0] + held[2] if h["source"] != "processes"] == []
+        assert [h["pod"] for h in held[1] if h["source"] == "kubernetes"] == ["infer-1"]
 
         # The kubelet turns slow: source down, /metrics unaffected, one log line for the change.
         kubelet.delay = 1.5
@@ -240,6 +291,7 @@ def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(
         (up,) = series["amdgpu_up"]
         assert up == ({"gpu": "0", **dict.fromkeys((*POD_LABELS, *JOB_LABELS), "")}, 1.0)
         assert "amdgpu_allocation_info" not in series and "amdgpu_job_info" not in series
+        assert holders(port) == {0: []}  # attribution on, nobody holds it (both sources down)
         time.sleep(1.0)
         assert len(log.events("attribution_source_down", source="kubernetes")) == 1
         (slurm_down,) = log.events("attribution_source_down", source="slurm")
@@ -256,5 +308,6 @@ def test_attribution_off_adds_nothing(work: Path) -> None:
         assert not ATTRIBUTION_FAMILIES & set(series)
         assert "amdgpu_process_memory_bytes" not in series
         assert set(series["amdgpu_up"][0][0]) == {"gpu"}
+        assert holders(port) == {}  # no `holders` key at all with attribution off
     finally:
         stop(process)

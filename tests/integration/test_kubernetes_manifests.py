@@ -10,6 +10,7 @@ started with the DaemonSet's own arguments and environment.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.util
 import json
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -84,6 +86,24 @@ def dockerfile_exec_form(keyword: str) -> list[str]:
     return [str(item) for item in json.loads(line)]
 
 
+def render_with_component(tmp_path: Path, component: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of a copy of deploy/kubernetes with `component` uncommented, as the README says."""
+    overlay = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE_DIR, overlay)
+    kustomization = overlay / "kustomization.yaml"
+    text = kustomization.read_text()
+    commented = f"#   - {component}\n"
+    assert "\n# components:\n" in text and commented in text, "the README tells users to uncomment these lines"
+    kustomization.write_text(
+        text.replace("\n# components:\n", "\ncomponents:\n").replace(commented, f"  - {component}\n")
+    )
+    result = subprocess.run(
+        [require_tool("kubectl"), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
 def _validate(path: Path, version: str | None) -> subprocess.CompletedProcess[str]:
     command = [require_tool("kubernetes-validate"), "--strict"]
     if version:
@@ -127,18 +147,7 @@ def test_builtin_objects_pass_strict_schema_validation(
 def test_pod_attribution_component_mounts_the_socket_folder_read_only_as_uid_0_without_capabilities(
     tmp_path: Path,
 ) -> None:
-    overlay = tmp_path / "kubernetes"
-    shutil.copytree(KUSTOMIZE_DIR, overlay)
-    kustomization = overlay / "kustomization.yaml"
-    text = kustomization.read_text()
-    commented = "# components:\n#   - pod-attribution\n"
-    assert commented in text, "the README and the component tell users to uncomment these lines"
-    kustomization.write_text(text.replace(commented, "components:\n  - pod-attribution\n"))
-    result = subprocess.run(
-        [require_tool("kubectl"), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    objects = render_with_component(tmp_path, "pod-attribution")
     pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
     main = container(objects)
     # The socket is root:root 0755 and connect(2) needs write permission: uid 0, and nothing more.
@@ -160,6 +169,120 @@ def test_pod_attribution_component_mounts_the_socket_folder_read_only_as_uid_0_w
     manifest.write_text(yaml.safe_dump(one(objects, "DaemonSet")))
     validated = _validate(manifest, None)
     assert validated.returncode == 0 and "ERROR" not in validated.stdout, validated.stdout
+
+
+WEB_SECRET = "amdgpu-exporter-web"  # mounted: web-config.yml, tls.crt, tls.key, ca.crt
+SCRAPE_SECRET = "amdgpu-exporter-scrape"  # the Operator's only: username, password
+
+
+def test_web_config_component_serves_https_with_basic_auth_and_the_servicemonitor_verifies_it(
+    tmp_path: Path,
+) -> None:
+    """The web-config component renders, validates, and does what it promises: the daemon started
+    with its args and a Secret laid out as its comment says answers the probes over HTTPS without a
+    password, and /metrics only to the ServiceMonitor's scrape (CA, serverName and basic auth)."""
+    objects = render_with_component(tmp_path / "render", "web-config")
+    daemonset = one(objects, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    main = container(objects)
+    manifest = tmp_path / "daemonset.yaml"
+    manifest.write_text(yaml.safe_dump(daemonset))
+    for version in KUBERNETES_VERSIONS:
+        validated = _validate(manifest, version)
+        assert validated.returncode == 0 and "ERROR" not in validated.stdout, validated.stdout
+
+    # Args, mount and volume: the file the flag names is in the Secret, mounted read-only.
+    config_path = PurePosixPath(flag_value(main["args"], "--web.config.file", ""))
+    assert config_path.name == "web-config.yml"
+    mount = next(m for m in main["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    assert mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"] == {"secretName": WEB_SECRET, "defaultMode": 0o440}
+    # 0440: readable by the exporter only through fsGroup, which must be its own group.
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    # Probes: the same paths and port, over HTTPS; nothing else about them changes.
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"}
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "metrics"
+    tls = endpoint["tlsConfig"]
+    assert tls["insecureSkipVerify"] is False
+    assert tls["ca"] == {"secret": {"name": WEB_SECRET, "key": "ca.crt"}}
+    server_name = tls["serverName"]
+    assert endpoint["basicAuth"] == {
+        "username": {"name": SCRAPE_SECRET, "key": "username"},
+        "password": {"name": SCRAPE_SECRET, "key": "password"},
+    }
+    assert SCRAPE_SECRET not in json.dumps(daemonset), "the clear password never reaches the exporter's pod"
+
+    # The Secret as the component's comment lays it out, and the daemon started with the pod's args.
+    from tests.webtls import bcrypt_hash, make_pki, server_certificate
+
+    pki = make_pki(tmp_path / "pki")
+    cert, key = server_certificate(pki.folder, "svc", server_name)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    for source, name in ((cert, "tls.crt"), (key, "tls.key"), (pki.ca, "ca.crt")):
+        shutil.copyfile(source, secret / name)
+    password = "scrape-secret"
+    (secret / config_path.name).write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"},  # relative, as documented
+                "basic_auth_users": {"prometheus": bcrypt_hash(password, rounds=4)},
+            }
+        )
+    )
+    port = _free_port()
+    args = [a for a in main["args"] if not a.startswith(("--web.listen-address=", "--web.config.file="))]
+    args += ["--demo", f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={secret / config_path.name}"]
+    log_path = tmp_path / "exporter.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", *args],
+            env={"PATH": os.environ["PATH"]},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    kubelet = ssl.create_default_context()  # the kubelet's HTTPS probes verify nothing
+    kubelet.check_hostname = False
+    kubelet.verify_mode = ssl.CERT_NONE
+    prometheus = ssl.create_default_context(cafile=str(secret / "ca.crt"))
+    authorization = "Basic " + base64.b64encode(f"prometheus:{password}".encode()).decode()
+    try:
+        probes = [main["livenessProbe"]["httpGet"]["path"], main["readinessProbe"]["httpGet"]["path"]]
+        deadline = time.monotonic() + 30
+        while probes:
+            assert process.poll() is None, f"exited with {process.returncode}:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"{probes} never answered 200:\n{log_path.read_text()}"
+            with contextlib.suppress(OSError):
+                probes = [p for p in probes if _https_status(port, kubelet, "localhost", p) != 200]
+            time.sleep(0.2)
+        scrape = endpoint["path"]
+        assert _https_status(port, prometheus, server_name, scrape, authorization) == 200
+        assert _https_status(port, prometheus, server_name, scrape) == 401
+        assert _https_status(port, kubelet, "localhost", scrape) == 401
+        with pytest.raises(ssl.SSLCertVerificationError):  # the certificate names serverName only
+            _https_status(port, prometheus, "localhost", scrape, authorization)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def _https_status(port: int, context: ssl.SSLContext, server_name: str, path: str, authorization: str = "") -> int:
+    """One HTTPS GET to 127.0.0.1:port with TLS for `server_name` (what a ServiceMonitor's serverName does)."""
+    headers = f"GET {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n"
+    if authorization:
+        headers += f"Authorization: {authorization}\r\n"
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=server_name) as tls,
+    ):
+        tls.sendall((headers + "\r\n").encode())
+        status_line = tls.makefile("rb").readline().decode()
+    return int(status_line.split()[1])
 
 
 # --- Generated objects ---------------------------------------------------------------------------
