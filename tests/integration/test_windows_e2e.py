@@ -152,9 +152,15 @@ def test_every_window_family_matches_the_simulators_truth(stack: tuple[Any, Trut
     for attempt in range(3):  # three scrapes a few seconds apart: the windows move, the match must hold
         if attempt:
             time.sleep(2.0)
-        taken_at, scraped = scraped_windows(running)
-        written_at, truth = truth_log.closest(taken_at)
-        assert abs(written_at - taken_at) < 0.25, "no truth written near the exporter's window"
+        # The simulator writes its truth a few times a second; under load a write can come late, so
+        # scrape again (a new window each time) until one has a truth written within 0.25 s of it.
+        for _ in range(20):
+            taken_at, scraped = scraped_windows(running)
+            written_at, truth = truth_log.closest(taken_at)
+            if abs(written_at - taken_at) < 0.25:
+                break
+            time.sleep(0.3)
+        assert abs(written_at - taken_at) < 0.25, "no truth written near the exporter's window in 20 scrapes"
         assert truth["seconds"] == WINDOW_S
         failures = []
         for device in truth["devices"]:
