@@ -114,12 +114,14 @@ BANDWIDTH_FAMILIES = ("amdgpu_pcie_bandwidth_bytes_per_second", "amdgpu_pcie_ban
 
 
 def settled(gpus: int, with_pcie_bw: int) -> Callable[[Series], bool]:
-    """Every GPU up and the background pcie_bw reader's figures in."""
+    """Every GPU up, the background pcie_bw reader's figures in, and the fast sampler's windows
+    (they appear once it has sampled every GPU: under load one daemon can get there later)."""
 
     def ready(series: Series) -> bool:
         up = sum(1 for (name, _), value in series.items() if name == "amdgpu_up" and value == 1)
         bw = sum(1 for (name, _), _v in series.items() if name in BANDWIDTH_FAMILIES)
-        return up == gpus and bw >= with_pcie_bw
+        windowed = {dict(labels).get("gpu") for (name, labels) in series if name == "amdgpu_temperature_window_celsius"}
+        return up == gpus and bw >= with_pcie_bw and len(windowed) == gpus
 
     return ready
 
