@@ -9,6 +9,7 @@ import grp
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -85,7 +86,9 @@ def _run(argv_prefix: list[str], tree: Path) -> tuple[set[tuple[str, tuple]], st
         f"--web.listen-address=127.0.0.1:{port}",
         "--log.format=json",
     ]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    # Its own session: under strace, SIGTERM to strace only detaches it and the traced daemon would
+    # live on, so the whole group is stopped.
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -100,7 +103,19 @@ def _run(argv_prefix: list[str], tree: Path) -> tuple[set[tuple[str, tuple]], st
         time.sleep(1.2)  # a few cycles, slow-schedule reads included
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         stop(process)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the group's other members (the traced daemon) end too
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
     series = {
         (s.name, tuple(sorted((k, v) for k, v in s.labels.items())))
         for family in text_string_to_metric_families(text)
