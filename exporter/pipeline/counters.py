@@ -79,6 +79,11 @@ class CounterState:
     last_timestamp: float | None = None
     wraps: int = 0
     resets: int = 0
+    # mapping field -> its values at the last step, while no key of it carries a wrap offset: an
+    # unchanged mapping (ECC counts between slow refreshes, the common case) then needs no step at all
+    settled: dict[str, dict[Any, Any]] = field(default_factory=dict)
+    widths: dict[str, int | float | None] = field(default_factory=dict)  # of `widths_for`
+    widths_for: DeviceIdentity | None = None
 
 
 def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sample) -> Sample:
@@ -86,15 +91,24 @@ def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sam
     dt = sample.timestamp - state.last_timestamp if state.last_timestamp is not None else None
     state.last_timestamp = sample.timestamp
     changes: dict[str, Any] = {}
+    if state.widths_for is not identity:  # widths depend on the identity only (its gpu_metrics version)
+        state.widths = {name: rule.width(identity) for name, rule in COUNTERS.items()}
+        state.widths_for = identity
+    widths, settled = state.widths, state.settled
     for name, rule in COUNTERS.items():
         value = getattr(sample, name)
-        width = rule.width(identity)
+        width = widths[name]
         if name in _MAPPING_COUNTERS:
             if value:
+                if settled.get(name) == value:
+                    continue  # every key as last time and no offset carried: stepping would change nothing
                 stepped = {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
                 # No wrap ever seen (the common case): every value is the raw one, the mapping stays as it is.
                 if any(stepped[key] is not raw for key, raw in value.items()):
                     changes[name] = frozen_map(stepped)
+                    settled.pop(name, None)
+                else:
+                    settled[name] = dict(value)
         elif value is not None:
             changed = _step(state, (name, None), value, width, rule, dt)
             if changed is not value:

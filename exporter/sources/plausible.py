@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from exporter.model import Sample, frozen_map
@@ -82,7 +82,10 @@ def _within(bounds: tuple[float, float, bool], value: object) -> bool:
 def plausible_items(field: str, values: Mapping[Any, Any]) -> bool:
     """True if every value of a mapping field is plausible (the common case, checked without copying)."""
     bounds = _BOUNDS.get(field)
-    return True if bounds is None or not values else _all_within(bounds, values.values())
+    if bounds is None or not values:
+        return True
+    fast = _ITEMS_PLAUSIBLE.get(field)
+    return (fast is not None and fast(values.values())) or _all_within(bounds, values.values())
 
 
 def _all_within(bounds: tuple[float, float, bool], values: Collection[Any]) -> bool:
@@ -109,12 +112,70 @@ _MAPPING_FIELDS = frozenset(
 )
 
 
+def _in_range_expression(name: str) -> str:
+    """A chained comparison true only for a finite number within the field's range (NaN fails it)."""
+    low, high, low_exclusive = _BOUNDS[name]
+    upper = "x < _INF" if high == _INF else f"x <= {high!r}"  # +inf itself is never plausible
+    return f"{low!r} {'<' if low_exclusive else '<='} {upper}"
+
+
+def _compile_all_plausible() -> Callable[[Sample], bool]:
+    """One generated function: True when every ranged value of a Sample is a finite number in range.
+
+    The poll's common case is a sample with nothing to reject; checking it field by field through
+    _within costs more than the rest of the poller's work on it. The generated code folds each
+    field's bounds in as constants. It is a sufficient test only: False (or a value that does not
+    compare, TypeError) sends the sample to the exact, field-by-field path, which decides.
+    """
+    lines = ["def all_plausible(s):", "    try:"]
+    for name in _BOUNDS:
+        test = _in_range_expression(name)
+        if name in _MAPPING_FIELDS:
+            lines += [f"        for x in s.{name}.values():", f"            if not ({test}): return False"]
+        else:
+            lines += [f"        x = s.{name}", f"        if x is not None and not ({test}): return False"]
+    lines += ["    except TypeError:", "        return False", "    return True"]
+    namespace: dict[str, Any] = {"_INF": _INF}
+    # Generated from RANGES alone (field names and constants), never from device data.
+    exec(compile("\n".join(lines) + "\n", "<plausible all_plausible>", "exec"), namespace)
+    return namespace["all_plausible"]  # type: ignore[no-any-return]
+
+
+def _compile_items_check(name: str) -> Callable[[Iterable[Any]], bool]:
+    """plausible_items' fast test for one mapping field, generated the same way (sufficient only)."""
+    source = (
+        "def items_plausible(values):\n"
+        "    try:\n"
+        "        for x in values:\n"
+        f"            if not ({_in_range_expression(name)}): return False\n"
+        "    except TypeError:\n"
+        "        return False\n"
+        "    return True\n"
+    )
+    namespace: dict[str, Any] = {"_INF": _INF}
+    exec(compile(source, f"<plausible {name}>", "exec"), namespace)
+    return namespace["items_plausible"]  # type: ignore[no-any-return]
+
+
+all_plausible = _compile_all_plausible()
+_ITEMS_PLAUSIBLE: Mapping[str, Callable[[Iterable[Any]], bool]] = {
+    name: _compile_items_check(name) for name in _MAPPING_FIELDS
+}
+
+
 def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
     """The sample with every implausible value removed, and the fields it removed them from.
 
     The sysfs source checks each value as it reads it (and names the file); this is the same check
     for any source, applied by the poller to whatever a source returns (the rocm_smi library too).
     """
+    if all_plausible(sample):  # the common case, in one generated pass
+        return sample, {}
+    return remove_implausible(sample)
+
+
+def remove_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
+    """without_implausible's exact path: every ranged value judged by _within, one by one."""
     changes: dict[str, Any] = {}
     rejected: dict[str, int] = {}
     for name, bounds in _BOUNDS.items():

@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter import safeyaml
 from exporter.model import DeviceIdentity, Published, Sample, Snapshot, TopologyLink, frozen_map
@@ -445,3 +447,27 @@ def _one(name: str) -> object:
         key: object = ("umc", "correctable") if name == "ecc_errors" else (0 if "xgmi" in name else "ppt")
         return frozen_map({key: 1})
     return 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from([0, 5, 9, 2**64 * 1024 - 7, 2**64 * 1024 - 1, 3, 2**70]),
+            min_size=1,
+        ),
+        min_size=1,
+        max_size=12,
+    ).map(lambda steps: [steps[i // 2] for i in range(2 * len(steps))])  # each value twice: repeats are common
+)
+def test_an_unchanged_mapping_skips_its_steps_and_changes_nothing(steps: list[dict[str, int]]) -> None:
+    """The settled-mapping shortcut against the same stepping with the shortcut defeated every time."""
+    device = ident("0000:01:00.0", "card0", "a", gpu_metrics_version="1.3")
+    fast, reference = CounterState(), CounterState()
+    for t, values in enumerate(steps):
+        sample = Sample(timestamp=float(t), xgmi_read_bytes=frozen_map(values))
+        reference.settled.clear()
+        expected = continue_counters(reference, device, sample)
+        assert continue_counters(fast, device, sample) == expected
+    assert (fast.wraps, fast.resets) == (reference.wraps, reference.resets)
