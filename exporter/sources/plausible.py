@@ -138,7 +138,7 @@ def _compile_all_plausible() -> Callable[[Sample], bool]:
     namespace: dict[str, Any] = {"_INF": _INF}
     # Generated from RANGES alone (field names and constants), never from device data.
     exec(compile("\n".join(lines) + "\n", "<plausible all_plausible>", "exec"), namespace)
-    return namespace["all_plausible"]  # type: ignore[no-any-return]
+    return namespace["all_plausible"]
 
 
 def _compile_items_check(name: str) -> Callable[[Iterable[Any]], bool]:
@@ -154,7 +154,7 @@ def _compile_items_check(name: str) -> Callable[[Iterable[Any]], bool]:
     )
     namespace: dict[str, Any] = {"_INF": _INF}
     exec(compile(source, f"<plausible {name}>", "exec"), namespace)
-    return namespace["items_plausible"]  # type: ignore[no-any-return]
+    return namespace["items_plausible"]
 
 
 all_plausible = _compile_all_plausible()
