@@ -8,8 +8,10 @@ attribute... so an operator can see why a series vanished.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,12 +33,25 @@ def read_file_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
     os.open/os.read: a sysfs attribute is one read, and this is several times cheaper than
     the buffered file object on the hot path. ENODEV/ENXIO mean the device itself is gone.
     """
+    fd = _open(path)
+    if fd is None:
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return _read_to_end(fd, path, limit)
+    finally:
+        os.close(fd)
+
+
+def _open(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as error:
         if error.errno not in _ABSENT:
             record(path, errno_reason(error), error.strerror or "")
         return None
+
+
+def _read_to_end(fd: int, path: str, limit: int) -> bytes | None:
     try:
         chunks = []
         size = 0
@@ -53,17 +68,99 @@ def read_file_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
         note_ok(path)
         return data
     except OSError as error:
-        record(path, errno_reason(error), error.strerror or "")
-        if error.errno in (errno.ENODEV, errno.ENXIO):
-            raise SourceError("gone", f"{path}: {error.strerror}") from error
+        _read_failed(path, error)
         return None
-    finally:
-        os.close(fd)
 
 
-def read_parsed(path: str, parse: Callable[[str], T]) -> T | None:
+def _read_failed(path: str, error: OSError) -> None:
+    """Count a failed read; raise SourceError('gone') when it says the device itself is gone."""
+    record(path, errno_reason(error), error.strerror or "")
+    if error.errno in (errno.ENODEV, errno.ENXIO):
+        raise SourceError("gone", f"{path}: {error.strerror}") from error
+
+
+# One read of a sysfs attribute returns all of it when it is shorter than a page; a read that fills
+# a page (or more) may have more behind it and is finished the ordinary way.
+_ONE_READ_BYTES = 4096
+
+
+class KeptFiles:
+    """One device's every-cycle files, kept open and re-read from offset 0 (pread).
+
+    Why: the poll reads the same few attributes of every device every second. Each open walks the
+    path and allocates a file, each close frees it: two of the four system calls of a read, and most
+    of the kernel's time. kernfs generates an attribute's text afresh at every read from offset 0
+    (the documented way to re-read a sysfs attribute after poll()), so a kept descriptor reads the
+    current value. A file replaced by rename (a simulated tree does that; sysfs never does) has no
+    links left on its descriptor: fstat sees it and the path is opened again.
+
+    A read that fails is counted as read_file_bytes counts it and its descriptor closed; the next
+    read opens the path again. Never a second read in the same call: a device that just failed one
+    is not asked again at once. Anything but a regular file (sysfs attributes are regular files) is
+    read once the ordinary way and not kept. Not thread-safe: one device's reads run on one thread
+    at a time (the poller's rule), and the owner closes it only when no read runs.
+    """
+
+    def __init__(self, limit: int = 16) -> None:
+        self._fds: dict[str, int] = {}
+        self._limit = limit  # descriptors kept at most; other paths are read the ordinary way
+
+    def read(self, path: str) -> bytes | None:
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                linked = os.fstat(fd).st_nlink > 0
+            except OSError:
+                linked = False
+            if not linked:  # replaced under us: the path names another file now
+                self._drop(path)
+                fd = None
+        if fd is None:
+            if len(self._fds) >= self._limit:
+                return read_file_bytes(path)
+            fd = _open(path)
+            if fd is None:
+                return None
+            if not _is_regular(fd):
+                try:
+                    return _read_to_end(fd, path, MAX_FILE_BYTES)
+                finally:
+                    os.close(fd)
+            self._fds[path] = fd
+        try:
+            data = os.pread(fd, _ONE_READ_BYTES, 0)
+        except OSError as error:
+            self._drop(path)
+            _read_failed(path, error)
+            return None
+        if len(data) >= _ONE_READ_BYTES:
+            return read_file_bytes(path)  # a page or more: read to the end, with the size limit
+        note_ok(path)
+        return data
+
+    def _drop(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._drop(path)
+
+
+def _is_regular(fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def read_parsed(
+    path: str, parse: Callable[[str], T], read: Callable[[str], bytes | None] = read_file_bytes
+) -> T | None:
     """Read and parse a text file; absent, refused or unparsable all mean 'not supplied now'."""
-    raw = read_file_bytes(path)
+    raw = read(path)
     if raw is None:
         return None
     try:

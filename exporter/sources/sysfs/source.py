@@ -27,7 +27,7 @@ from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError
 from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
 from exporter.sources.identity import measures_package_power
 from exporter.sources.sysfs.discovery import Card, Listing, assemble, identify, list_devices
-from exporter.sources.sysfs.files import read_file_bytes
+from exporter.sources.sysfs.files import KeptFiles, read_file_bytes
 from exporter.sources.sysfs.partitions import (
     PartitionLayout,
     SocketTables,
@@ -85,6 +85,11 @@ class SysfsSource:
         self._sockets = SocketTables(socket_table_max_age)
         self._partitioning: dict[str, PartitionLayout] = {}  # BDF -> how its socket is split now
         self._rediscover = threading.Event()  # a socket's partition mode changed since discovery
+        # Per device: its every-cycle files kept open (files.KeptFiles). A set is handed to one read at
+        # a time; close() closes the idle ones and leaves a set in use to the read that holds it.
+        self._kept: dict[tuple[str, str, int], KeptFiles] = {}
+        self._kept_in_use: set[tuple[str, str, int]] = set()
+        self._kept_lock = threading.Lock()
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Every amdgpu device, each PCI card identified against the read deadline.
@@ -133,6 +138,7 @@ class SysfsSource:
                 sockets.append(identity)
         found = assemble(sockets, listing)
         self._partitioning = partition_layouts(self.root, found)
+        self._forget_kept({d.key for d in found} | {d.key for d in incomplete})
         return sorted([*found, *incomplete], key=lambda d: (d.pci_bus_id, d.partition))
 
     @staticmethod
@@ -185,8 +191,41 @@ class SysfsSource:
             raise SourceError("gone", f"{dev} no longer exists")
         if device.partition > 0:
             return self._read_partition(device)
+        kept = self._check_out(device)
+        try:
+            return self._read_device(device, kept)
+        finally:
+            self._check_in(device, kept)
+
+    def _check_out(self, device: DeviceIdentity) -> KeptFiles | None:
+        """This device's kept files for one read (None once the source is closed)."""
+        with self._kept_lock:
+            if self._stop.is_set():
+                return None
+            kept = self._kept.get(device.key)
+            if kept is None:
+                kept = self._kept[device.key] = KeptFiles()
+            self._kept_in_use.add(device.key)
+            return kept
+
+    def _forget_kept(self, keys: set[tuple[str, str, int]]) -> None:
+        """Close the kept files of devices discovery no longer finds (not those a read holds)."""
+        with self._kept_lock:
+            for key in [k for k in self._kept if k not in keys and k not in self._kept_in_use]:
+                self._kept.pop(key).close()
+
+    def _check_in(self, device: DeviceIdentity, kept: KeptFiles | None) -> None:
+        with self._kept_lock:
+            self._kept_in_use.discard(device.key)
+            if kept is not None and self._stop.is_set():
+                kept.close()  # closed while this read ran: its files are closed here, after it
+
+    def _read_device(self, device: DeviceIdentity, kept: KeptFiles | None) -> tuple[SampleValues, float]:
+        dev = device.device_dir
+        read = kept.read if kept is not None else read_file_bytes
         values = SampleValues.copy_of(self._slow_layer(device))
-        metrics = self._read_gpu_metrics(device)
+        metrics = self._decode(device, read(os.path.join(dev, "gpu_metrics")))
+        self._sockets.store(device.pci_bus_id, metrics)
         if metrics is not None:
             values.override_from(metrics, GPU_METRICS_FIELDS)
             self._throttle_residency(device, metrics, values)
@@ -198,7 +237,7 @@ class SysfsSource:
         layout = self._partitioning.get(device.pci_bus_id)
         values.mappings["memory_total_bytes"].update(partition_memory(layout, 0))
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
-        read_rows(FAST_FILES, device, values)
+        read_rows(FAST_FILES, device, values, read)
         if not measures_package_power(device):
             # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
             values.set("power_watts", None, None)
@@ -223,11 +262,6 @@ class SysfsSource:
         busy = partition_busy(metrics, layout, device.partition) if metrics is not None and layout else {}
         memory = partition_memory(layout, device.partition)
         return Sample(timestamp=time.time(), busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
-
-    def _read_gpu_metrics(self, device: DeviceIdentity) -> GpuMetrics | None:
-        metrics = self._decode(device, read_file_bytes(os.path.join(device.device_dir, "gpu_metrics")))
-        self._sockets.store(device.pci_bus_id, metrics)
-        return metrics
 
     def _decode(self, device: DeviceIdentity, blob: bytes | None) -> GpuMetrics | None:
         if blob is None:
@@ -297,7 +331,11 @@ class SysfsSource:
         return SourceStats()  # no worker, nothing to count
 
     def close(self) -> None:
-        self._stop.set()
+        with self._kept_lock:
+            self._stop.set()
+            for key, kept in self._kept.items():
+                if key not in self._kept_in_use:
+                    kept.close()
         self._identify_pool.close()
 
 

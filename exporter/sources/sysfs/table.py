@@ -24,7 +24,7 @@ from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
 from exporter.sources.plausible import plausible, plausible_items
-from exporter.sources.sysfs.files import read_parsed
+from exporter.sources.sysfs.files import read_file_bytes, read_parsed
 
 Key = str | int | tuple[str, str]
 # always: the file's value is the field's; if_missing: only when no earlier layer (or row) supplied
@@ -203,7 +203,12 @@ class SampleValues:
         return Sample(timestamp=timestamp, **fields)
 
 
-def read_rows(rows: Iterable[FileField], device: DeviceIdentity, values: SampleValues) -> None:
+def read_rows(
+    rows: Iterable[FileField],
+    device: DeviceIdentity,
+    values: SampleValues,
+    read: Callable[[str], bytes | None] = read_file_bytes,
+) -> None:
     """Apply table rows to `values`, each per its fill rule (emptiness judged before any row runs)."""
     empty_before = {name for name in MAPPING_FIELDS if not values.mappings[name]}
     for row in rows:
@@ -214,7 +219,7 @@ def read_rows(rows: Iterable[FileField], device: DeviceIdentity, values: SampleV
         path = row.path(device)
         if path is None:
             continue
-        value = read_parsed(path, row.parse)
+        value = read_parsed(path, row.parse, read)
         if value is not None:
             values.set(row.field, row.key, value, row.file)
 
