@@ -206,7 +206,9 @@ def test_a_hung_device_stalls_nobody_and_holds_exactly_one_thread(tmp_path: Path
     samples = dict(snapshot.stats.samples)
     assert len(hung_reads) == 1  # never re-issued while stuck
     assert samples[1] == 0
-    assert samples[0] == samples[2] == samples[3] == 12  # the others every cycle
+    # The others nearly every cycle: a stall behind the hung read would cost them every cycle after
+    # the first; a loaded machine (CI on two cores) may still make one of their reads miss its 50 ms.
+    assert min(samples[0], samples[2], samples[3]) >= 10, samples
     assert elapsed < 1.5  # 12 cycles of ~30 ms: the hung read never held one up past its first
     assert threading.active_count() <= threads_before  # the stuck read holds one of the fixed readers
     assert (1, "timeout") in snapshot.stats.read_errors
