@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -136,14 +137,26 @@ def child_sampler(args: argparse.Namespace) -> dict[str, Any]:
 
 def child_poll(args: argparse.Namespace) -> dict[str, Any]:
     from bench.pollcost import make_poller, read_floor
+    from exporter.sources.sysfs.files import KeptFiles
 
     poller = make_poller(args.sysfs, args.mode, args.limit)
-    opened: list[str] = []
+    opened: list[str] = []  # every file the traced cycle read: opened, or read through a kept descriptor
     real_open = os.open
+    real_kept_read = KeptFiles.read
+    inside_kept = threading.local()
 
     def recording_open(path: Any, *rest: Any, **kw: Any) -> int:
-        opened.append(os.fsdecode(path))
+        if not getattr(inside_kept, "path", None):  # an open a kept read makes is that read's own
+            opened.append(os.fsdecode(path))
         return real_open(path, *rest, **kw)
+
+    def recording_kept_read(self: KeptFiles, path: str) -> bytes | None:
+        opened.append(path)
+        inside_kept.path = path
+        try:
+            return real_kept_read(self, path)
+        finally:
+            inside_kept.path = None
 
     async def cycles(count: int) -> None:
         for _ in range(count):
@@ -155,10 +168,12 @@ def child_poll(args: argparse.Namespace) -> dict[str, Any]:
     try:
         asyncio.run(cycles(3))
         os.open = recording_open  # one traced cycle: which files it reads
+        KeptFiles.read = recording_kept_read  # type: ignore[method-assign]
         try:
             asyncio.run(cycles(1))
         finally:
             os.open = real_open
+            KeptFiles.read = real_kept_read  # type: ignore[method-assign]
         gc.collect()
         cpu0 = time.process_time()
         asyncio.run(cycles(args.cycles))

@@ -36,11 +36,12 @@ class CycleTrace:
     mode: str
     gcds: int
     cycles: int
-    opens_by_kind: dict[str, float] = field(default_factory=dict)  # file name -> opens per GCD per cycle
+    # file name -> files read per GCD per cycle (opened, or read through a descriptor kept open)
+    opens_by_kind: dict[str, float] = field(default_factory=dict)
     reads_per_gcd: float = 0.0  # read() calls on device files per GCD per cycle
     syscalls_per_cycle: dict[str, float] = field(default_factory=dict)  # the strace -c view, per cycle
     background_opens: dict[str, float] = field(default_factory=dict)  # e.g. pcie_bw, per GCD per cycle
-    floor_paths: list[str] = field(default_factory=list)  # one cycle's opens, in order
+    floor_paths: list[str] = field(default_factory=list)  # the files one cycle read, in order
 
     @property
     def gpu_metrics_per_gcd(self) -> float:
@@ -98,7 +99,7 @@ def summarise(traced: list[Any], mode: str, gcds: int, root: str) -> CycleTrace:
     reads = 0
     for cycle in traced:
         syscalls.update(cycle.syscalls)
-        for path in cycle.opened:
+        for path in cycle.touched:
             if not path.startswith(root):
                 continue
             kind = file_kind(path)
@@ -114,7 +115,7 @@ def summarise(traced: list[Any], mode: str, gcds: int, root: str) -> CycleTrace:
         reads_per_gcd=reads / per,
         syscalls_per_cycle={k: v / cycles for k, v in syscalls.most_common()},
         background_opens={k: v / per for k, v in sorted(background.items())},
-        floor_paths=[p for p in last.opened if p.startswith(root) and file_kind(p) not in BACKGROUND_FILES],
+        floor_paths=[p for p in last.touched if p.startswith(root) and file_kind(p) not in BACKGROUND_FILES],
     )
 
 

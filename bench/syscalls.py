@@ -27,6 +27,9 @@ class CycleCalls:
     syscalls: Counter[str] = field(default_factory=Counter)  # syscall name -> count
     opened: list[str] = field(default_factory=list)  # paths, in order, successful or not
     reads: Counter[str] = field(default_factory=Counter)  # path -> read() calls
+    # every file the cycle read or tried to, once each, in order: opened ones and the ones read through
+    # a descriptor kept open from an earlier cycle (pread64 on it, no open)
+    touched: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +75,12 @@ def split_cycles(lines: Iterable[str]) -> Iterator[CycleCalls]:
         current.syscalls[call.name] += 1
         if call.name in ("openat", "open"):
             current.opened.append(call.path)
+            if call.path not in current.touched:
+                current.touched.append(call.path)
         elif call.name in ("read", "pread64", "readv", "preadv") and call.path:
             current.reads[call.path] += 1
+            if call.path not in current.touched:
+                current.touched.append(call.path)
     if current is not None:
         yield current
 

@@ -10,11 +10,9 @@ Reasons are a small fixed set, so the label stays bounded whatever the kernel re
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import threading
-from collections.abc import Iterator
 
 from exporter.sources.labels import clean_name
 
@@ -62,13 +60,16 @@ class FileErrors:
     """The (file, reason) failures of one device read; files named relative to the device's folders."""
 
     def __init__(self, *bases: str) -> None:
-        # longest first: the hwmon folder lies inside the device's, and its files are named from it
-        self._bases = tuple(sorted((b.rstrip("/") + "/" for b in bases if b), key=len, reverse=True))
+        self._given = bases  # folders, ordered when a name is first needed (most reads need none)
+        self._bases: tuple[str, ...] | None = None
         self.counts: dict[tuple[str, str], int] = {}
         self.details: dict[tuple[str, str], str] = {}
         self.read_ok: set[str] = set()  # paths read without an error (a later check may still reject the value)
 
     def name_of(self, path: str) -> str:
+        if self._bases is None:
+            # longest first: the hwmon folder lies inside the device's, and its files are named from it
+            self._bases = tuple(sorted((b.rstrip("/") + "/" for b in self._given if b), key=len, reverse=True))
         for base in self._bases:
             if path.startswith(base):
                 return path[len(base) :]
@@ -96,15 +97,26 @@ class FileErrors:
 _current = threading.local()
 
 
-@contextlib.contextmanager
-def collecting(errors: FileErrors) -> Iterator[FileErrors]:
-    """Record this thread's file errors into `errors` while the block runs."""
-    previous = getattr(_current, "errors", None)
-    _current.errors = errors
-    try:
-        yield errors
-    finally:
-        _current.errors = previous
+class collecting:
+    """Record this thread's file errors into `errors` while the block runs.
+
+    A class, not a generator-based contextmanager: it wraps every device read on the poll path,
+    where the generator machinery cost more than the bookkeeping itself.
+    """
+
+    __slots__ = ("_errors", "_previous")
+
+    def __init__(self, errors: FileErrors) -> None:
+        self._errors = errors
+        self._previous: FileErrors | None = None
+
+    def __enter__(self) -> FileErrors:
+        self._previous = getattr(_current, "errors", None)
+        _current.errors = self._errors
+        return self._errors
+
+    def __exit__(self, *exc: object) -> None:
+        _current.errors = self._previous
 
 
 def note_ok(path: str) -> None:

@@ -78,6 +78,8 @@ STRACE_LOG = """\
 101 close(5</tmp/t/sys/x/gpu_metrics>) = 0
 100 openat(AT_FDCWD</w>, "/bench-marker/cycle-1", O_RDONLY) = -1 ENOENT (No such file or directory)
 102 openat(AT_FDCWD</w>, "/tmp/t/sys/x/mem_info_vram_used", O_RDONLY|O_CLOEXEC) = 6</tmp/t/sys/x/mem_info_vram_used>
+102 fstat(5</tmp/t/sys/x/gpu_metrics>, {st_mode=S_IFREG|0444, st_size=120, ...}) = 0
+102 pread64(5</tmp/t/sys/x/gpu_metrics>, ""..., 4096, 0) = 120
 100 openat(AT_FDCWD</w>, "/bench-marker/cycle-end", O_RDONLY) = -1 ENOENT (No such file or directory)
 100 exit_group(0) = ?
 """
@@ -91,6 +93,9 @@ def test_strace_log_splits_into_marked_cycles() -> None:
     assert first.reads == {"/tmp/t/sys/x/gpu_metrics": 2}
     assert first.syscalls == {"openat": 1, "futex": 1, "read": 2, "close": 1}
     assert second.opened == ["/tmp/t/sys/x/mem_info_vram_used"]
+    # gpu_metrics read again through the descriptor kept from cycle 0: read, though not opened
+    assert second.touched == ["/tmp/t/sys/x/mem_info_vram_used", "/tmp/t/sys/x/gpu_metrics"]
+    assert first.touched == ["/tmp/t/sys/x/gpu_metrics"]
 
 
 def test_strace_resumptions_are_not_counted_twice() -> None:

@@ -39,7 +39,15 @@ from exporter.sources.sysfs.partitions import (
     throttlers_active,
 )
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
-from exporter.sources.sysfs.table import FAST_FILES, GPU_METRICS_FIELDS, MEMORY_POOLS, SampleValues, read_rows
+from exporter.sources.sysfs.table import (
+    FAST_FILES,
+    GPU_METRICS_FIELDS,
+    MEMORY_POOLS,
+    RowPlan,
+    SampleValues,
+    plan_rows,
+    read_planned,
+)
 from exporter.threads import DaemonPool
 
 log = get_logger("exporter.sources.sysfs")
@@ -90,6 +98,7 @@ class SysfsSource:
         self._kept: dict[tuple[str, str, int], KeptFiles] = {}
         self._kept_in_use: set[tuple[str, str, int]] = set()
         self._kept_lock = threading.Lock()
+        self._fast_plans: dict[tuple[str, str, int], tuple[DeviceIdentity, RowPlan]] = {}
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Every amdgpu device, each PCI card identified against the read deadline.
@@ -164,6 +173,8 @@ class SysfsSource:
     def _file_errors(self, device: DeviceIdentity, errors: FileErrors) -> dict[tuple[str, str], int]:
         """This read's (file, reason) counts (plus the last discovery's), logging each file's change of state."""
         bdf = device.pci_bus_id
+        if not errors.counts and not self._file_state and not self._discovery_errors:
+            return {}  # the common case: nothing failed now, nothing failing before, nothing pending
         failed = errors.failed_files()
         with self._file_state_lock:
             for file, reason in failed.items():
@@ -186,10 +197,9 @@ class SysfsSource:
 
     def _read(self, device: DeviceIdentity) -> Sample | tuple[SampleValues, float]:
         """A partition's Sample, or a device's values and the time the read finished."""
-        dev = device.device_dir
-        if not os.path.isdir(dev):
-            raise SourceError("gone", f"{dev} no longer exists")
         if device.partition > 0:
+            if not os.path.isdir(device.device_dir):
+                raise SourceError("gone", f"{device.device_dir} no longer exists")
             return self._read_partition(device)
         kept = self._check_out(device)
         try:
@@ -237,7 +247,10 @@ class SysfsSource:
         layout = self._partitioning.get(device.pci_bus_id)
         values.mappings["memory_total_bytes"].update(partition_memory(layout, 0))
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
-        read_rows(FAST_FILES, device, values, read)
+        plan = self._fast_plans.get(device.key)
+        if plan is None or plan[0] is not device:  # planned again when discovery refreshes the identity
+            plan = self._fast_plans[device.key] = (device, plan_rows(FAST_FILES, device))
+        read_planned(plan[1], values, read)
         if not measures_package_power(device):
             # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
             values.set("power_watts", None, None)
@@ -247,6 +260,9 @@ class SysfsSource:
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, self._background_pcie_bandwidth(device))
         if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
+            # Asked only now, not before every read: a vanished device reads nothing (ENOENT is "absent").
+            if not os.path.isdir(dev):
+                raise SourceError("gone", f"{dev} no longer exists")
             raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
         return values, time.time()
 

@@ -203,6 +203,16 @@ class SampleValues:
         return Sample(timestamp=timestamp, **fields)
 
 
+# Rows with their paths resolved for one device, and the mapping fields whose rows fill only an empty field.
+RowPlan = tuple[tuple[tuple[FileField, str], ...], frozenset[str]]
+
+
+def plan_rows(rows: Iterable[FileField], device: DeviceIdentity) -> RowPlan:
+    """The rows a device can read (its hwmon folder known or not), each with its path: computed once per device."""
+    planned = tuple((row, path) for row in rows if (path := row.path(device)) is not None)
+    return planned, frozenset(row.field for row, _ in planned if row.fill == "if_field_empty")
+
+
 def read_rows(
     rows: Iterable[FileField],
     device: DeviceIdentity,
@@ -210,14 +220,21 @@ def read_rows(
     read: Callable[[str], bytes | None] = read_file_bytes,
 ) -> None:
     """Apply table rows to `values`, each per its fill rule (emptiness judged before any row runs)."""
-    empty_before = {name for name in MAPPING_FIELDS if not values.mappings[name]}
-    for row in rows:
-        if row.fill == "if_missing" and values.supplied(row.field, row.key):
-            continue
-        if row.fill == "if_field_empty" and row.field not in empty_before:
-            continue
-        path = row.path(device)
-        if path is None:
+    read_planned(plan_rows(rows, device), values, read)
+
+
+def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], bytes | None] = read_file_bytes) -> None:
+    """read_rows over a device's plan (the poll's every-cycle rows: paths not rebuilt every read)."""
+    planned, judged_empty = plan
+    mappings, scalars = values.mappings, values.scalars
+    empty_before = {name for name in judged_empty if not mappings[name]}
+    for row, path in planned:
+        fill = row.fill
+        if fill == "if_missing":
+            key = row.key
+            if (scalars.get(row.field) is not None) if key is None else (key in mappings[row.field]):
+                continue
+        elif fill == "if_field_empty" and row.field not in empty_before:
             continue
         value = read_parsed(path, row.parse, read)
         if value is not None:
