@@ -6,14 +6,17 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from exporter.model import DeviceIdentity
+from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.simulator import Simulator
 from exporter.sources.sysfs import SysfsSource
 from exporter.sources.sysfs import table as sysfs_table
-from exporter.sources.sysfs.table import FAST_FILES, SLOW_FILES, FileField, SampleValues, read_rows
+from exporter.sources.sysfs.table import FAST_FILES, MAPPING_FIELDS, SLOW_FILES, FileField, SampleValues, read_rows
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +104,45 @@ def test_the_second_die_of_a_dual_die_package_reports_no_power(node) -> None:
     assert first.power_watts is not None and first.energy_joules is not None
     assert second.power_watts is None and second.energy_joules is None
     assert second.temperatures, "the second die still reads everything else"
+
+
+# --- the generated Sample builder ------------------------------------------------------------------
+
+_SCALARS = sorted(f.name for f in dataclasses.fields(Sample) if f.name not in MAPPING_FIELDS and f.name != "timestamp")
+_values = st.one_of(st.none(), st.floats(allow_nan=False), st.integers(), st.tuples(st.floats(allow_nan=False)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(_SCALARS), _values),
+    st.dictionaries(
+        st.sampled_from(sorted(MAPPING_FIELDS - {"file_errors"})),
+        st.dictionaries(st.text(max_size=3), st.floats(allow_nan=False), max_size=3),
+    ),
+    st.dictionaries(st.tuples(st.text(max_size=3), st.sampled_from(["eio", "parse"])), st.integers(1, 9), max_size=2),
+)
+def test_the_generated_builder_equals_the_dataclass_constructor(
+    scalars: dict[str, object], mappings: dict[str, dict[object, float]], errors: dict[tuple[str, str], int]
+) -> None:
+    values = SampleValues()
+    values.scalars.update(scalars)
+    for name, mapping in mappings.items():
+        values.mappings[name].update(mapping)
+    expected = Sample(
+        timestamp=12.5,
+        **scalars,  # type: ignore[arg-type]
+        **{name: frozen_map(mapping) for name, mapping in mappings.items()},
+        file_errors=frozen_map(errors),
+    )
+    built = values.sample(12.5, frozen_map(errors))
+    assert built == expected
+    assert all(isinstance(getattr(built, name), MappingProxyType) for name in MAPPING_FIELDS)  # read-only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.power_watts = 1.0  # type: ignore[misc]
+
+
+def test_a_scalar_that_is_no_sample_field_is_refused() -> None:
+    values = SampleValues()
+    values.scalars["power_wats"] = 1.0
+    with pytest.raises(TypeError, match="power_wats"):
+        values.sample(1.0)

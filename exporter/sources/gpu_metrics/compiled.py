@@ -14,6 +14,7 @@ and anything malformed (so errors are the decoder's own).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable, Mapping, Sequence
 
@@ -107,6 +108,10 @@ def _throttle(indep: int) -> Mapping[str, bool]:
 
 
 _EMPTY = frozen_map()
+_GPU_METRICS_FIELDS = tuple(f.name for f in dataclasses.fields(GpuMetrics))
+# Each field's slot descriptor: what the frozen dataclass's __init__ reaches through object.__setattr__,
+# called directly (the decoder sets every field, so there are no defaults to apply).
+_SETTERS = {name: GpuMetrics.__dict__[name].__set__ for name in _GPU_METRICS_FIELDS}
 
 
 class _Fields:
@@ -285,35 +290,41 @@ class _Source:
             found = self.item(f"{reason}_residency_acc")
             if found:
                 e(f"if {found[0]} != {found[1]}: res[{reason!r}] = {found[0]}")
-        scalars = ", ".join(f"{attr}={self.scalar(name)}" for attr, name in _RAW_SCALARS)
-        e("return _GpuMetrics(")
-        e(f"    format_revision={layout.format_revision},")
-        e(f"    content_revision={layout.content_revision},")
-        e(f"    structure_size={layout.size},")
-        e("    temperatures=_fm(t) if t else _EMPTY,")
-        e("    power_watts=power,")
-        e("    energy_joules=energy,")
-        e("    busy=_fm(b) if b else _EMPTY,")
-        e("    clocks_hertz=_fm(c) if c else _EMPTY,")
-        e("    clocks_average_hertz=_fm(ca) if ca else _EMPTY,")
-        e("    voltages_volts=_fm(vo) if vo else _EMPTY,")
-        e("    indep_throttle_status=indep,")
-        e("    throttle=_EMPTY if indep is None else _throttle(indep),")
-        e("    fan_rpm=fan,")
-        e("    pcie_link_transfers_per_second=pcie_rate,")
-        e(f"    pcie_bandwidth_bytes_per_second={self.scalar('pcie_bandwidth_inst', 1e9)},")
-        e("    xgmi_link_speed_bytes_per_second=xgmi_rate,")
-        e("    xgmi_link_up=_fm(up) if up else _EMPTY,")
-        e("    xgmi_read_bytes=_fm(rd) if rd else _EMPTY,")
-        e("    xgmi_write_bytes=_fm(wr) if wr else _EMPTY,")
-        e(f"    system_clock_counter_seconds={self.scalar('system_clock_counter', 1e-9)},")
-        e(f"    firmware_timestamp_seconds={self.scalar('firmware_timestamp', 1e-8)},")
-        e("    partition_gfx_busy=tuple(gfx_busy_inst),")
-        e("    partition_vcn_busy=tuple(vcn_busy),")
-        e("    partition_jpeg_busy=tuple(jpeg_busy),")
-        e("    residency_acc=_fm(res) if res else _EMPTY,")
-        e(f"    {scalars},")
-        e(")")
+        fields = [
+            ("format_revision", str(layout.format_revision)),
+            ("content_revision", str(layout.content_revision)),
+            ("structure_size", str(layout.size)),
+            ("temperatures", "_fm(t) if t else _EMPTY"),
+            ("power_watts", "power"),
+            ("energy_joules", "energy"),
+            ("busy", "_fm(b) if b else _EMPTY"),
+            ("clocks_hertz", "_fm(c) if c else _EMPTY"),
+            ("clocks_average_hertz", "_fm(ca) if ca else _EMPTY"),
+            ("voltages_volts", "_fm(vo) if vo else _EMPTY"),
+            ("indep_throttle_status", "indep"),
+            ("throttle", "_EMPTY if indep is None else _throttle(indep)"),
+            ("fan_rpm", "fan"),
+            ("pcie_link_transfers_per_second", "pcie_rate"),
+            ("pcie_bandwidth_bytes_per_second", self.scalar("pcie_bandwidth_inst", 1e9)),
+            ("xgmi_link_speed_bytes_per_second", "xgmi_rate"),
+            ("xgmi_link_up", "_fm(up) if up else _EMPTY"),
+            ("xgmi_read_bytes", "_fm(rd) if rd else _EMPTY"),
+            ("xgmi_write_bytes", "_fm(wr) if wr else _EMPTY"),
+            ("system_clock_counter_seconds", self.scalar("system_clock_counter", 1e-9)),
+            ("firmware_timestamp_seconds", self.scalar("firmware_timestamp", 1e-8)),
+            ("partition_gfx_busy", "tuple(gfx_busy_inst)"),
+            ("partition_vcn_busy", "tuple(vcn_busy)"),
+            ("partition_jpeg_busy", "tuple(jpeg_busy)"),
+            ("residency_acc", "_fm(res) if res else _EMPTY"),
+            *((attr, self.scalar(name)) for attr, name in _RAW_SCALARS),
+        ]
+        missing = set(_GPU_METRICS_FIELDS) - {name for name, _ in fields}
+        assert not missing, f"the compiled decoder sets no value for {sorted(missing)}"
+        # Every field set through its slot's descriptor (see _SETTERS), not the frozen __init__.
+        e("g = _new(_GpuMetrics)")
+        for name, expression in fields:
+            e(f"_set_{name}(g, {expression})")
+        e("return g")
         return "def decode(data):\n" + "\n".join(self.lines) + "\n"
 
 
@@ -331,7 +342,9 @@ def compile_layout(layout: Layout) -> tuple[Decode, str]:
         "_ESM": frozenset(_ESM_CODES),
         "_RATES": _PCIE_RATES_100MTS,
         "_GpuMetrics": GpuMetrics,
+        "_new": object.__new__,
         "_fallback": decode_gpu_metrics,
+        **{f"_set_{name}": setter for name, setter in _SETTERS.items()},
     }
     # Generated from the layout tables alone (names, offsets, counts, units), never from device data.
     exec(compile(source, f"<gpu_metrics decoder {layout.name}>", "exec"), namespace)
