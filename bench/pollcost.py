@@ -45,6 +45,7 @@ class FirstDevices:
         self.source = source
         self.limit = limit
         self.name = source.name
+        self.values_checked = source.values_checked  # as the daemon's poller sees the sysfs source
 
     def discover(self) -> Sequence[DeviceIdentity]:
         found = sorted(self.source.discover(), key=lambda d: d.pci_bus_id)

@@ -58,6 +58,9 @@ class Poller:
         self.discovery_deadline = max(10.0, read_timeout * 5)
         self.on_snapshot = on_snapshot
         self.source_name = source_name or source.name
+        # A source that checked every value as it read it (the sysfs source) says so; any other
+        # source's samples (a library's numbers) are judged here.
+        self._values_checked = getattr(source, "values_checked", False) is True
         self._devices = KnownDevices()
         self._readers = DaemonPool(2, "read")
         # Discovery has its own single thread: never two at once, never on the poll path.
@@ -199,8 +202,9 @@ class Poller:
     def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
         if isinstance(outcome, Sample):
             _add_counts(tracked.file_errors, outcome.file_errors)
-            outcome, rejected = without_implausible(outcome)
-            _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
+            if not self._values_checked:
+                outcome, rejected = without_implausible(outcome)
+                _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
             was_down = not tracked.up and tracked.sample is not None
             if tracked.counters is None:
                 tracked.counters = CounterState()

@@ -65,8 +65,8 @@ _BOUNDS: Mapping[str, tuple[float, float, bool]] = {
 
 def plausible(field: str, value: object) -> bool:
     """True if `value` is one the field can take (bools and fields without a range always are)."""
-    bounds = _BOUNDS.get(field)
-    return True if bounds is None else _within(bounds, value)
+    fast = _VALUE_PLAUSIBLE.get(field)
+    return True if fast is None else (fast(value) or _within(_BOUNDS[field], value))
 
 
 def _within(bounds: tuple[float, float, bool], value: object) -> bool:
@@ -157,7 +157,22 @@ def _compile_items_check(name: str) -> Callable[[Iterable[Any]], bool]:
     return namespace["items_plausible"]
 
 
+def _compile_value_check(name: str) -> Callable[[object], bool]:
+    """plausible()'s fast test for one field's single value (sufficient only, like the others)."""
+    source = (
+        "def value_plausible(x):\n"
+        "    try:\n"
+        f"        return {_in_range_expression(name)}\n"
+        "    except TypeError:\n"
+        "        return False\n"
+    )
+    namespace: dict[str, Any] = {"_INF": _INF}
+    exec(compile(source, f"<plausible {name} value>", "exec"), namespace)
+    return namespace["value_plausible"]
+
+
 all_plausible = _compile_all_plausible()
+_VALUE_PLAUSIBLE: Mapping[str, Callable[[object], bool]] = {name: _compile_value_check(name) for name in _BOUNDS}
 _ITEMS_PLAUSIBLE: Mapping[str, Callable[[Iterable[Any]], bool]] = {
     name: _compile_items_check(name) for name in _MAPPING_FIELDS
 }

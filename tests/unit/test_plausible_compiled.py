@@ -15,6 +15,7 @@ from exporter.sources.plausible import (
     RANGES,
     _within,
     all_plausible,
+    plausible,
     plausible_items,
     remove_implausible,
     without_implausible,
@@ -62,3 +63,9 @@ def test_a_value_that_does_not_compare_goes_to_the_exact_path() -> None:
     sample = Sample(timestamp=1.0, power_watts="12", busy=frozen_map({"gfx": 0.5}))  # type: ignore[arg-type]
     assert not all_plausible(sample)
     assert without_implausible(sample) == (sample, {})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(RANGES)), st.one_of(numbers, st.booleans(), st.none(), st.text(max_size=2)))
+def test_the_generated_value_check_equals_the_exact_one(name: str, value: Any) -> None:
+    assert plausible(name, value) == _within(_BOUNDS[name], value)

@@ -146,3 +146,38 @@ def test_a_scalar_that_is_no_sample_field_is_refused() -> None:
     values.scalars["power_wats"] = 1.0
     with pytest.raises(TypeError, match="power_wats"):
         values.sample(1.0)
+
+
+def test_every_value_the_source_returns_was_checked(tmp_path: Path) -> None:
+    """values_checked is a promise the poller relies on (it skips its own check): absurd values in
+    every file the table reads, and in KFD's partition sizes, never reach a Sample."""
+    from exporter.sources.plausible import all_plausible
+
+    root = tmp_path / "sys"
+    Simulator(root, "1xMI250X,1xMI300X:CPX", "training", seed=3).write_tree()
+    source = SysfsSource(root, slow_interval=0.0)
+    assert source.values_checked is True
+    devices = list(source.discover())
+    absurd = {"temp": "1000000000\n", "power": "99999999999999\n", "mem_info": "18446744073709551615\n"}
+    for device in devices:
+        for row in (*FAST_FILES, *SLOW_FILES):
+            path = row.path(device)
+            if path is not None and os.path.isfile(path):
+                kind = next((k for k in absurd if row.file.startswith(k)), "mem_info")
+                Path(path).write_text(absurd[kind])
+    for properties in root.rglob("mem_banks/*/properties"):
+        text = properties.read_text()
+        properties.write_text(
+            "\n".join(
+                f"size_in_bytes {2**60}" if line.startswith("size_in_bytes") else line for line in text.splitlines()
+            )
+            + "\n"
+        )
+    devices = list(source.discover())  # partition sizes are read at discovery
+    rejected = 0
+    for device in devices:
+        sample = source.read(device)
+        assert all_plausible(sample), device.key
+        rejected += sum(n for (_, reason), n in sample.file_errors.items() if reason == "implausible")
+    assert rejected >= len(devices)  # rejected and counted against their files, not dropped silently
+    source.close()

@@ -71,7 +71,8 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
         new_errors = None
     before = previous.scalars.get("xgmi_error_events") if previous is not None else None
     before = before if isinstance(before, int | float) else None
-    values.set("xgmi_error_events", None, (int(before or 0) + new_errors) if new_errors is not None else before)
+    total = (int(before or 0) + new_errors) if new_errors is not None else before
+    values.set("xgmi_error_events", None, total, "xgmi_error")
     return values
 
 

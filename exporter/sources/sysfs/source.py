@@ -52,6 +52,8 @@ from exporter.threads import DaemonPool
 
 log = get_logger("exporter.sources.sysfs")
 
+_MEM_BANKS = "mem_banks/properties"  # KFD's memory banks: where a partition's VRAM size comes from
+
 
 @dataclass(frozen=True, slots=True)
 class _SlowLayer:
@@ -63,6 +65,9 @@ class SysfsSource:
     """Source over a sysfs root (default "/sys"; a simulator's folder in tests and the demo)."""
 
     name = "sysfs"
+    # Every value is checked against plausible.py as it is read, and a rejected one is counted
+    # against the file it came from: the poller need not judge these samples again.
+    values_checked = True
 
     def __init__(
         self,
@@ -243,9 +248,12 @@ class SysfsSource:
             if layout is not None and layout.count > 1:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
                 # partition's, where the table has per-partition blocks; the socket's otherwise.
-                values.mappings["busy"].update(partition_busy(metrics, layout, 0))
+                for engine, ratio in partition_busy(metrics, layout, 0).items():
+                    values.set("busy", engine, ratio, "gpu_metrics")
         layout = self._partitioning.get(device.pci_bus_id)
-        values.mappings["memory_total_bytes"].update(partition_memory(layout, 0))
+        if layout is not None:
+            for pool, size in partition_memory(layout, 0).items():
+                values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
         plan = self._fast_plans.get(device.key)
         if plan is None or plan[0] is not device:  # planned again when discovery refreshes the identity
@@ -258,7 +266,8 @@ class SysfsSource:
         _check_memory(values)
         if not values.supplied("pcie_bandwidth_bytes_per_second"):
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
-            values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, self._background_pcie_bandwidth(device))
+            estimate = self._background_pcie_bandwidth(device)
+            values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, estimate, "pcie_bw")
         if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
             # Asked only now, not before every read: a vanished device reads nothing (ENOENT is "absent").
             if not os.path.isdir(dev):
@@ -275,9 +284,12 @@ class SysfsSource:
             socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
             metrics = self._decode(device, read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
             self._sockets.store(device.pci_bus_id, metrics)
-        busy = partition_busy(metrics, layout, device.partition) if metrics is not None and layout else {}
-        memory = partition_memory(layout, device.partition)
-        return Sample(timestamp=time.time(), busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+        values = SampleValues()
+        for engine, ratio in (partition_busy(metrics, layout, device.partition) if metrics and layout else {}).items():
+            values.set("busy", engine, ratio, "gpu_metrics")
+        for pool, size in partition_memory(layout, device.partition).items():
+            values.set("memory_total_bytes", pool, size, _MEM_BANKS)
+        return values.sample(time.time())
 
     def _decode(self, device: DeviceIdentity, blob: bytes | None) -> GpuMetrics | None:
         if blob is None:
@@ -295,7 +307,7 @@ class SysfsSource:
         if not metrics.residency_acc:
             return
         for reason, seconds in residency_seconds(metrics).items():
-            values.set("throttle_residency_seconds", reason, seconds)
+            values.set("throttle_residency_seconds", reason, seconds, "gpu_metrics")
         previous = self._residency.get(device.key)
         self._residency[device.key] = metrics.residency_acc
         if previous is not None:

@@ -179,13 +179,12 @@ class SampleValues:
         for name in names:
             value = getattr(source, name)
             if name in mappings:
-                if not value:
-                    continue
-                if not origin or plausible_items(name, value):
-                    mappings[name].update(value)
-                else:
-                    for key, item in value.items():
-                        self.set(name, key, item, origin)
+                if value:
+                    if not origin or plausible_items(name, value):
+                        mappings[name].update(value)
+                    else:
+                        for key, item in value.items():
+                            self.set(name, key, item, origin)
             elif value is not None:
                 if not origin or plausible(name, value):
                     scalars[name] = value
