@@ -201,7 +201,8 @@ class Poller:
 
     def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
         if isinstance(outcome, Sample):
-            _add_counts(tracked.file_errors, outcome.file_errors)
+            if outcome.file_errors:
+                _add_counts(tracked.file_errors, outcome.file_errors)
             if not self._values_checked:
                 outcome, rejected = without_implausible(outcome)
                 _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
@@ -307,25 +308,28 @@ class _Cycle:
         self.finished: asyncio.Future[None] = loop.create_future()
 
     def drain(self) -> None:
+        done: TrackedDevice | None = None  # the device just read, whose outcome is stored with the next pop
+        outcome: Sample | BaseException | None = None
         while True:
+            # One lock round per device: store the last outcome and take the next device together.
             with self._lock:
+                if done is not None:
+                    done.read_in_flight = False
+                    del self._reading[id(done)]
+                    if not self._closed:  # else: a late answer from a read the cycle gave up on, dropped
+                        self._outcomes[id(done)] = outcome  # type: ignore[assignment]
+                        if len(self._outcomes) == len(self._order):
+                            self._loop.call_soon_threadsafe(_set_done, self.finished)
                 if self._closed or not self._queue:
                     return
                 tracked = self._queue.popleft()
                 tracked.read_in_flight = True
                 self._reading[id(tracked)] = time.monotonic()
             try:
-                outcome: Sample | BaseException = self._source.read(tracked.identity)
+                outcome = self._source.read(tracked.identity)
             except Exception as error:  # recorded per device; never kills the reader
                 outcome = error
-            with self._lock:
-                tracked.read_in_flight = False
-                del self._reading[id(tracked)]
-                if self._closed:
-                    continue  # a late answer from a read the cycle gave up on: dropped
-                self._outcomes[id(tracked)] = outcome
-                if len(self._outcomes) == len(self._order):
-                    self._loop.call_soon_threadsafe(_set_done, self.finished)
+            done = tracked
 
     def needs_helper(self, slow_after: float) -> bool:
         """True when every running read has been at it for `slow_after` and devices still wait."""

@@ -65,6 +65,8 @@ class FileErrors:
         self.counts: dict[tuple[str, str], int] = {}
         self.details: dict[tuple[str, str], str] = {}
         self.read_ok: set[str] = set()  # paths read without an error (a later check may still reject the value)
+        # Whether read_ok is kept: only a read that can log a recovery (some file failed before) needs it.
+        self.track_ok = True
 
     def name_of(self, path: str) -> str:
         if self._bases is None:
@@ -121,7 +123,7 @@ class collecting:
 
 def note_ok(path: str) -> None:
     errors: FileErrors | None = getattr(_current, "errors", None)
-    if errors is not None:
+    if errors is not None and errors.track_ok:
         errors.read_ok.add(path)
 
 

@@ -127,7 +127,7 @@ def test_the_generated_builder_equals_the_dataclass_constructor(
     values = SampleValues()
     values.scalars.update(scalars)
     for name, mapping in mappings.items():
-        values.mappings[name].update(mapping)
+        values.mapping(name).update(mapping)
     expected = Sample(
         timestamp=12.5,
         **scalars,  # type: ignore[arg-type]

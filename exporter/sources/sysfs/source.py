@@ -163,6 +163,8 @@ class SysfsSource:
 
     def read(self, device: DeviceIdentity) -> Sample:
         errors = FileErrors(device.device_dir, device.hwmon_dir)
+        # Naming the files read fine is only needed to log a recovery, so only while something failed.
+        errors.track_ok = bool(self._file_state)
         try:
             with collecting(errors):
                 read = self._read(device)
@@ -264,11 +266,17 @@ class SysfsSource:
             values.set("power_watts", None, None)
             values.set("energy_joules", None, None)
         _check_memory(values)
-        if not values.supplied("pcie_bandwidth_bytes_per_second"):
+        if values.scalars.get("pcie_bandwidth_bytes_per_second") is None:
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
             estimate = self._background_pcie_bandwidth(device)
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, estimate, "pcie_bw")
-        if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
+        mappings = values.mappings
+        if not (
+            mappings.get("temperatures")
+            or mappings.get("busy")
+            or mappings.get("memory_used_bytes")
+            or values.scalars.get("power_watts") is not None
+        ):
             # Asked only now, not before every read: a vanished device reads nothing (ENOENT is "absent").
             if not os.path.isdir(dev):
                 raise SourceError("gone", f"{dev} no longer exists")
@@ -369,9 +377,12 @@ class SysfsSource:
 
 def _check_memory(values: SampleValues) -> None:
     """A pool cannot use more than it holds: such a reading (2^64-1 in mem_info_vram_used) is rejected."""
+    used_bytes, total_bytes = values.mappings.get("memory_used_bytes"), values.mappings.get("memory_total_bytes")
+    if not used_bytes or not total_bytes:
+        return
     for pool, prefix in MEMORY_POOLS:
-        used = values.mappings["memory_used_bytes"].get(pool)
-        total = values.mappings["memory_total_bytes"].get(pool)
+        used = used_bytes.get(pool)
+        total = total_bytes.get(pool)
         if used is not None and total is not None and used > total:
-            del values.mappings["memory_used_bytes"][pool]
+            del used_bytes[pool]
             record(f"{prefix}_used", "implausible", f"{used:g} B used of {total:g} B")

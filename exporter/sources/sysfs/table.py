@@ -131,15 +131,28 @@ MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.defau
 
 
 class SampleValues:
-    """The fields of one Sample being assembled, layer by layer: scalars and mappings by field name."""
+    """The fields of one Sample being assembled, layer by layer: scalars and mappings by field name.
+
+    `mappings` holds only the mapping fields something was put in (mapping() adds one): a Sample
+    has thirty-odd mapping fields, most of them empty on any one device, and a read copies the
+    slow layer's values every cycle.
+    """
 
     def __init__(self) -> None:
         self.scalars: dict[str, float | int | tuple[float, ...] | None] = {}
-        self.mappings: dict[str, dict[Any, Any]] = {name: {} for name in MAPPING_FIELDS}
+        self.mappings: dict[str, dict[Any, Any]] = {}
+
+    def mapping(self, field: str) -> dict[Any, Any]:
+        """The mapping field's values, to add to (created empty on first use)."""
+        found = self.mappings.get(field)
+        if found is None:
+            found = self.mappings[field] = {}
+        return found
 
     def supplied(self, field: str, key: Key | None = None) -> bool:
         if field in MAPPING_FIELDS:
-            return key in self.mappings[field] if key is not None else bool(self.mappings[field])
+            found = self.mappings.get(field)
+            return bool(found) if key is None else found is not None and key in found
         return self.scalars.get(field) is not None
 
     def set(self, field: str, key: Key | None, value: Any, origin: str = "") -> None:
@@ -150,14 +163,14 @@ class SampleValues:
         if key is None:
             self.scalars[field] = value
         else:
-            self.mappings[field][key] = value
+            self.mapping(field)[key] = value
 
     @classmethod
     def copy_of(cls, layer: SampleValues) -> SampleValues:
         """A new set of values holding what `layer` supplies: SampleValues() then merge(layer), in one step."""
         values = cls.__new__(cls)
         values.scalars = {name: value for name, value in layer.scalars.items() if value is not None}
-        values.mappings = {name: dict(mapping) for name, mapping in layer.mappings.items()}
+        values.mappings = {name: mapping.copy() for name, mapping in layer.mappings.items() if mapping}
         return values
 
     def merge(self, layer: SampleValues) -> None:
@@ -166,7 +179,8 @@ class SampleValues:
             if value is not None:
                 self.scalars[name] = value
         for name, mapping in layer.mappings.items():
-            self.mappings[name].update(mapping)
+            if mapping:
+                self.mapping(name).update(mapping)
 
     def override_from(self, source: object, names: Iterable[str], origin: str = "gpu_metrics") -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
@@ -178,10 +192,14 @@ class SampleValues:
         mappings, scalars = self.mappings, self.scalars
         for name in names:
             value = getattr(source, name)
-            if name in mappings:
+            if name in MAPPING_FIELDS:
                 if value:
                     if not origin or plausible_items(name, value):
-                        mappings[name].update(value)
+                        found = mappings.get(name)
+                        if found is None:
+                            mappings[name] = dict(value)
+                        else:
+                            found.update(value)
                     else:
                         for key, item in value.items():
                             self.set(name, key, item, origin)
@@ -221,7 +239,7 @@ def _compile_sample_builder() -> Callable[[float, dict[str, Any], dict[str, dict
         if f.name == "timestamp":
             continue
         if f.name in MAPPING_FIELDS:
-            lines.append(f"    m = mappings[{f.name!r}]")
+            lines.append(f"    m = mappings.get({f.name!r})")
             lines.append(f"    _set_{f.name}(s, _MP(m) if m else _EMPTY)")
         else:
             namespace[f"_default_{f.name}"] = f.default
@@ -259,12 +277,12 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
     """read_rows over a device's plan (the poll's every-cycle rows: paths not rebuilt every read)."""
     planned, judged_empty = plan
     mappings, scalars = values.mappings, values.scalars
-    empty_before = {name for name in judged_empty if not mappings[name]}
+    empty_before = {name for name in judged_empty if not mappings.get(name)}
     for row, path in planned:
         fill = row.fill
         if fill == "if_missing":
             key = row.key
-            if (scalars.get(row.field) is not None) if key is None else (key in mappings[row.field]):
+            if (scalars.get(row.field) is not None) if key is None else (key in mappings.get(row.field, ())):
                 continue
         elif fill == "if_field_empty" and row.field not in empty_before:
             continue
