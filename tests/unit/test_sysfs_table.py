@@ -181,3 +181,29 @@ def test_every_value_the_source_returns_was_checked(tmp_path: Path) -> None:
         rejected += sum(n for (_, reason), n in sample.file_errors.items() if reason == "implausible")
     assert rejected >= len(devices)  # rejected and counted against their files, not dropped silently
     source.close()
+
+
+_raw = st.one_of(
+    st.binary(max_size=24),
+    st.integers(min_value=-(2**65), max_value=2**66).map(lambda n: f"{n}\n".encode()),
+    st.from_regex(rb"\A[0-9 +_\-]{0,22}\n?\Z"),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_raw)
+def test_the_bytes_fast_paths_agree_with_the_parsers(raw: bytes) -> None:
+    """Every every-cycle row's fast path: None (the parser decides) or exactly the parser's value."""
+    from exporter.sources import textfiles as tf
+
+    rows = [row for row in FAST_FILES if row.fast is not None]
+    assert {row.file for row in rows} >= {"mem_info_vram_used", "in0_input", "temp1_input", "power1_average"}
+    for row in rows:
+        fast = row.fast(raw)  # type: ignore[misc]
+        if fast is None:
+            continue
+        parsed = row.parse(raw.decode("ascii"))
+        assert fast == parsed and type(fast) is type(parsed), (row.file, raw)
+    plain = tf.plain_unsigned(raw)
+    if plain is not None:
+        assert plain == tf.parse_unsigned(raw.decode("ascii"))

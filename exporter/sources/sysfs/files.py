@@ -163,6 +163,11 @@ def read_parsed(
     raw = read(path)
     if raw is None:
         return None
+    return parse_read(path, raw, parse)
+
+
+def parse_read(path: str, raw: bytes, parse: Callable[[str], T]) -> T | None:
+    """read_parsed's second half, for bytes already read: an unparsable text is counted, not raised."""
     try:
         return parse(raw.decode("ascii", errors="strict"))
     except tf.TextUnavailableError as error:
