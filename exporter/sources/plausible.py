@@ -79,6 +79,19 @@ def _within(bounds: tuple[float, float, bool], value: object) -> bool:
     return low <= value <= high and value != _INF and value != -_INF
 
 
+def items_check(field: str) -> Callable[[Mapping[Any, Any]], bool]:
+    """plausible_items for one field, looked up once (a caller that checks the same fields every read)."""
+    bounds = _BOUNDS.get(field)
+    if bounds is None:
+        return lambda values: True
+    fast = _ITEMS_PLAUSIBLE[field] if field in _ITEMS_PLAUSIBLE else _compile_items_check(field)
+
+    def check(values: Mapping[Any, Any]) -> bool:
+        return not values or fast(values.values()) or _all_within(bounds, values.values())
+
+    return check
+
+
 def plausible_items(field: str, values: Mapping[Any, Any]) -> bool:
     """True if every value of a mapping field is plausible (the common case, checked without copying)."""
     bounds = _BOUNDS.get(field)

@@ -15,6 +15,7 @@ from exporter.sources.plausible import (
     RANGES,
     _within,
     all_plausible,
+    items_check,
     plausible,
     plausible_items,
     remove_implausible,
@@ -56,6 +57,7 @@ def test_the_generated_sample_check_equals_the_exact_one(sample: Sample) -> None
 def test_the_generated_items_check_equals_the_exact_one(name: str, values: list[Any]) -> None:
     mapping = {i: v for i, v in enumerate(values)}
     assert plausible_items(name, mapping) == all(_within(_BOUNDS[name], v) for v in values)
+    assert items_check(name)(mapping) == plausible_items(name, mapping)
 
 
 def test_a_value_that_does_not_compare_goes_to_the_exact_path() -> None:

@@ -41,7 +41,7 @@ from exporter.sources.sysfs.partitions import (
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
 from exporter.sources.sysfs.table import (
     FAST_FILES,
-    GPU_METRICS_FIELDS,
+    GPU_METRICS_NAMES,
     MEMORY_POOLS,
     RowPlan,
     SampleValues,
@@ -59,6 +59,17 @@ _MEM_BANKS = "mem_banks/properties"  # KFD's memory banks: where a partition's V
 class _SlowLayer:
     due: float  # monotonic time of the next refresh
     values: SampleValues  # never mutated once stored
+
+
+class _DevicePlan:
+    """What a device's every read needs that its identity alone decides: computed once per identity."""
+
+    __slots__ = ("fast_rows", "gpu_metrics", "identity")
+
+    def __init__(self, identity: DeviceIdentity) -> None:
+        self.identity = identity
+        self.gpu_metrics = os.path.join(identity.device_dir, "gpu_metrics")
+        self.fast_rows: RowPlan = plan_rows(FAST_FILES, identity)
 
 
 class SysfsSource:
@@ -103,7 +114,7 @@ class SysfsSource:
         self._kept: dict[tuple[str, str, int], KeptFiles] = {}
         self._kept_in_use: set[tuple[str, str, int]] = set()
         self._kept_lock = threading.Lock()
-        self._fast_plans: dict[tuple[str, str, int], tuple[DeviceIdentity, RowPlan]] = {}
+        self._plans: dict[tuple[str, str, int], _DevicePlan] = {}
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Every amdgpu device, each PCI card identified against the read deadline.
@@ -240,27 +251,29 @@ class SysfsSource:
     def _read_device(self, device: DeviceIdentity, kept: KeptFiles | None) -> tuple[SampleValues, float]:
         dev = device.device_dir
         read = kept.read if kept is not None else read_file_bytes
+        plan = self._plans.get(device.key)
+        if plan is None or plan.identity is not device:  # planned again when discovery refreshes the identity
+            plan = self._plans[device.key] = _DevicePlan(device)
         values = SampleValues.copy_of(self._slow_layer(device))
-        metrics = self._decode(device, read(os.path.join(dev, "gpu_metrics")))
-        self._sockets.store(device.pci_bus_id, metrics)
+        metrics = self._decode(device, read(plan.gpu_metrics))
+        layout = self._partitioning.get(device.pci_bus_id)
+        partitioned = layout is not None and layout.count > 1
+        if partitioned:
+            self._sockets.store(device.pci_bus_id, metrics)  # for the other partitions' reads this cycle
         if metrics is not None:
-            values.override_from(metrics, GPU_METRICS_FIELDS)
-            self._throttle_residency(device, metrics, values)
-            layout = self._partitioning.get(device.pci_bus_id)
-            if layout is not None and layout.count > 1:
+            values.override_from(metrics, GPU_METRICS_NAMES)
+            if metrics.residency_acc:
+                self._throttle_residency(device, metrics, values)
+            if partitioned:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
                 # partition's, where the table has per-partition blocks; the socket's otherwise.
                 for engine, ratio in partition_busy(metrics, layout, 0).items():
                     values.set("busy", engine, ratio, "gpu_metrics")
-        layout = self._partitioning.get(device.pci_bus_id)
         if layout is not None:
             for pool, size in partition_memory(layout, 0).items():
                 values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
-        plan = self._fast_plans.get(device.key)
-        if plan is None or plan[0] is not device:  # planned again when discovery refreshes the identity
-            plan = self._fast_plans[device.key] = (device, plan_rows(FAST_FILES, device))
-        read_planned(plan[1], values, read)
+        read_planned(plan.fast_rows, values, read)
         if not measures_package_power(device):
             # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
             values.set("power_watts", None, None)

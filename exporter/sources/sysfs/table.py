@@ -23,7 +23,7 @@ from typing import Any, Literal
 from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import plausible, plausible_items
+from exporter.sources.plausible import items_check, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
 Key = str | int | tuple[str, str]
@@ -156,6 +156,25 @@ GPU_METRICS_FIELDS: tuple[str, ...] = (
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
 
 
+@dataclass(frozen=True, slots=True)
+class FieldNames:
+    """Sample field names split once into mappings (each with its plausibility check) and scalars."""
+
+    mappings: tuple[tuple[str, Callable[[Mapping[Any, Any]], bool]], ...]
+    scalars: tuple[str, ...]
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> FieldNames:
+        listed = tuple(names)
+        return cls(
+            mappings=tuple((name, items_check(name)) for name in listed if name in MAPPING_FIELDS),
+            scalars=tuple(name for name in listed if name not in MAPPING_FIELDS),
+        )
+
+
+GPU_METRICS_NAMES = FieldNames.of(GPU_METRICS_FIELDS)
+
+
 class SampleValues:
     """The fields of one Sample being assembled, layer by layer: scalars and mappings by field name.
 
@@ -208,28 +227,31 @@ class SampleValues:
             if mapping:
                 self.mapping(name).update(mapping)
 
-    def override_from(self, source: object, names: Iterable[str], origin: str = "gpu_metrics") -> None:
+    def override_from(self, source: object, names: FieldNames, origin: str = "gpu_metrics") -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
 
         A mapping keeps the order of the keys already here (a key's first layer decides where it is listed).
         The hot path of every read: a mapping whose values are all plausible (the common case) is taken
         in one update; one that is not goes value by value, so each rejected value is counted.
+        An empty `origin` takes the values unchecked.
         """
         mappings, scalars = self.mappings, self.scalars
-        for name in names:
+        for name, check in names.mappings:
             value = getattr(source, name)
-            if name in MAPPING_FIELDS:
-                if value:
-                    if not origin or plausible_items(name, value):
-                        found = mappings.get(name)
-                        if found is None:
-                            mappings[name] = dict(value)
-                        else:
-                            found.update(value)
-                    else:
-                        for key, item in value.items():
-                            self.set(name, key, item, origin)
-            elif value is not None:
+            if not value:
+                continue
+            if not origin or check(value):
+                found = mappings.get(name)
+                if found is None:
+                    mappings[name] = dict(value)
+                else:
+                    found.update(value)
+            else:
+                for key, item in value.items():
+                    self.set(name, key, item, origin)
+        for name in names.scalars:
+            value = getattr(source, name)
+            if value is not None:
                 if not origin or plausible(name, value):
                     scalars[name] = value
                 else:
