@@ -65,6 +65,11 @@ _MAPPING_COUNTERS = frozenset(
 )
 
 
+# The rules split once: mapping counters, and scalar ones with their track key.
+_MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in _MAPPING_COUNTERS)
+_SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in _MAPPING_COUNTERS)
+
+
 @dataclass(slots=True)
 class _Track:
     raw: int | float
@@ -94,25 +99,31 @@ def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sam
     if state.widths_for is not identity:  # widths depend on the identity only (its gpu_metrics version)
         state.widths = {name: rule.width(identity) for name, rule in COUNTERS.items()}
         state.widths_for = identity
-    widths, settled = state.widths, state.settled
-    for name, rule in COUNTERS.items():
+    widths, settled, tracks = state.widths, state.settled, state.tracks
+    for name, rule in _MAPPING_RULES:
         value = getattr(sample, name)
-        width = widths[name]
-        if name in _MAPPING_COUNTERS:
-            if value:
-                if settled.get(name) == value:
-                    continue  # every key as last time and no offset carried: stepping would change nothing
-                stepped = {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
-                # No wrap ever seen (the common case): every value is the raw one, the mapping stays as it is.
-                if any(stepped[key] is not raw for key, raw in value.items()):
-                    changes[name] = frozen_map(stepped)
-                    settled.pop(name, None)
-                else:
-                    settled[name] = dict(value)
-        elif value is not None:
-            changed = _step(state, (name, None), value, width, rule, dt)
-            if changed is not value:
-                changes[name] = type(value)(changed) if isinstance(value, int) else changed
+        if value:
+            if settled.get(name) == value:
+                continue  # every key as last time and no offset carried: stepping would change nothing
+            width = widths[name]
+            stepped = {key: _step(state, (name, key), raw, width, rule, dt) for key, raw in value.items()}
+            # No wrap ever seen (the common case): every value is the raw one, the mapping stays as it is.
+            if any(stepped[key] is not raw for key, raw in value.items()):
+                changes[name] = frozen_map(stepped)
+                settled.pop(name, None)
+            else:
+                settled[name] = dict(value)
+    for name, key, rule in _SCALAR_RULES:
+        value = getattr(sample, name)
+        if value is None:
+            continue
+        track = tracks.get(key)
+        if track is not None and not value < track.raw and not track.offset:
+            track.raw = value  # _step's common case, inline: moved on, no wrap carried
+            continue
+        changed = _step(state, key, value, widths[name], rule, dt)
+        if changed is not value:
+            changes[name] = type(value)(changed) if isinstance(value, int) else changed
     return dataclasses.replace(sample, **changes) if changes else sample
 
 
