@@ -866,6 +866,80 @@ def exporter_row() -> Row:
     )
 
 
+def host_and_http_row() -> Row:
+    """What the host runs (the doctor's version matrix as series) and the HTTP layer's own state."""
+    only_with_web_config = "the HTTP layer reports only when --web.config.file is given"
+    return Row(
+        "Host versions and HTTP",
+        (
+            Panel(
+                "table",
+                "amdgpu driver",
+                "The host's amdgpu driver version and initstate, the kernel release and ppfeaturemask "
+                "(what `amdgpu-exporter doctor` prints first).",
+                f"amdgpu_driver_info{{{NODE_ALL_GPUS}}}",
+                width=8,
+                hide_columns=("job", "Value"),
+            ),
+            Panel(
+                "table",
+                "ROCm and SMI libraries",
+                "ROCm installs and SMI libraries (librocm_smi64, libamd_smi) found on the host, with the "
+                "versions they report: the rocm-smi source needs a library of a version it knows.",
+                (
+                    Query(f"amdgpu_rocm_info{{{NODE_ALL_GPUS}}}", "rocm"),
+                    Query(f"amdgpu_smi_library_info{{{NODE_ALL_GPUS}}}", "library"),
+                ),
+                width=16,
+                hide_columns=("job", "Value"),
+                may_be_empty="no ROCm install and no SMI library on the host (the sysfs source needs neither)",
+            ),
+            Panel(
+                "timeseries",
+                "HTTP connections",
+                "Open HTTP connections (TLS handshakes included) against the cap the open-files budget sets; "
+                "at the cap, new connections wait.",
+                (
+                    Query(f"amdgpu_exporter_http_connections{{{NODE_ALL_GPUS}}}", "open"),
+                    Query(f"amdgpu_exporter_http_max_connections{{{NODE_ALL_GPUS}}}", "cap"),
+                ),
+                unit="none",
+                width=8,
+                minimum=0,
+                dashed=("B",),
+                may_be_empty=only_with_web_config,
+            ),
+            Panel(
+                "timeseries",
+                "HTTP rejections",
+                "Connections and requests the HTTP layer refused per step, by reason (failed basic auth, "
+                "rate limit, TLS handshake, oversized headers, slow clients).",
+                Query(per_step("increase", "amdgpu_exporter_http_rejections_total", NODE_ALL_GPUS), "{{reason}}"),
+                unit="none",
+                width=8,
+                minimum=0,
+                may_be_empty=only_with_web_config + ", and nothing was refused",
+            ),
+            Panel(
+                "stat",
+                "Web config in effect",
+                "1: the web configuration on disk is the one in effect. 0: the last edit was invalid and the "
+                "last good one is kept (see the reloads by result beside it).",
+                (
+                    Query(f"amdgpu_exporter_web_config_last_reload_successful{{{NODE_ALL_GPUS}}}", "in effect"),
+                    Query(
+                        per_step("increase", "amdgpu_exporter_web_config_reloads_total", NODE_ALL_GPUS),
+                        "reloads {{result}}",
+                    ),
+                ),
+                unit="none",
+                width=8,
+                may_be_empty=only_with_web_config,
+            ),
+        ),
+    )
+
+
 def exporter_health_row(limits: MemoryLimits) -> Row:
     resident = exporter_process("process_resident_memory_bytes", NODE_ALL_GPUS)
     systemd, kubernetes = limits.systemd_memory_max_bytes, limits.kubernetes_memory_limit_bytes
@@ -999,6 +1073,7 @@ def node_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
             firmware_row(),
             exporter_row(),
             exporter_health_row(limits),
+            host_and_http_row(),
         ),
         time_from="now-1h",
         annotations=(

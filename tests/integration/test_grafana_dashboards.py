@@ -40,24 +40,9 @@ EXPORTED_FAMILIES = tuple(all_metric_names())
 
 # Families no panel shows on purpose, each with the reason.
 FAMILIES_LEFT_OFF: dict[str, str] = {
-    # The version matrix (exporter/operator/doctor.py) as series: for joins in ad-hoc queries and
-    # alert annotations; a versions table panel is still to be drawn.
-    "amdgpu_driver_info": "host versions: no dashboard panel yet",
-    "amdgpu_rocm_info": "host versions: no dashboard panel yet",
-    "amdgpu_smi_library_info": "host versions: no dashboard panel yet",
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
-    **dict.fromkeys(
-        (
-            "amdgpu_exporter_web_config_reloads_total",
-            "amdgpu_exporter_web_config_last_reload_successful",
-            "amdgpu_exporter_http_rejections_total",
-            "amdgpu_exporter_http_connections",
-            "amdgpu_exporter_http_max_connections",
-        ),
-        "the HTTP layer, only with --web.config.file: no GPU dashboard panel",
-    ),
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).
