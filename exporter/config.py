@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node
 
 from exporter import safeyaml
 
@@ -422,44 +423,51 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
     )
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key given twice (PyYAML keeps the last one, silently)."""
+def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
+    """Option name -> (its raw value, "config file PATH line N"), for every option a config file sets.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise ConfigError(
-                    f"option {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})"
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+    The one reader of a config file: `serve`, `check-config` and a SIGHUP reload all go through it,
+    so they accept and refuse the same files in the same words. Bounded (size, UTF-8, depth and
+    alias expansion are checked by safeyaml before YAML builds anything); an unknown option or one
+    given twice is an error naming its line (PyYAML itself would keep the last, silently).
+    """
+    try:
+        text = safeyaml.read_text(path, "config file")
+        root = safeyaml.compose(text, f"config file {path}")
+    except safeyaml.YamlLimitError as error:
+        raise ConfigError(str(error)) from error
+    if root is None:
+        return {}
+    if not isinstance(root, MappingNode):
+        raise ConfigError(
+            f"config file {path} line {root.start_mark.line + 1}: the file must be a mapping of option: value"
+        )
+    constructor = SafeConstructor()
+    known = {option.name for option in OPTIONS}
+    values: dict[str, tuple[Any, str]] = {}
+    first_line: dict[str, int] = {}
+    for key_node, value_node in root.value:
+        number = key_node.start_mark.line + 1
+        line = f"config file {path} line {number}"
+        key = _construct_node(constructor, key_node, line)
+        if not isinstance(key, str) or key not in known:
+            raise ConfigError(f"{line}: unknown option {key!r} (known: {', '.join(sorted(known))})")
+        if key in values:
+            raise ConfigError(f"{line}: option {key!r} is given twice (lines {first_line[key]} and {number})")
+        values[key] = (_construct_node(constructor, value_node, line), line)
+        first_line[key] = number
+    return values
+
+
+def _construct_node(constructor: SafeConstructor, node: Node, line: str) -> Any:
+    try:
+        return constructor.construct_object(node, deep=True)
+    except (ConstructorError, ValueError) as error:
+        raise ConfigError(f"{line}: cannot read value: {error}") from error
 
 
 def _load_file(path: str) -> dict[str, Any]:
-    # Bounded: size, UTF-8, nesting depth and alias expansion are checked before YAML builds anything.
-    try:
-        text = safeyaml.read_text(path, "config file")
-        safeyaml.check_limits(text, f"config file {path}")
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass that refuses duplicate keys
-    except safeyaml.YamlLimitError as error:
-        raise ConfigError(str(error)) from error
-    except ConfigError as error:
-        raise ConfigError(f"config file {path}: {error}") from error
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(error, 'problem', error)}") from error
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of option: value")
-    known = {o.name for o in OPTIONS}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    return data
+    return {name: raw for name, (raw, _) in read_config_values(path).items()}
 
 
 def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:

@@ -11,13 +11,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.nodes import MappingNode, Node
-
 from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
 from exporter.alerting.rules import Rule
-from exporter.config import OPTIONS, ConfigError, Option, Settings
+from exporter.config import OPTIONS, ConfigError, Option, Settings, read_config_values
 
 _BY_NAME = {option.name: option for option in OPTIONS}
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
@@ -25,43 +21,12 @@ RELOADABLE = ("rules.file", "log.level")
 
 
 def read_config_file(path: str) -> dict[str, Any]:
-    """Option name -> parsed value, for every option the file sets; ConfigError naming file and line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) else str(error)
-        raise ConfigError(f"cannot read config file {path}: {reason}") from error
-    try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML: {error.problem or error}") from error
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from error
-    if root is None:
-        return {}
-    if not isinstance(root, MappingNode):
-        raise ConfigError(f"{path} line {root.start_mark.line + 1}: the file must be a mapping of option: value")
-    constructor = SafeConstructor()
-    values: dict[str, Any] = {}
-    for key_node, value_node in root.value:
-        line = f"{path} line {key_node.start_mark.line + 1}"
-        key = _construct(constructor, key_node, line)
-        option = _BY_NAME.get(key) if isinstance(key, str) else None
-        if option is None:
-            raise ConfigError(f"{line}: unknown option {key!r} (known: {', '.join(sorted(_BY_NAME))})")
-        if key in values:
-            raise ConfigError(f"{line}: {key!r} appears twice")
-        values[key] = _parse(option, _construct(constructor, value_node, line), line)
-    return values
+    """Option name -> parsed value, for every option the file sets; ConfigError naming file and line.
 
-
-def _construct(constructor: SafeConstructor, node: Node, line: str) -> Any:
-    try:
-        return constructor.construct_object(node, deep=True)
-    except (ConstructorError, ValueError) as error:
-        raise ConfigError(f"{line}: cannot read value: {error}") from error
+    Read by config.read_config_values, the reader `serve` uses, and each value parsed by the same
+    Option: what `check-config` and a reload accept is exactly what start-up accepts.
+    """
+    return {name: _parse(_BY_NAME[name], raw, line) for name, (raw, line) in read_config_values(path).items()}
 
 
 def _parse(option: Option, raw: Any, line: str) -> Any:
@@ -117,7 +82,7 @@ def check_config(path: str) -> str:
         try:
             rules = load_rules(Path(rules_file))
         except RulesConfigError as error:
-            raise ConfigError(f"{path}: rules.file: {error}") from error
+            raise ConfigError(f"config file {path}: rules.file: {error}") from error
         summary += f"; rules.file {rules_file}: {len(rules)} rule(s)"
     return summary
 

@@ -102,7 +102,7 @@ def test_duplicate_config_keys_are_rejected(tmp_path: Path) -> None:
     config = tmp_path / "exporter.yaml"
     config.write_text("interval: 1s\nsource: sysfs\ninterval: 5s\n")
     message = one_error_line(run(f"--config.file={config}", "--demo"))
-    assert message == f"config file {config}: option 'interval' is given twice (lines 1 and 3)"
+    assert message == f"config file {config} line 3: option 'interval' is given twice (lines 1 and 3)"
 
 
 def test_port_zero_logs_the_port_really_bound_and_debug_says_what_each_stage_did() -> None:

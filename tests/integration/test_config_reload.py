@@ -69,7 +69,7 @@ def test_check_config_checks_values_lines_and_the_rule_file_it_names(tmp_path: P
         config.write_text(text)
         done = run("check-config", str(config))
         assert done.returncode == 1, text
-        assert done.stderr.startswith(f"amdgpu-exporter: error: {config}"), done.stderr
+        assert done.stderr.startswith(f"amdgpu-exporter: error: config file {config}"), done.stderr
         assert expected in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     assert run("check-config").returncode == 2  # no FILE: a usage error
 

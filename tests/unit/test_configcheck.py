@@ -35,12 +35,33 @@ def test_config_errors_name_the_line(tmp_path: Path) -> None:
     for text, message in [
         ("interval: 1s\n\nsource: gpu\n", "line 3: source: 'gpu' is not one of auto, sysfs, rocm-smi"),
         ("- interval\n", "line 1: the file must be a mapping of option: value"),
-        ("interval: 1s\ninterval: 2s\n", "line 2: 'interval' appears twice"),
-        ("interval: [1s\n", "line 2: not valid YAML"),
+        ("interval: 1s\ninterval: 2s\n", "line 2: option 'interval' is given twice (lines 1 and 2)"),
+        ("interval: [1s\n", "line 2 is not valid YAML"),
     ]:
         config.write_text(text)
         with pytest.raises(ConfigError) as error:
             read_config_file(str(config))
-        assert str(error.value).startswith(f"{config} {message}"), str(error.value)
+        assert str(error.value).startswith(f"config file {config} {message}"), str(error.value)
     config.write_text("")
     assert read_config_file(str(config)) == {}
+
+
+def test_check_config_and_reload_read_as_boundedly_as_start_up(tmp_path: Path) -> None:
+    """One reader for serve, check-config and SIGHUP: the same size, UTF-8 and alias limits."""
+    from exporter.config import read_config_values
+
+    config = tmp_path / "config.yaml"
+    # one option whose value nests eight anchors of nine aliases each: 9^8 values once expanded
+    bomb = "web.listen-address: [&a [x,x,x,x,x,x,x,x,x]"
+    for i in range(1, 8):
+        bomb += f", &{chr(97 + i)} [" + ",".join([f"*{chr(96 + i)}"] * 9) + "]"
+    config.write_text(bomb + "]\n")
+    for read in (read_config_file, read_config_values):
+        with pytest.raises(ConfigError, match="alias bomb"):
+            read(str(config))
+    config.write_bytes(b"interval: 1s\n# " + b"x" * (2 << 20) + b"\n")
+    with pytest.raises(ConfigError, match="larger than 1024 KiB"):
+        read_config_file(str(config))
+    config.write_bytes(b"node-name: \xff\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config_file(str(config))
