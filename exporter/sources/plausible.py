@@ -132,6 +132,23 @@ def _in_range_expression(name: str) -> str:
     return f"{low!r} {'<' if low_exclusive else '<='} {upper}"
 
 
+def _generated(function: str, body: list[str], filename: str) -> Any:
+    """Compile `def <function>...` from the lines given: a body that returns False on TypeError.
+
+    Generated from RANGES alone (field names and constants), never from device data.
+    """
+    lines = [
+        function,
+        "    try:",
+        *(f"        {line}" for line in body),
+        "    except TypeError:",
+        "        return False",
+    ]
+    namespace: dict[str, Any] = {"_INF": _INF}
+    exec(compile("\n".join(lines) + "\n", filename, "exec"), namespace)
+    return namespace[function.split()[1].split("(")[0]]
+
+
 def _compile_all_plausible() -> Callable[[Sample], bool]:
     """One generated function: True when every ranged value of a Sample is a finite number in range.
 
@@ -140,48 +157,26 @@ def _compile_all_plausible() -> Callable[[Sample], bool]:
     field's bounds in as constants. It is a sufficient test only: False (or a value that does not
     compare, TypeError) sends the sample to the exact, field-by-field path, which decides.
     """
-    lines = ["def all_plausible(s):", "    try:"]
+    body = []
     for name in _BOUNDS:
         test = _in_range_expression(name)
         if name in _MAPPING_FIELDS:
-            lines += [f"        for x in s.{name}.values():", f"            if not ({test}): return False"]
+            body += [f"for x in s.{name}.values():", f"    if not ({test}): return False"]
         else:
-            lines += [f"        x = s.{name}", f"        if x is not None and not ({test}): return False"]
-    lines += ["    except TypeError:", "        return False", "    return True"]
-    namespace: dict[str, Any] = {"_INF": _INF}
-    # Generated from RANGES alone (field names and constants), never from device data.
-    exec(compile("\n".join(lines) + "\n", "<plausible all_plausible>", "exec"), namespace)
-    return namespace["all_plausible"]
+            body += [f"x = s.{name}", f"if x is not None and not ({test}): return False"]
+    return _generated("def all_plausible(s):", [*body, "return True"], "<plausible all_plausible>")
 
 
 def _compile_items_check(name: str) -> Callable[[Iterable[Any]], bool]:
     """plausible_items' fast test for one mapping field, generated the same way (sufficient only)."""
-    source = (
-        "def items_plausible(values):\n"
-        "    try:\n"
-        "        for x in values:\n"
-        f"            if not ({_in_range_expression(name)}): return False\n"
-        "    except TypeError:\n"
-        "        return False\n"
-        "    return True\n"
-    )
-    namespace: dict[str, Any] = {"_INF": _INF}
-    exec(compile(source, f"<plausible {name}>", "exec"), namespace)
-    return namespace["items_plausible"]
+    body = ["for x in values:", f"    if not ({_in_range_expression(name)}): return False", "return True"]
+    return _generated("def items_plausible(values):", body, f"<plausible {name}>")
 
 
 def _compile_value_check(name: str) -> Callable[[object], bool]:
     """plausible()'s fast test for one field's single value (sufficient only, like the others)."""
-    source = (
-        "def value_plausible(x):\n"
-        "    try:\n"
-        f"        return {_in_range_expression(name)}\n"
-        "    except TypeError:\n"
-        "        return False\n"
-    )
-    namespace: dict[str, Any] = {"_INF": _INF}
-    exec(compile(source, f"<plausible {name} value>", "exec"), namespace)
-    return namespace["value_plausible"]
+    body = [f"return {_in_range_expression(name)}"]
+    return _generated("def value_plausible(x):", body, f"<plausible {name} value>")
 
 
 all_plausible = _compile_all_plausible()
