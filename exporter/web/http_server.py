@@ -32,6 +32,7 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from exporter.sources.sysfs.files import KEPT_PER_DEVICE
 from exporter.web.http_log import LIMITED
 from exporter.web.http_stats import HttpStats
 from exporter.web.webconfig_reload import ActiveWebConfig
@@ -66,10 +67,16 @@ def open_descriptors() -> int:
         return 64
 
 
+# Descriptors a device can hold beside its kept files: the slow layer's, the fast sampler's and
+# pcie_bw's reads, and one more while a hung read is outstanding.
+_TRANSIENT_PER_DEVICE = 8
+
+
 def connection_budget(requested: int, soft_limit: int, in_use: int, devices: int) -> int:
-    """Connections that fit beside what the process needs: per device a few sysfs files read at
-    once (more with a hung read outstanding), plus logs, listeners and the rocm-smi worker."""
-    reserve = 64 + 16 * devices
+    """Connections that fit beside what the process needs: per device its every-cycle files kept
+    open (sources/sysfs/files.py, at most KEPT_PER_DEVICE) and a few read at once, plus logs,
+    listeners and the rocm-smi worker."""
+    reserve = 64 + (KEPT_PER_DEVICE + _TRANSIENT_PER_DEVICE) * devices
     return max(4, min(requested, soft_limit - in_use - reserve))
 
 

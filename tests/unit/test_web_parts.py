@@ -119,7 +119,7 @@ def test_connection_table_evicts_the_oldest_idle_connection_never_a_busy_one() -
 
 
 def test_connection_budget_leaves_descriptors_for_device_reads() -> None:
-    assert connection_budget(2000, 1024, 40, 8) == 1024 - 40 - 64 - 16 * 8
+    assert connection_budget(2000, 1024, 40, 8) == 1024 - 40 - 64 - (16 + 8) * 8  # kept files + transient reads
     assert connection_budget(512, 1 << 20, 40, 8) == 512
     assert connection_budget(512, 100, 90, 8) == 4
 

@@ -84,6 +84,11 @@ def _read_failed(path: str, error: OSError) -> None:
 _ONE_READ_BYTES = 4096
 
 
+# Descriptors one device keeps open at most: gpu_metrics and its every-cycle text files (the
+# web layer's connection budget leaves room for them).
+KEPT_PER_DEVICE = 16
+
+
 class KeptFiles:
     """One device's every-cycle files, kept open and re-read from offset 0 (pread).
 
@@ -101,7 +106,7 @@ class KeptFiles:
     at a time (the poller's rule), and the owner closes it only when no read runs.
     """
 
-    def __init__(self, limit: int = 16) -> None:
+    def __init__(self, limit: int = KEPT_PER_DEVICE) -> None:
         self._fds: dict[str, int] = {}
         self._limit = limit  # descriptors kept at most; other paths are read the ordinary way
 
