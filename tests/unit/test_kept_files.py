@@ -121,3 +121,20 @@ def test_the_source_closes_what_it_kept(tmp_path: Path) -> None:
     assert 4 <= held <= 16 * len(devices)  # gpu_metrics and the every-cycle text files of each GCD
     source.close()
     assert open_fds() - before <= 1  # (a pcie_bw reader thread may still be finishing its read)
+
+
+def test_a_set_is_never_shared_by_two_reads_of_one_device(tmp_path: Path) -> None:
+    from exporter.simulator import Simulator
+
+    Simulator(tmp_path / "sys", fleet="1xMI250X", seed=2).write_tree()
+    source = SysfsSource(tmp_path / "sys")
+    device = next(iter(source.discover()))
+    held = source._check_out(device)  # as if another thread's read of this device were running
+    assert held is not None
+    assert source._check_out(device) is None  # the second read goes the ordinary way...
+    assert source.read(device).temperatures  # ...and still reads everything
+    source._check_in(device, held)
+    again = source._check_out(device)
+    assert again is held  # free again once the first read is done
+    source._check_in(device, again)
+    source.close()

@@ -226,9 +226,11 @@ class SysfsSource:
             self._check_in(device, kept)
 
     def _check_out(self, device: DeviceIdentity) -> KeptFiles | None:
-        """This device's kept files for one read (None once the source is closed)."""
+        """This device's kept files for one read; None (read the ordinary way) once the source is
+        closed, or while another read of the same device holds them: a set is never shared, so a
+        descriptor is never closed under a read in another thread."""
         with self._kept_lock:
-            if self._stop.is_set():
+            if self._stop.is_set() or device.key in self._kept_in_use:
                 return None
             kept = self._kept.get(device.key)
             if kept is None:
@@ -243,9 +245,11 @@ class SysfsSource:
                 self._kept.pop(key).close()
 
     def _check_in(self, device: DeviceIdentity, kept: KeptFiles | None) -> None:
+        if kept is None:
+            return  # read the ordinary way: nothing was checked out
         with self._kept_lock:
             self._kept_in_use.discard(device.key)
-            if kept is not None and self._stop.is_set():
+            if self._stop.is_set():
                 kept.close()  # closed while this read ran: its files are closed here, after it
 
     def _read_device(self, device: DeviceIdentity, kept: KeptFiles | None) -> tuple[SampleValues, float]:
