@@ -19,6 +19,10 @@ class SourceError(Exception):
 
 
 class Source(Protocol):
+    """A device source. Optional, not part of the protocol: `values_checked = True` on a source
+    whose every returned value already passed sources/plausible.py (the sysfs source); the poller
+    then does not judge its samples again. Any other source's samples are judged by the poller."""
+
     name: str
 
     def discover(self) -> Sequence[DeviceIdentity]:
