@@ -81,24 +81,16 @@ def _within(bounds: tuple[float, float, bool], value: object) -> bool:
 
 def items_check(field: str) -> Callable[[Mapping[Any, Any]], bool]:
     """plausible_items for one field, looked up once (a caller that checks the same fields every read)."""
-    bounds = _BOUNDS.get(field)
-    if bounds is None:
-        return lambda values: True
-    fast = _ITEMS_PLAUSIBLE[field] if field in _ITEMS_PLAUSIBLE else _compile_items_check(field)
-
-    def check(values: Mapping[Any, Any]) -> bool:
-        return not values or fast(values.values()) or _all_within(bounds, values.values())
-
-    return check
+    return _ITEMS_CHECKS.get(field, _always)
 
 
 def plausible_items(field: str, values: Mapping[Any, Any]) -> bool:
     """True if every value of a mapping field is plausible (the common case, checked without copying)."""
-    bounds = _BOUNDS.get(field)
-    if bounds is None or not values:
-        return True
-    fast = _ITEMS_PLAUSIBLE.get(field)
-    return (fast is not None and fast(values.values())) or _all_within(bounds, values.values())
+    return _ITEMS_CHECKS.get(field, _always)(values)
+
+
+def _always(values: Mapping[Any, Any]) -> bool:
+    return True
 
 
 def _all_within(bounds: tuple[float, float, bool], values: Collection[Any]) -> bool:
@@ -181,9 +173,19 @@ def _compile_value_check(name: str) -> Callable[[object], bool]:
 
 all_plausible = _compile_all_plausible()
 _VALUE_PLAUSIBLE: Mapping[str, Callable[[object], bool]] = {name: _compile_value_check(name) for name in _BOUNDS}
-_ITEMS_PLAUSIBLE: Mapping[str, Callable[[Iterable[Any]], bool]] = {
-    name: _compile_items_check(name) for name in _MAPPING_FIELDS
-}
+
+
+def _items_check(name: str) -> Callable[[Mapping[Any, Any]], bool]:
+    """The generated test over a mapping's values; the exact path decides what it does not pass."""
+    bounds, fast = _BOUNDS[name], _compile_items_check(name)
+
+    def check(values: Mapping[Any, Any]) -> bool:
+        return not values or fast(values.values()) or _all_within(bounds, values.values())
+
+    return check
+
+
+_ITEMS_CHECKS: Mapping[str, Callable[[Mapping[Any, Any]], bool]] = {name: _items_check(name) for name in _BOUNDS}
 
 
 def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:

@@ -14,11 +14,10 @@ and anything malformed (so errors are the decoder's own).
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Callable, Mapping, Sequence
 
-from exporter.model import frozen_map
+from exporter.model import frozen_map, slot_setters
 from exporter.sources.gpu_metrics.decoder import (
     _ESM_CODES,
     _PCIE_RATES_100MTS,
@@ -108,10 +107,9 @@ def _throttle(indep: int) -> Mapping[str, bool]:
 
 
 _EMPTY = frozen_map()
-_GPU_METRICS_FIELDS = tuple(f.name for f in dataclasses.fields(GpuMetrics))
-# Each field's slot descriptor: what the frozen dataclass's __init__ reaches through object.__setattr__,
-# called directly (the decoder sets every field, so there are no defaults to apply).
-_SETTERS = {name: GpuMetrics.__dict__[name].__set__ for name in _GPU_METRICS_FIELDS}
+# The decoder sets every field through its slot's setter, so there are no defaults to apply.
+_SETTERS = slot_setters(GpuMetrics)
+_GPU_METRICS_FIELDS = tuple(_SETTERS)
 
 
 class _Fields:
