@@ -80,7 +80,7 @@ def _read_failed(path: str, error: OSError) -> None:
 
 
 # One read of a sysfs attribute returns all of it when it is shorter than a page; a read that fills
-# a page (or more) may have more behind it and is finished the ordinary way.
+# a page (or more) may have more behind it and is read on from the same descriptor to its end.
 _ONE_READ_BYTES = 4096
 
 
@@ -139,9 +139,28 @@ class KeptFiles:
             _read_failed(path, error)
             return None
         if len(data) >= _ONE_READ_BYTES:
-            return read_file_bytes(path)  # a page or more: read to the end, with the size limit
+            return self._read_rest(fd, path, data)
         note_ok(path)
         return data
+
+    def _read_rest(self, fd: int, path: str, data: bytes) -> bytes | None:
+        """A page or more: the rest from the same descriptor, to its end, within the size limit."""
+        chunks = [data]
+        size = len(data)
+        try:
+            while size <= MAX_FILE_BYTES:
+                chunk = os.pread(fd, min(65536, MAX_FILE_BYTES + 1 - size), size)
+                if not chunk:
+                    note_ok(path)
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as error:
+            self._drop(path)
+            _read_failed(path, error)
+            return None
+        record(path, "too_large", f"longer than {MAX_FILE_BYTES} bytes")
+        return None
 
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)

@@ -239,10 +239,13 @@ class SysfsSource:
             return kept
 
     def _forget_kept(self, keys: set[tuple[str, str, int]]) -> None:
-        """Close the kept files of devices discovery no longer finds (not those a read holds)."""
+        """Close the kept files of devices discovery no longer finds (not those a read holds), and drop their plans."""
         with self._kept_lock:
             for key in [k for k in self._kept if k not in keys and k not in self._kept_in_use]:
                 self._kept.pop(key).close()
+            for key in list(self._plans):  # readers add plans without the lock: iterate a copy
+                if key not in keys:
+                    self._plans.pop(key, None)
 
     def _check_in(self, device: DeviceIdentity, kept: KeptFiles | None) -> None:
         if kept is None:
@@ -266,8 +269,7 @@ class SysfsSource:
             self._sockets.store(device.pci_bus_id, metrics)  # for the other partitions' reads this cycle
         if metrics is not None:
             values.override_from(metrics, GPU_METRICS_NAMES)
-            if metrics.residency_acc:
-                self._throttle_residency(device, metrics, values)
+            self._throttle_residency(device, metrics, values)
             if partitioned:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
                 # partition's, where the table has per-partition blocks; the socket's otherwise.
