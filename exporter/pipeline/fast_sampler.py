@@ -3,7 +3,7 @@
 Why a second loop beside the poller: a 1 s poll read by a 15 s scrape shows one value per 15 s,
 so a 300 ms spike or a job busy half of each step is invisible. gpu_metrics alone carries the
 temperatures, power, busy and clocks, in one read (one SMU round trip), so this loop reads only
-that file and decodes only those fields (sources/gpu_metrics/fast.py), into a bounded ring per device that
+that file and decodes only those fields (sources/gpu_metrics/channels.py), into a bounded ring per device that
 the windows and the waveform API read.
 
 It runs on its own thread, never on the event loop, with the poller's rules for hung devices:
@@ -36,7 +36,8 @@ from exporter.model import (
     frozen_map,
 )
 from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
-from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS, FastExtractError, extract_fast
+from exporter.sources.gpu_metrics import GpuMetricsError
+from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
 from exporter.sources.identity import measures_package_power
 
 _POWER = CHANNEL_INDEX[("power", "socket")]
@@ -206,8 +207,8 @@ class FastSampler:
     def _read_device(self, device: _Device) -> None:
         try:
             blob = self._read(device.path)
-            values = extract_fast(blob)
-        except FastExtractError:
+            values = channel_values(blob)
+        except GpuMetricsError:
             device.errors["unreadable_table"] = device.errors.get("unreadable_table", 0) + 1
             return
         except OSError as error:

@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from exporter.model import DeviceWindow, WindowStat, frozen_map
-from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
+from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
 
 WIDTH = len(CHANNELS)
 SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per channel

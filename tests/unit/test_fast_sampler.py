@@ -16,7 +16,7 @@ from exporter.model import DeviceIdentity
 from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.windows import SLOT_BYTES, WIDTH, RingView, SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import layouts
-from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
+from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
 
 NAN = math.nan
 JUNCTION = CHANNEL_INDEX[("temperature", "junction")]

@@ -13,8 +13,9 @@ Decoding is two steps so every version shares one set of unit rules:
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.model import frozen_map
@@ -40,10 +41,7 @@ from exporter.sources.gpu_metrics.layouts import (
     V1_9_FORMAT_REVISION,
     AttrType,
     AttrUnit,
-    BlockLayout,
-    Field,
     Layout,
-    struct_format,
 )
 
 # A sysfs read of gpu_metrics returns at most PAGE_SIZE - 1 bytes (4 KiB and 64 KiB pages).
@@ -201,43 +199,125 @@ def throttle_reasons(indep_bits: int) -> dict[str, bool]:
     return reasons
 
 
-def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
-    """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
-    data = _as_bytes(blob)
-    structure_size, format_revision, content_revision = _read_header(data)
-    if (format_revision, content_revision) == (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
-        _check_length(data, structure_size)
-        table = _attributes_table(_parse_attributes(data, structure_size))
-    else:
-        layout = _select_layout(structure_size, format_revision, content_revision)
-        _check_length(data, structure_size)
-        table = _unpack_fixed(data, layout)
-    return _build(table, format_revision, content_revision, structure_size)
+# --- step 1: blob -> raw fields -----------------------------------------------------------------
 
+# Where one field's elements sit in a table's flat values: [first, stop), and its all-ones value.
+Slot = tuple[int, int, int]
 
-def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsAttribute, ...]:
-    """The records of a v1.9 table in table order, unknown attribute ids included."""
-    data = _as_bytes(blob)
-    structure_size, format_revision, content_revision = _read_header(data)
-    if (format_revision, content_revision) != (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
-        raise GpuMetricsError(f"gpu_metrics v{format_revision}.{content_revision} is not a v1.9 table")
-    _check_length(data, structure_size)
-    return _parse_attributes(data, structure_size)
-
-
-# --- step 1: blob -> raw table --------------------------------------------------------------------
-
-RawValues = tuple[int | None, ...]  # one field's elements; None where the element was all-ones
-
+# In v1.9 these arrays live at the top level; fixed layouts keep them per partition.
+_PARTITION_FIELDS = frozenset(
+    {
+        "gfx_busy_inst",
+        "jpeg_busy",
+        "vcn_busy",
+        "gfx_busy_acc",
+        "gfx_below_host_limit_acc",
+        "gfx_below_host_limit_ppt_acc",
+        "gfx_below_host_limit_thm_acc",
+        "gfx_low_utilization_acc",
+        "gfx_below_host_limit_total_acc",
+    }
+)
 _TYPE_CODES = frozenset(t.value for t in AttrType)
-_UNIT_CODES = frozenset(u.value for u in AttrUnit)
 
 
 @dataclass(frozen=True, slots=True)
-class _RawTable:
-    values: Mapping[str, RawValues]
-    units: Mapping[str, int]  # field -> AttrUnit it is stored in; absent = no unit (a count)
-    partitions: tuple[Mapping[str, RawValues], ...]  # xcp_stats[] blocks, in index order
+class _FixedPlan:
+    """One fixed layout read by one struct call: where each field's elements land in its result."""
+
+    codec: struct.Struct
+    slots: Mapping[str, Slot]
+    partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks, in index order
+
+
+def _fixed_plan(layout: Layout, wanted: frozenset[str] | None) -> _FixedPlan:
+    placed = [(f.offset, f, -1) for f in layout.fields]
+    block = layout.partition_block
+    if block is not None:
+        for index in range(layout.partition_count):
+            base = layout.partitions_offset + index * block.size
+            placed += [(base + f.offset, f, index) for f in block.fields]
+    parts, position, first = ["<"], 0, 0
+    slots: dict[str, Slot] = {}
+    partitions: list[dict[str, Slot]] = [{} for _ in range(layout.partition_count)]
+    for offset, fld, partition in sorted(placed, key=lambda entry: entry[0]):
+        if wanted is not None and fld.name not in wanted:
+            continue
+        code, width, _ = C_TYPES[fld.ctype]
+        if offset > position:
+            parts.append(f"{offset - position}x")
+        parts.append(f"{fld.count}{code}")
+        position = offset + width * fld.count
+        (slots if partition < 0 else partitions[partition])[fld.name] = (first, first + fld.count, (1 << 8 * width) - 1)
+        first += fld.count
+    return _FixedPlan(struct.Struct("".join(parts)), slots, tuple(partitions))
+
+
+class _Fields:
+    """One table's raw fields, typed and unit-checked on access: the same for fixed layouts and v1.9."""
+
+    __slots__ = ("first", "flat", "partitions", "slots", "units")
+
+    def __init__(
+        self,
+        flat: Sequence[int],
+        slots: Mapping[str, Slot],
+        units: Mapping[str, int],  # field -> AttrUnit it is stored in; absent = no unit (a count)
+        partitions: tuple[Mapping[str, Slot], ...],
+    ) -> None:
+        self.flat, self.slots, self.units, self.partitions = flat, slots, units, partitions
+        # Element 0 of every supplied field: a scalar as stored (counters, bit fields, widths).
+        self.first = {name: v for name, (i, stop, ones) in slots.items() if i < stop and (v := flat[i]) != ones}
+
+    def elements(self, name: str, slots: Mapping[str, Slot] | None = None) -> list[int | None]:
+        slot = (self.slots if slots is None else slots).get(name)
+        if slot is None:
+            return []
+        first, stop, all_ones = slot
+        return [None if v == all_ones else v for v in self.flat[first:stop]]
+
+    def factor(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
+        # AttrUnit is an IntEnum: a plain int code finds its member's entry; an unknown code finds none.
+        return kind.get(self.units.get(name, AttrUnit.NONE))  # type: ignore[call-overload]
+
+    def scaled(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
+        return self.each({name: name}, kind).get(name)
+
+    def each(self, fields: Mapping[str, str], kind: Mapping[AttrUnit, float]) -> dict[str, float]:
+        """key -> its field's first element in SI units, for each field supplied in a unit of `kind`."""
+        first, units = self.first, self.units
+        return {
+            key: value * factor
+            for key, name in fields.items()
+            if (value := first.get(name)) is not None
+            and (factor := kind.get(units.get(name, AttrUnit.NONE))) is not None  # type: ignore[call-overload]
+        }
+
+    def indexed(self, name: str, kind: Mapping[AttrUnit, float]) -> dict[int, float]:
+        """Array element index -> scaled value, for the elements that are supplied."""
+        factor = self.factor(name, kind)
+        if factor is None:
+            return {}
+        return {i: v * factor for i, v in enumerate(self.elements(name)) if v is not None}
+
+    def highest(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
+        """One value for a per-instance array (per-XCC clocks...): the highest supplied instance."""
+        supplied = self.indexed(name, kind)
+        return max(supplied.values()) if supplied else None
+
+    def ratios(self, name: str, slots: Mapping[str, Slot] | None = None) -> tuple[float, ...]:
+        """Percent values as 0..1 ratios; a value outside 0..100 % is not a utilisation and is dropped."""
+        if self.factor(name, _PERCENT) is None:
+            return ()
+        # Divide rather than multiply by 0.01: 35 / 100 is exactly 0.35, 35 * 0.01 is not.
+        return tuple(v / 100 for v in self.elements(name, slots) if v is not None and 0 <= v <= 100)
+
+    def ratio(self, name: str) -> float | None:
+        values = self.ratios(name)
+        return values[0] if values else None
+
+    def any_supplied(self, slots: Mapping[str, Slot]) -> bool:
+        return any(v != ones for first, stop, ones in slots.values() for v in self.flat[first:stop])
 
 
 def _as_bytes(blob: object) -> bytes:
@@ -264,83 +344,26 @@ def _check_length(data: bytes, structure_size: int) -> None:
     raise GpuMetricsError(f"blob of {len(data)} bytes shorter than structure_size {structure_size}{hint}")
 
 
-def _select_layout(structure_size: int, format_revision: int, content_revision: int) -> Layout:
-    candidates = [
-        layout
+def _unknown_layout(structure_size: int, format_revision: int, content_revision: int) -> GpuMetricsError:
+    sizes = [
+        str(layout.size)
         for layout in FIXED_LAYOUTS
         if (layout.format_revision, layout.content_revision) == (format_revision, content_revision)
     ]
-    if not candidates:
-        raise GpuMetricsError(
+    if not sizes:
+        return GpuMetricsError(
             f"unknown gpu_metrics revision {format_revision}.{content_revision}"
             " (this decoder reads 1.0 to 1.9; 2.x and 3.x are APU tables)"
         )
-    for layout in candidates:
-        if layout.size == structure_size:
-            return layout
     # v1_6 has two layouts under one revision, which is why the size decides, never the revision alone.
-    expected = " or ".join(str(layout.size) for layout in candidates)
-    raise GpuMetricsError(
+    return GpuMetricsError(
         f"gpu_metrics v{format_revision}.{content_revision} with structure_size {structure_size};"
-        f" known layouts are {expected} bytes"
+        f" known layouts are {' or '.join(sizes)} bytes"
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Unpacker:
-    """A fixed layout (or partition block) compiled once into one struct.Struct call."""
-
-    codec: struct.Struct
-    fields: tuple[Field, ...]  # in offset order, as the codec returns them
-    all_ones: tuple[int, ...]  # the "not supplied" value of each field's C type
-
-
-def _compile_unpacker(fields: tuple[Field, ...], size: int) -> _Unpacker:
-    ordered = tuple(sorted(fields, key=lambda f: f.offset))
-    all_ones = tuple((1 << (8 * C_TYPES[f.ctype][1])) - 1 for f in ordered)
-    return _Unpacker(struct.Struct(struct_format(ordered, size)), ordered, all_ones)
-
-
-def _compile_all() -> dict[str, _Unpacker]:
-    """Every fixed layout and partition block, compiled once at import, keyed by struct name."""
-    compiled: dict[str, _Unpacker] = {}
-    for layout in FIXED_LAYOUTS:
-        compiled[layout.name] = _compile_unpacker(layout.fields, layout.size)
-        block = layout.partition_block
-        if block is not None and block.name not in compiled:
-            compiled[block.name] = _compile_unpacker(block.fields, block.size)
-    return compiled
-
-
-# Decoding looks a layout up by its (unique) struct name: cheaper than hashing its ~40 Field
-# records on every decode, and stable, unlike an id().
-_UNPACKERS: Mapping[str, _Unpacker] = _compile_all()
-
-
-def _unpack_fields(data: bytes, offset: int, struct_name: str) -> dict[str, RawValues]:
-    unpacker = _UNPACKERS[struct_name]
-    flat = unpacker.codec.unpack_from(data, offset)
-    values: dict[str, RawValues] = {}
-    position = 0
-    for fld, all_ones in zip(unpacker.fields, unpacker.all_ones, strict=True):
-        elements = flat[position : position + fld.count]
-        position += fld.count
-        values[fld.name] = tuple(None if v == all_ones else v for v in elements)
-    return values
-
-
-def _unpack_fixed(data: bytes, layout: Layout) -> _RawTable:
-    values = _unpack_fields(data, 0, layout.name)
-    partitions: list[Mapping[str, RawValues]] = []
-    block: BlockLayout | None = layout.partition_block
-    if block is not None:
-        for index in range(layout.partition_count):
-            offset = layout.partitions_offset + index * block.size
-            partitions.append(_unpack_fields(data, offset, block.name))
-    return _RawTable(values, FIXED_FIELD_UNITS, tuple(partitions))
-
-
-def _parse_attributes(data: bytes, structure_size: int) -> tuple[MetricsAttribute, ...]:
+def _walk_v1_9(data: bytes, structure_size: int) -> Iterator[tuple[int, int, AttrType, tuple[int, ...]]]:
+    """The records of a v1.9 table in order: (attribute id, unit code, value type, values), signed types signed."""
     if structure_size < V1_9_FIXED.size:
         raise GpuMetricsError(
             f"gpu_metrics v1.9 structure_size {structure_size} shorter than its {V1_9_FIXED.size}-byte"
@@ -351,7 +374,6 @@ def _parse_attributes(data: bytes, structure_size: int) -> tuple[MetricsAttribut
     # Every record is at least its 8-byte encoding, which bounds the count before any loop runs.
     if count < 0 or count > (end - position) // V1_9_ENCODING.size:
         raise GpuMetricsError(f"gpu_metrics v1.9 attr_count {count} does not fit in {end} bytes")
-    records: list[MetricsAttribute] = []
     for index in range(count):
         if position + V1_9_ENCODING.size > end:
             raise GpuMetricsError(f"gpu_metrics v1.9 record {index} of {count} runs past byte {end}")
@@ -370,50 +392,74 @@ def _parse_attributes(data: bytes, structure_size: int) -> tuple[MetricsAttribut
             raise GpuMetricsError(
                 f"gpu_metrics v1.9 record {index} (attribute {attr_id}, {instances} values) runs past byte {end}"
             )
-        raw = struct.unpack_from(f"<{instances}{code}", data, position)
+        values = struct.unpack_from(f"<{instances}{code}", data, position)
         position += instances * width
         if value_type in SIGNED_ATTR_TYPES:
             half = 1 << (8 * width - 1)
-            raw = tuple(v - 2 * half if v >= half else v for v in raw)
-        name = ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else f"attr_{attr_id}"
-        unit = (encoding >> ATTR_UNIT_SHIFT) & ATTR_UNIT_MASK
-        records.append(MetricsAttribute(attr_id, name, unit, value_type, raw))
-    return tuple(records)
+            values = tuple(v - 2 * half if v >= half else v for v in values)
+        yield attr_id, (encoding >> ATTR_UNIT_SHIFT) & ATTR_UNIT_MASK, value_type, values
 
 
-# In v1.9 these arrays live at the top level; fixed layouts keep them per partition.
-_PARTITION_FIELDS = frozenset(
-    {
-        "gfx_busy_inst",
-        "jpeg_busy",
-        "vcn_busy",
-        "gfx_busy_acc",
-        "gfx_below_host_limit_acc",
-        "gfx_below_host_limit_ppt_acc",
-        "gfx_below_host_limit_thm_acc",
-        "gfx_low_utilization_acc",
-        "gfx_below_host_limit_total_acc",
-    }
-)
-
-
-def _attributes_table(records: Iterable[MetricsAttribute]) -> _RawTable:
-    values: dict[str, RawValues] = {}
+def _v1_9_fields(data: bytes, structure_size: int, wanted: frozenset[str] | None) -> _Fields:
+    flat: list[int] = []
+    slots: dict[str, Slot] = {}
     units: dict[str, int] = {}
-    partition: dict[str, RawValues] = {}
-    for record in records:
-        if record.attr_id >= len(ATTR_NAMES) or record.name in units:
-            continue  # unknown to this decoder, or a repeat: the first record of an id wins
-        _, width = ATTR_TYPE_FORMAT[record.value_type]
+    partition: dict[str, Slot] = {}
+    for attr_id, unit, value_type, values in _walk_v1_9(data, structure_size):
+        name = ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else ""
+        if not name or name in units or (wanted is not None and name not in wanted):
+            continue  # unknown to this decoder, a repeat (the first record of an id wins), or not wanted
         # All-ones in the stored bits: -1 once a signed type has been sign-converted.
-        all_ones = -1 if record.value_type in SIGNED_ATTR_TYPES else (1 << (8 * width)) - 1
-        elements = tuple(None if v == all_ones else v for v in record.values)
-        units[record.name] = record.unit
-        (partition if record.name in _PARTITION_FIELDS else values)[record.name] = elements
-    return _RawTable(values, units, (partition,) if partition else ())
+        all_ones = -1 if value_type in SIGNED_ATTR_TYPES else (1 << (8 * ATTR_TYPE_FORMAT[value_type][1])) - 1
+        units[name] = unit
+        (partition if name in _PARTITION_FIELDS else slots)[name] = (len(flat), len(flat) + len(values), all_ones)
+        flat.extend(values)
+    return _Fields(flat, slots, units, (partition,) if partition else ())
 
 
-# --- step 2: raw table -> GpuMetrics ----------------------------------------------------------------
+class FieldDecoder:
+    """decode_gpu_metrics over the `wanted` kernel fields (every field when None); the rest read as not supplied."""
+
+    def __init__(self, wanted: frozenset[str] | None = None) -> None:
+        self.wanted = wanted
+        self.plans = {
+            (layout.size, layout.format_revision, layout.content_revision): _fixed_plan(layout, wanted)
+            for layout in FIXED_LAYOUTS
+        }
+
+    def decode(self, blob: bytes | bytearray | memoryview) -> GpuMetrics:
+        """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
+        data = _as_bytes(blob)
+        structure_size, format_revision, content_revision = header = _read_header(data)
+        plan = self.plans.get(header)
+        if plan is not None:
+            _check_length(data, structure_size)
+            fields = _Fields(plan.codec.unpack_from(data), plan.slots, FIXED_FIELD_UNITS, plan.partitions)
+        elif (format_revision, content_revision) == (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
+            _check_length(data, structure_size)
+            fields = _v1_9_fields(data, structure_size, self.wanted)
+        else:
+            raise _unknown_layout(structure_size, format_revision, content_revision)
+        return _build(fields, format_revision, content_revision, structure_size)
+
+
+decode_gpu_metrics = FieldDecoder().decode
+
+
+def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsAttribute, ...]:
+    """The records of a v1.9 table in table order, unknown attribute ids included."""
+    data = _as_bytes(blob)
+    structure_size, format_revision, content_revision = _read_header(data)
+    if (format_revision, content_revision) != (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
+        raise GpuMetricsError(f"gpu_metrics v{format_revision}.{content_revision} is not a v1.9 table")
+    _check_length(data, structure_size)
+    return tuple(
+        MetricsAttribute(attr_id, ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else f"attr_{attr_id}", *record)
+        for attr_id, *record in _walk_v1_9(data, structure_size)
+    )
+
+
+# --- step 2: raw fields -> GpuMetrics -------------------------------------------------------------
 
 # What one stored unit is worth in the SI unit of each kind of metric.
 _TEMPERATURE = {AttrUnit.TEMP_CELSIUS: 1.0}
@@ -426,200 +472,149 @@ _DATA = {AttrUnit.DATA_KB: 1024.0}
 _PERCENT = {AttrUnit.PERCENT: 0.01}
 _COUNT = {AttrUnit.NONE: 1.0}
 
-
-class _Reader:
-    """Typed, unit-checked access to one raw table."""
-
-    def __init__(self, table: _RawTable) -> None:
-        self.table = table
-
-    def elements(self, name: str, source: Mapping[str, RawValues] | None = None) -> RawValues:
-        return (self.table.values if source is None else source).get(name, ())
-
-    def factor(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
-        unit = self.table.units.get(name, AttrUnit.NONE)
-        # AttrUnit is an IntEnum: a plain int code finds its member's entry without constructing it.
-        return kind.get(unit) if unit in _UNIT_CODES else None  # type: ignore[call-overload]
-
-    def raw(self, name: str) -> int | None:
-        """A scalar as stored (counters, bit fields, widths)."""
-        elements = self.elements(name)
-        return elements[0] if elements else None
-
-    def scaled(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
-        value, factor = self.raw(name), self.factor(name, kind)
-        return None if value is None or factor is None else value * factor
-
-    def indexed(self, name: str, kind: Mapping[AttrUnit, float]) -> dict[int, float]:
-        """Array element index -> scaled value, for the elements that are supplied."""
-        factor = self.factor(name, kind)
-        if factor is None:
-            return {}
-        return {i: v * factor for i, v in enumerate(self.elements(name)) if v is not None}
-
-    def highest(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
-        """One value for a per-instance array (per-XCC clocks...): the highest supplied instance."""
-        supplied = self.indexed(name, kind)
-        return max(supplied.values()) if supplied else None
-
-    def ratios(self, name: str, source: Mapping[str, RawValues] | None = None) -> tuple[float, ...]:
-        """Percent values as 0..1 ratios; a value outside 0..100 % is not a utilisation and is dropped."""
-        factor = self.factor(name, _PERCENT)
-        if factor is None:
-            return ()
-        # Divide rather than multiply by 0.01: 35 / 100 is exactly 0.35, 35 * 0.01 is not.
-        return tuple(v / 100 for v in self.elements(name, source) if v is not None and 0 <= v <= 100)
-
-    def ratio(self, name: str) -> float | None:
-        values = self.ratios(name)
-        return values[0] if values else None
+# GpuMetrics key -> the kernel field it is read from.
+_TEMPERATURE_FIELDS = {
+    "edge": "temperature_edge",
+    "junction": "temperature_hotspot",
+    "memory": "temperature_mem",
+    "vr_gfx": "temperature_vrgfx",
+    "vr_soc": "temperature_vrsoc",
+    "vr_mem": "temperature_vrmem",
+}
+_CLOCK_FIELDS = {
+    "gfx": "current_gfxclk",
+    "soc": "current_socclk",
+    "memory": "current_uclk",
+    "video": "current_vclk0",
+    "decode": "current_dclk0",
+}
+_AVERAGE_CLOCK_FIELDS = {
+    "gfx": "average_gfxclk_frequency",
+    "soc": "average_socclk_frequency",
+    "memory": "average_uclk_frequency",
+    "video": "average_vclk0_frequency",
+    "decode": "average_dclk0_frequency",
+}
+_POWER_FIELDS = {"current": "curr_socket_power", "average": "average_socket_power"}  # the first supplied wins
+_VOLTAGE_FIELDS = {"gfx": "voltage_gfx", "soc": "voltage_soc", "memory": "voltage_mem"}
 
 
-def _build(table: _RawTable, format_revision: int, content_revision: int, structure_size: int) -> GpuMetrics:
-    read = _Reader(table)
-    num_partitions = read.raw("num_partition")
-    partitions = _reported_partitions(table.partitions, num_partitions)
-    indep = read.raw("indep_throttle_status")
+@functools.lru_cache(maxsize=256)
+def _throttle(indep: int) -> Mapping[str, bool]:
+    # Throttle bits change rarely: one frozen mapping per bit pattern seen.
+    return frozen_map(throttle_reasons(indep))
+
+
+def _build(read: _Fields, format_revision: int, content_revision: int, structure_size: int) -> GpuMetrics:
+    num_partitions = read.first.get("num_partition")
+    partitions = _reported_partitions(read, num_partitions)
+    indep = read.first.get("indep_throttle_status")
     return GpuMetrics(
         format_revision=format_revision,
         content_revision=content_revision,
         structure_size=structure_size,
         temperatures=frozen_map(_temperatures(read)),
-        power_watts=_first_present(
-            read.scaled("curr_socket_power", _POWER), read.scaled("average_socket_power", _POWER)
-        ),
+        power_watts=_first_present(*read.each(_POWER_FIELDS, _POWER).values()),
         energy_joules=_energy(read),
         busy=frozen_map(_busy(read, partitions)),
-        clocks_hertz=frozen_map(
-            _present(
-                gfx=read.highest("current_gfxclk", _CLOCK),
-                soc=read.highest("current_socclk", _CLOCK),
-                memory=read.highest("current_uclk", _CLOCK),
-                video=read.highest("current_vclk0", _CLOCK),
-                decode=read.highest("current_dclk0", _CLOCK),
-            )
-        ),
-        clocks_average_hertz=frozen_map(
-            _present(
-                gfx=read.scaled("average_gfxclk_frequency", _CLOCK),
-                soc=read.scaled("average_socclk_frequency", _CLOCK),
-                memory=read.scaled("average_uclk_frequency", _CLOCK),
-                video=read.scaled("average_vclk0_frequency", _CLOCK),
-                decode=read.scaled("average_dclk0_frequency", _CLOCK),
-            )
-        ),
+        clocks_hertz=frozen_map(_present({key: read.highest(name, _CLOCK) for key, name in _CLOCK_FIELDS.items()})),
+        clocks_average_hertz=frozen_map(read.each(_AVERAGE_CLOCK_FIELDS, _CLOCK)),
         voltages_volts=frozen_map(
-            _present(
-                gfx=_millivolts(read.raw("voltage_gfx")),
-                soc=_millivolts(read.raw("voltage_soc")),
-                memory=_millivolts(read.raw("voltage_mem")),
-            )
+            {key: value / 1000.0 for key, name in _VOLTAGE_FIELDS.items() if (value := read.first.get(name)) is not None}
         ),
-        throttle_status=read.raw("throttle_status"),
+        throttle_status=read.first.get("throttle_status"),
         indep_throttle_status=indep,
-        throttle=frozen_map(throttle_reasons(indep) if indep is not None else None),
-        fan_rpm=_as_float(read.raw("current_fan_speed")),
-        pcie_link_width=read.raw("pcie_link_width"),
+        throttle=frozen_map() if indep is None else _throttle(indep),
+        fan_rpm=_as_float(read.first.get("current_fan_speed")),
+        pcie_link_width=read.first.get("pcie_link_width"),
         pcie_link_transfers_per_second=_pcie_rate(read),
         pcie_bandwidth_bytes_per_second=read.scaled("pcie_bandwidth_inst", _BANDWIDTH),
-        pcie_bandwidth_acc=read.raw("pcie_bandwidth_acc"),
-        pcie_replays=read.raw("pcie_replay_count_acc"),
-        pcie_recoveries=read.raw("pcie_l0_to_recov_count_acc"),
-        pcie_replay_rollovers=read.raw("pcie_replay_rover_count_acc"),
-        pcie_naks_sent=read.raw("pcie_nak_sent_count_acc"),
-        pcie_naks_received=read.raw("pcie_nak_rcvd_count_acc"),
-        xgmi_link_width=read.raw("xgmi_link_width"),
+        pcie_bandwidth_acc=read.first.get("pcie_bandwidth_acc"),
+        pcie_replays=read.first.get("pcie_replay_count_acc"),
+        pcie_recoveries=read.first.get("pcie_l0_to_recov_count_acc"),
+        pcie_replay_rollovers=read.first.get("pcie_replay_rover_count_acc"),
+        pcie_naks_sent=read.first.get("pcie_nak_sent_count_acc"),
+        pcie_naks_received=read.first.get("pcie_nak_rcvd_count_acc"),
+        xgmi_link_width=read.first.get("xgmi_link_width"),
         xgmi_link_speed_bytes_per_second=_xgmi_link_rate(read),
         xgmi_link_up=frozen_map({i: v == 1 for i, v in enumerate(read.elements("xgmi_link_status")) if v in (0, 1)}),
         xgmi_read_bytes=frozen_map(read.indexed("xgmi_read_data_acc", _DATA)),
         xgmi_write_bytes=frozen_map(read.indexed("xgmi_write_data_acc", _DATA)),
-        gfx_activity_acc=read.raw("gfx_activity_acc"),
-        mem_activity_acc=read.raw("mem_activity_acc"),
+        gfx_activity_acc=read.first.get("gfx_activity_acc"),
+        mem_activity_acc=read.first.get("mem_activity_acc"),
         system_clock_counter_seconds=read.scaled("system_clock_counter", _TIME),
         firmware_timestamp_seconds=read.scaled("firmware_timestamp", _TIME),
         num_partitions=num_partitions,
         partition_gfx_busy=tuple(read.ratios("gfx_busy_inst", p) for p in partitions),
         partition_vcn_busy=tuple(read.ratios("vcn_busy", p) for p in partitions),
         partition_jpeg_busy=tuple(read.ratios("jpeg_busy", p) for p in partitions),
-        accumulation_counter=read.raw("accumulation_counter"),
+        accumulation_counter=read.first.get("accumulation_counter"),
         residency_acc=frozen_map(
             {
                 reason: value
                 for reason in RESIDENCY_REASONS
-                if (value := read.raw(f"{reason}_residency_acc")) is not None
+                if (value := read.first.get(f"{reason}_residency_acc")) is not None
             }
         ),
     )
 
 
-def _reported_partitions(
-    partitions: tuple[Mapping[str, RawValues], ...], num_partitions: int | None
-) -> tuple[Mapping[str, RawValues], ...]:
+def _reported_partitions(read: _Fields, num_partitions: int | None) -> tuple[Mapping[str, Slot], ...]:
     """The partition blocks that describe live partitions.
 
     With num_partition supplied, the first that many blocks (the rest are unused slots). Without
     it, every block up to the last one that holds any supplied value.
     """
     if num_partitions is not None:
-        return partitions[:num_partitions]
-    used = [i for i, block in enumerate(partitions) if any(v is not None for vs in block.values() for v in vs)]
-    return partitions[: used[-1] + 1] if used else ()
+        return read.partitions[:num_partitions]
+    used = [i for i, block in enumerate(read.partitions) if read.any_supplied(block)]
+    return read.partitions[: used[-1] + 1] if used else ()
 
 
-def _temperatures(read: _Reader) -> dict[str, float]:
-    sensors = {
-        "edge": "temperature_edge",
-        "junction": "temperature_hotspot",
-        "memory": "temperature_mem",
-        "vr_gfx": "temperature_vrgfx",
-        "vr_soc": "temperature_vrsoc",
-        "vr_mem": "temperature_vrmem",
-    }
-    temperatures = _present(**{sensor: read.scaled(name, _TEMPERATURE) for sensor, name in sensors.items()})
+def _temperatures(read: _Fields) -> dict[str, float]:
+    temperatures = read.each(_TEMPERATURE_FIELDS, _TEMPERATURE)
     for index, celsius in read.indexed("temperature_hbm", _TEMPERATURE).items():
         temperatures[f"hbm{index}"] = celsius
     return temperatures
 
 
-def _energy(read: _Reader) -> float | None:
-    ticks = read.raw("energy_accumulator")
+def _energy(read: _Fields) -> float | None:
+    ticks = read.first.get("energy_accumulator")
     if ticks is None or read.factor("energy_accumulator", _COUNT) is None:
         return None
     return ticks * ENERGY_JOULES_PER_TICK
 
 
-def _busy(read: _Reader, partitions: tuple[Mapping[str, RawValues], ...]) -> dict[str, float]:
+def _busy(read: _Fields, partitions: tuple[Mapping[str, Slot], ...]) -> dict[str, float]:
     # Media: MI2xx's single average; else the busiest VCN, at the top (v1_4, v1_5) or per partition.
     vcn = list(read.ratios("vcn_activity"))
     for partition in partitions:
         vcn.extend(read.ratios("vcn_busy", partition))
     return _present(
-        gfx=read.ratio("average_gfx_activity"),
-        memory=read.ratio("average_umc_activity"),
-        media=_first_present(read.ratio("average_mm_activity"), max(vcn) if vcn else None),
+        {
+            "gfx": read.ratio("average_gfx_activity"),
+            "memory": read.ratio("average_umc_activity"),
+            "media": _first_present(read.ratio("average_mm_activity"), max(vcn) if vcn else None),
+        }
     )
 
 
-def _pcie_rate(read: _Reader) -> float | None:
-    speed = read.raw("pcie_link_speed")
+def _pcie_rate(read: _Fields) -> float | None:
+    speed = read.first.get("pcie_link_speed")
     factor = read.factor("pcie_link_speed", _RATE)
     if speed is None or factor is None:
         return None
-    stored_in_100mts = read.table.units.get("pcie_link_speed") == AttrUnit.SPEED_100MTS
+    stored_in_100mts = read.units.get("pcie_link_speed") == AttrUnit.SPEED_100MTS
     if stored_in_100mts and speed in _ESM_CODES and speed not in _PCIE_RATES_100MTS:
         return None
     return speed * factor
 
 
-def _xgmi_link_rate(read: _Reader) -> float | None:
+def _xgmi_link_rate(read: _Fields) -> float | None:
     # xgmi_link_speed is a per-lane bit rate (Gbps): bytes per second of the whole link.
     lane_rate = read.scaled("xgmi_link_speed", _RATE)
-    width = read.raw("xgmi_link_width")
+    width = read.first.get("xgmi_link_width")
     return None if lane_rate is None or width is None else lane_rate * width / 8
-
-
-def _millivolts(value: int | None) -> float | None:
-    return None if value is None else value / 1000.0
 
 
 def _as_float(value: int | None) -> float | None:
@@ -630,5 +625,5 @@ def _first_present(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
-def _present(**values: float | None) -> dict[str, float]:
+def _present(values: Mapping[str, float | None]) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None}

@@ -23,8 +23,7 @@ from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.sources.base import SourceError
 from exporter.sources.errors import FileErrors, collecting, record
-from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError
-from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
+from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
 from exporter.sources.identity import measures_package_power
 from exporter.sources.sysfs.discovery import Card, Listing, assemble, identify, list_devices
 from exporter.sources.sysfs.files import KeptFiles, read_file_bytes
@@ -322,9 +321,7 @@ class SysfsSource:
         if blob is None:
             return None
         try:
-            # The per-layout compiled decoder: the same GpuMetrics as decode_gpu_metrics, at a fraction
-            # of the poll's CPU (tests hold the two equal on every layout).
-            return decode_gpu_metrics_compiled(blob)
+            return decode_gpu_metrics(blob)
         except GpuMetricsError as error:
             record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
             return None

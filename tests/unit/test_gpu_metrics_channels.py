@@ -1,9 +1,10 @@
-"""The fast field-subset extractor agrees with the full decoder on every layout, value by value."""
+"""The sampler's channels (the decoder over a field subset) agree with the full decode on every layout, value by value."""
 
 from __future__ import annotations
 
 import math
 import random
+import re
 import struct
 from pathlib import Path
 
@@ -14,13 +15,7 @@ from hypothesis import strategies as st
 from exporter.simulator import Simulator
 from exporter.sources.gpu_metrics import layouts
 from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
-from exporter.sources.gpu_metrics.fast import (
-    CHANNEL_INDEX,
-    CHANNELS,
-    FastExtractError,
-    extract_fast,
-    extractor_for,
-)
+from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
 from tests.unit.test_gpu_metrics import PERCENT, TEMP_C, U16, V1_9_RECORDS, record, v1_9
 
 
@@ -51,7 +46,7 @@ def expected_channels(blob: bytes) -> dict[tuple[str, str], float]:
 
 
 def actual_channels(blob: bytes) -> dict[tuple[str, str], float]:
-    values = extract_fast(blob)
+    values = channel_values(blob)
     assert len(values) == len(CHANNELS)
     return {channel: value for channel, value in zip(CHANNELS, values, strict=True) if not math.isnan(value)}
 
@@ -128,35 +123,34 @@ def test_random_v1_9_tables_agree_with_the_full_decoder(records: list[bytes]) ->
     blob = v1_9(records)
     try:
         decode_gpu_metrics(blob)
-    except GpuMetricsError:
-        with pytest.raises(FastExtractError):
-            extract_fast(blob)
+    except GpuMetricsError as error:
+        with pytest.raises(GpuMetricsError, match=re.escape(str(error))):
+            channel_values(blob)
         return
     assert_agrees(blob)
 
 
-def test_a_v1_9_table_with_other_records_is_compiled_afresh() -> None:
+def test_two_v1_9_tables_of_one_size_with_their_records_swapped() -> None:
     first = v1_9([record(0, TEMP_C, U16, [70]), record(4, PERCENT, U16, [50])])
-    # Same size and count, but the records swapped: a cached extractor would misread it.
     second = v1_9([record(4, PERCENT, U16, [50]), record(0, TEMP_C, U16, [70])])
     assert len(first) == len(second)
     for blob in (first, second, first):
-        values = actual_channels(blob)
-        assert values == {("temperature", "junction"): 70, ("busy", "gfx"): 0.5}
-    assert extractor_for(first).encodings != extractor_for(second).encodings
+        assert actual_channels(blob) == {("temperature", "junction"): 70, ("busy", "gfx"): 0.5}
 
 
-def test_only_the_wanted_fields_are_unpacked() -> None:
-    source = extractor_for(random_table(layouts.V1_8, random.Random(1), 1.0)).source
+def test_only_the_channels_fields_are_unpacked() -> None:
+    from exporter.sources.gpu_metrics.channels import _DECODER
+
+    layout = layouts.V1_8
+    plan = _DECODER.plans[(layout.size, layout.format_revision, layout.content_revision)]
     # One tuple element per wanted element: 3 temperatures, 2 powers... never the 3.8 kB of xcp_stats.
-    indexes = {int(part.split("]")[0]) for part in source.split("v[")[1:]}
-    assert max(indexes) < 40
+    assert len(plan.codec.unpack_from(random_table(layout, random.Random(1), 1.0))) < 40
 
 
 def test_die_values_with_the_kernel_energy_tick() -> None:
     blob = bytearray(random_table(layouts.V1_3, random.Random(2), 0.0))
     struct.pack_into("<Q", blob, 24, 3 * 65536 + 1)
-    values = extract_fast(bytes(blob))
+    values = channel_values(bytes(blob))
     assert values[CHANNEL_INDEX[("acc", "energy_joules")]] == 3 + ENERGY_JOULES_PER_TICK
 
 
@@ -165,22 +159,22 @@ def test_die_values_with_the_kernel_energy_tick() -> None:
     [
         (b"\x78\x00", "shorter than the 4-byte header"),
         (struct.pack("<HBB", 120, 1, 3) + b"\x00" * 10, "shorter than structure_size 120"),
-        (struct.pack("<HBB", 100, 1, 3) + b"\x00" * 96, "v1.3 with unknown structure_size 100"),
+        (struct.pack("<HBB", 100, 1, 3) + b"\x00" * 96, "v1.3 with structure_size 100; known layouts are 120 bytes"),
         (struct.pack("<HBB", 8, 2, 1) + b"\x00" * 4, "unknown gpu_metrics revision 2.1"),
         (v1_9([record(0, TEMP_C, U16, [1])], count=2), "attr_count 2 does not fit"),
     ],
 )
 def test_unreadable_tables_raise_one_clear_error(blob: bytes, message: str) -> None:
-    with pytest.raises(FastExtractError, match=message):
-        extract_fast(blob)
+    with pytest.raises(GpuMetricsError, match=message):
+        channel_values(blob)
 
 
 @given(st.binary(max_size=400))
 @settings(max_examples=300, deadline=None)
-def test_any_bytes_give_floats_or_fast_extract_error(blob: bytes) -> None:
+def test_any_bytes_give_floats_or_gpu_metrics_error(blob: bytes) -> None:
     try:
-        values = extract_fast(blob)
-    except FastExtractError:
+        values = channel_values(blob)
+    except GpuMetricsError:
         return
     assert len(values) == len(CHANNELS)
 
@@ -209,4 +203,4 @@ def test_the_simulated_drivers_tables_agree_with_the_full_decoder(fleet: str, tm
         for path in tables:
             blob = path.read_bytes()
             assert_agrees(blob)
-            assert not math.isnan(extract_fast(blob)[CHANNEL_INDEX[("temperature", "junction")]])
+            assert not math.isnan(channel_values(blob)[CHANNEL_INDEX[("temperature", "junction")]])
