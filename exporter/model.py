@@ -9,11 +9,9 @@ A field a device does not supply is None (or absent from a mapping) — decided 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from exporter.attribution.model import Attribution
 
@@ -23,15 +21,6 @@ _EMPTY: Mapping = MappingProxyType({})
 def frozen_map(items: Mapping | None = None) -> Mapping:
     """An immutable mapping, so a Snapshot shared across tasks can never be mutated."""
     return MappingProxyType(dict(items)) if items else _EMPTY
-
-
-def slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
-    """Field name -> its slot's member descriptor setter, for a frozen slots dataclass, in field order.
-
-    What the frozen __init__ reaches through object.__setattr__ for every field, called directly:
-    the hot-path builders (sysfs/table.py, gpu_metrics/compiled.py) generate code around these.
-    """
-    return {f.name: cls.__dict__[f.name].__set__ for f in dataclasses.fields(cls)}
 
 
 @dataclass(frozen=True, slots=True)

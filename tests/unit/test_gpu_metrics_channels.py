@@ -1,4 +1,4 @@
-"""The sampler's channels (the decoder over a field subset) agree with the full decode on every layout, value by value."""
+"""The sampler's channels (the decoder over a field subset) agree with the full decode, value by value."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from exporter.simulator import Simulator
 from exporter.sources.gpu_metrics import layouts
-from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
+from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
 from tests.unit.test_gpu_metrics import PERCENT, TEMP_C, U16, V1_9_RECORDS, record, v1_9
 
 

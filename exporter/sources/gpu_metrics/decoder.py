@@ -454,8 +454,8 @@ def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsA
         raise GpuMetricsError(f"gpu_metrics v{format_revision}.{content_revision} is not a v1.9 table")
     _check_length(data, structure_size)
     return tuple(
-        MetricsAttribute(attr_id, ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else f"attr_{attr_id}", *record)
-        for attr_id, *record in _walk_v1_9(data, structure_size)
+        MetricsAttribute(id_, ATTR_NAMES[id_] if id_ < len(ATTR_NAMES) else f"attr_{id_}", unit, kind, values)
+        for id_, unit, kind, values in _walk_v1_9(data, structure_size)
     )
 
 
@@ -520,7 +520,7 @@ def _build(read: _Fields, format_revision: int, content_revision: int, structure
         clocks_hertz=frozen_map(_present({key: read.highest(name, _CLOCK) for key, name in _CLOCK_FIELDS.items()})),
         clocks_average_hertz=frozen_map(read.each(_AVERAGE_CLOCK_FIELDS, _CLOCK)),
         voltages_volts=frozen_map(
-            {key: value / 1000.0 for key, name in _VOLTAGE_FIELDS.items() if (value := read.first.get(name)) is not None}
+            {key: mv / 1000.0 for key, name in _VOLTAGE_FIELDS.items() if (mv := read.first.get(name)) is not None}
         ),
         throttle_status=read.first.get("throttle_status"),
         indep_throttle_status=indep,

@@ -39,8 +39,8 @@ from exporter.sources.sysfs.partitions import (
 )
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
 from exporter.sources.sysfs.table import (
-    FAST_FILES,
-    GPU_METRICS_NAMES,
+    CYCLE_FILES,
+    GPU_METRICS_FIELDS,
     MEMORY_POOLS,
     RowPlan,
     SampleValues,
@@ -68,7 +68,7 @@ class _DevicePlan:
     def __init__(self, identity: DeviceIdentity) -> None:
         self.identity = identity
         self.gpu_metrics = os.path.join(identity.device_dir, "gpu_metrics")
-        self.fast_rows: RowPlan = plan_rows(FAST_FILES, identity)
+        self.fast_rows: RowPlan = plan_rows(CYCLE_FILES, identity)
 
 
 class SysfsSource:
@@ -267,7 +267,7 @@ class SysfsSource:
         if partitioned:
             self._sockets.store(device.pci_bus_id, metrics)  # for the other partitions' reads this cycle
         if metrics is not None:
-            values.override_from(metrics, GPU_METRICS_NAMES)
+            values.override_from(metrics, GPU_METRICS_FIELDS)
             self._throttle_residency(device, metrics, values)
             if partitioned:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every

@@ -6,7 +6,7 @@ A device's Sample is assembled in layers:
    --slow-interval (caps, thresholds, DPM tables and RAS counts change rarely or cost a firmware trip);
 2. gpu_metrics: the fields of GPU_METRICS_FIELDS, from one binary table (one SMU round trip), win
    over the slow layer wherever they are supplied (current clocks, PCIe link state);
-3. FAST_FILES: files read every cycle, each per its fill rule, most of them fallbacks for a device
+3. CYCLE_FILES: files read every cycle, each per its fill rule, most of them fallbacks for a device
    without a usable gpu_metrics table.
 
 Adding a value read from a file is one row here; a test checks every row against Sample.
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from exporter.model import DeviceIdentity, Sample, frozen_map, slot_setters
+from exporter.model import DeviceIdentity, Sample
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import items_check, plausible
+from exporter.sources.plausible import plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
 Key = str | int | tuple[str, str]
@@ -45,9 +45,6 @@ class FileField:
     parse: Callable[[str], float | int | None]  # file text -> SI value; None = not supplied
     unit: str  # what the file holds (the parser converts it to the field's SI unit)
     fill: Fill = "always"
-    # The same conversion for the common shape of the file's bytes (digits, newline), None for any
-    # other shape, which `parse` then judges. Set for the every-cycle integer files (see _FAST_PARSE).
-    fast: Callable[[bytes], float | None] | None = None
 
     def path(self, device: DeviceIdentity) -> str | None:
         base = device.device_dir if self.where == "device" else device.hwmon_dir
@@ -56,16 +53,6 @@ class FileField:
 
 def _milli(text: str) -> float:
     return tf.parse_scaled(text, 1e-3)
-
-
-def _plain_divided(divisor: int) -> Callable[[bytes], float | None]:
-    """The bytes fast path of a `%u` file scaled by 1/divisor, as parse_scaled divides for a 1/N scale."""
-
-    def fast(raw: bytes) -> float | None:
-        value = tf.plain_unsigned(raw)
-        return None if value is None else value / divisor
-
-    return fast
 
 
 def _micro(text: str) -> float:
@@ -84,7 +71,7 @@ def _bytes(text: str) -> float:
 _HWMON_TEMPERATURES = (("edge", 1), ("junction", 2), ("memory", 3))
 MEMORY_POOLS = (("vram", "mem_info_vram"), ("visible_vram", "mem_info_vis_vram"), ("gtt", "mem_info_gtt"))
 
-FAST_FILES: tuple[FileField, ...] = (
+CYCLE_FILES: tuple[FileField, ...] = (
     *(
         FileField("temperatures", sensor, "hwmon", f"temp{i}_input", _milli, "m°C", "if_field_empty")
         for sensor, i in _HWMON_TEMPERATURES
@@ -98,14 +85,6 @@ FAST_FILES: tuple[FileField, ...] = (
     FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _bytes, "Hz", "if_missing"),
     *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes, "B") for pool, prefix in MEMORY_POOLS),
 )
-
-# parse -> its bytes fast path: the every-cycle rows of these parsers get it
-_FAST_PARSE: Mapping[Callable[[str], float | int | None], Callable[[bytes], float | None]] = {
-    _milli: _plain_divided(1000),
-    _micro: _plain_divided(1000000),
-    _bytes: _plain_divided(1),  # int / 1 is float(int): both round correctly
-}
-FAST_FILES = tuple(dataclasses.replace(row, fast=_FAST_PARSE.get(row.parse)) for row in FAST_FILES)
 
 SLOW_FILES: tuple[FileField, ...] = (
     *(
@@ -149,25 +128,6 @@ GPU_METRICS_FIELDS: tuple[str, ...] = (
 
 # Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
-
-
-@dataclass(frozen=True, slots=True)
-class FieldNames:
-    """Sample field names split once into mappings (each with its plausibility check) and scalars."""
-
-    mappings: tuple[tuple[str, Callable[[Mapping[Any, Any]], bool]], ...]
-    scalars: tuple[str, ...]
-
-    @classmethod
-    def of(cls, names: Iterable[str]) -> FieldNames:
-        listed = tuple(names)
-        return cls(
-            mappings=tuple((name, items_check(name)) for name in listed if name in MAPPING_FIELDS),
-            scalars=tuple(name for name in listed if name not in MAPPING_FIELDS),
-        )
-
-
-GPU_METRICS_NAMES = FieldNames.of(GPU_METRICS_FIELDS)
 
 
 class SampleValues:
@@ -222,78 +182,26 @@ class SampleValues:
             if mapping:
                 self.mapping(name).update(mapping)
 
-    def override_from(self, source: object, names: FieldNames, origin: str = "gpu_metrics") -> None:
+    def override_from(self, metrics: object, names: Iterable[str]) -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
 
-        A mapping keeps the order of the keys already here (a key's first layer decides where it is listed).
-        The hot path of every read: a mapping whose values are all plausible (the common case) is taken
-        in one update; one that is not goes value by value, so each rejected value is counted.
-        An empty `origin` takes the values unchecked.
+        Each value is checked like a file's, a rejected one counted against gpu_metrics. A mapping
+        keeps the order of the keys already here (a key's first layer decides where it is listed).
         """
-        mappings, scalars = self.mappings, self.scalars
-        for name, check in names.mappings:
-            value = getattr(source, name)
-            if not value:
-                continue
-            if not origin or check(value):
-                found = mappings.get(name)
-                if found is None:
-                    mappings[name] = dict(value)
-                else:
-                    found.update(value)
-            else:
+        for name in names:
+            value = getattr(metrics, name)
+            if name in MAPPING_FIELDS:
                 for key, item in value.items():
-                    self.set(name, key, item, origin)
-        for name in names.scalars:
-            value = getattr(source, name)
-            if value is not None:
-                if not origin or plausible(name, value):
-                    scalars[name] = value
-                else:
-                    record(origin, "implausible", f"{name} {value!r}")
+                    self.set(name, key, item, "gpu_metrics")
+            elif value is not None:
+                self.set(name, None, value, "gpu_metrics")
 
     def sample(self, timestamp: float, file_errors: Mapping[tuple[str, str], int] | None = None) -> Sample:
         """The finished Sample. Call once, last: the Sample takes over these mappings (read-only views, no copies)."""
-        if not self.scalars.keys() <= _SCALAR_FIELDS:
-            unknown = sorted(set(self.scalars) - _SCALAR_FIELDS)
-            raise TypeError(f"SampleValues: {unknown} are not scalar fields of Sample")
         if file_errors is not None:
             self.mappings["file_errors"] = dict(file_errors)
-        return _build_sample(timestamp, self.scalars, self.mappings)
-
-
-_SCALAR_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.name not in MAPPING_FIELDS) - {"timestamp"}
-
-
-def _compile_sample_builder() -> Callable[[float, dict[str, Any], dict[str, dict[Any, Any]]], Sample]:
-    """Sample(timestamp=..., **scalars, **read-only views of mappings), generated once from Sample's fields.
-
-    Why: the frozen dataclass's __init__ sets each of its forty-odd fields through object.__setattr__,
-    which was a tenth of a poll read's CPU. The generated function sets them through the slots'
-    own descriptors (what object.__setattr__ ends up calling), with every default folded in. Tests
-    hold it equal to Sample(**fields) on random values.
-    """
-    lines = ["def build(timestamp, scalars, mappings):", "    s = _new(_Sample)", "    _set_timestamp(s, timestamp)"]
-    lines.append("    get = scalars.get")
-    namespace: dict[str, Any] = {"_new": object.__new__, "_Sample": Sample, "_MP": MappingProxyType}
-    namespace["_EMPTY"] = frozen_map()
-    namespace.update((f"_set_{name}", setter) for name, setter in slot_setters(Sample).items())
-    for f in dataclasses.fields(Sample):
-        if f.name == "timestamp":
-            continue
-        if f.name in MAPPING_FIELDS:
-            lines.append(f"    m = mappings.get({f.name!r})")
-            lines.append(f"    _set_{f.name}(s, _MP(m) if m else _EMPTY)")
-        else:
-            namespace[f"_default_{f.name}"] = f.default
-            lines.append(f"    _set_{f.name}(s, get({f.name!r}, _default_{f.name}))")
-    lines.append("    return s")
-    # Generated from Sample's field list alone, never from device data.
-    exec(compile("\n".join(lines) + "\n", "<Sample builder>", "exec"), namespace)
-    return namespace["build"]
-
-
-_build_sample = _compile_sample_builder()
+        views = {name: MappingProxyType(mapping) for name, mapping in self.mappings.items() if mapping}
+        return Sample(timestamp=timestamp, **self.scalars, **views)  # type: ignore[arg-type]
 
 
 # Rows with their paths resolved for one device, and the mapping fields whose rows fill only an empty field.
@@ -330,12 +238,7 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
         elif fill == "if_field_empty" and row.field not in empty_before:
             continue
         raw = read(path)
-        if raw is None:
-            continue
-        fast = row.fast
-        value = fast(raw) if fast is not None else None
-        if value is None:
-            value = parse_read(path, raw, row.parse)
+        value = None if raw is None else parse_read(path, raw, row.parse)
         if value is not None:
             values.set(row.field, row.key, value, row.file)
 
@@ -343,7 +246,7 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
 def check_table() -> None:
     """Every row names a Sample field, with a key exactly when the field is a mapping."""
     sample_fields = {f.name for f in dataclasses.fields(Sample)}
-    for row in (*FAST_FILES, *SLOW_FILES):
+    for row in (*CYCLE_FILES, *SLOW_FILES):
         if row.field not in sample_fields:
             raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
         if (row.key is not None) != (row.field in MAPPING_FIELDS):
