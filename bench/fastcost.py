@@ -3,7 +3,7 @@
     python -m bench.fastcost [--fleet 8xMI250X] [--scale-fleet 32xMI250X] [--seconds 10] [--json FILE]
 
 Prints (and optionally writes as JSON):
-  1. one fast read (open, read, close of gpu_metrics + the field-subset extractor) against the raw
+  1. one fast read (open, read, close of gpu_metrics + gpu_metrics/channels.py) against the raw
      floor (the same open, read, close + one fixed-offset struct unpack): goal <= 2x;
   2. the fast sampler on the fleet's GCDs at 100 ms, as a share of one core: goal <= 2 %;
   3. the fast sampler at 64 GCDs: CPU per GCD against the fleet's (linear = 1.0);
@@ -62,8 +62,7 @@ def _best_cpu(run: Callable[[], None], repeats: int, rounds: int = 3) -> float:
 def child_read(args: argparse.Namespace) -> dict[str, Any]:
     from exporter.pipeline.fast_sampler import read_gpu_metrics
     from exporter.sources.gpu_metrics import decode_gpu_metrics
-    from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
-    from exporter.sources.gpu_metrics.fast import extract_fast
+    from exporter.sources.gpu_metrics.channels import channel_values
 
     paths = _gpu_metrics_paths(args.sysfs, args.limit)
 
@@ -78,27 +77,21 @@ def child_read(args: argparse.Namespace) -> dict[str, Any]:
 
     def fast() -> None:
         for path in paths:
-            extract_fast(read_gpu_metrics(path))
+            channel_values(read_gpu_metrics(path))
 
     def full_decode() -> None:
         for path in paths:
             decode_gpu_metrics(read_gpu_metrics(path))
 
-    def compiled_decode() -> None:
-        for path in paths:
-            decode_gpu_metrics_compiled(read_gpu_metrics(path))
-
     repeats = max(1, args.reads // len(paths))
     fast()
     full_decode()
-    compiled_decode()
     per = len(paths)
     return {
         "gcds": per,
         "floor_read": _best_cpu(floor, repeats) / per,
         "fast_read": _best_cpu(fast, repeats) / per,
         "full_decode_read": _best_cpu(full_decode, repeats) / per,
-        "compiled_decode_read": _best_cpu(compiled_decode, repeats) / per,
     }
 
 
@@ -244,7 +237,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": {
             "fast_read_vs_floor": read["fast_read"] / read["floor_read"],
             "full_decode_read_vs_floor": read["full_decode_read"] / read["floor_read"],
-            "compiled_decode_read_vs_floor": read["compiled_decode_read"] / read["floor_read"],
             "fast_sampler_core_percent": 100 * sampler["core_share"],
             "fast_sampler_per_gcd_64_vs_16": per_gcd64 / per_gcd,
             "poll_hot_vs_floor": poll["hot"]["cpu_per_cycle"] / poll["hot"]["floor"],
@@ -280,14 +272,8 @@ def report_table(report: dict[str, Any]) -> list[str]:
         )
     rows += [
         (
-            "one read + reference decoder (decode_gpu_metrics) vs raw floor",
+            "one read + full decoder (decode_gpu_metrics, what the poll uses) vs raw floor",
             f"{_us(read['full_decode_read'])} = {r['full_decode_read_vs_floor']:.2f}x",
-            "",
-            None,
-        ),
-        (
-            "one read + compiled decoder (what the poll uses) vs raw floor",
-            f"{_us(read['compiled_decode_read'])} = {r['compiled_decode_read_vs_floor']:.2f}x",
             "",
             None,
         ),
@@ -357,8 +343,9 @@ def results_markdown(report: dict[str, Any], table: list[str]) -> str:
     notes = [
         "",
         "How it is measured: each figure is time.process_time() of a child process (every thread), best",
-        "of the rounds. One fast read: open, read, close of gpu_metrics plus the field-subset extractor,",
-        "against the same open, read, close plus one fixed-offset struct unpack. The fast sampler: its",
+        "of the rounds. One fast read: open, read, close of gpu_metrics plus the channels decoder",
+        "(gpu_metrics/channels.py), against the same open, read, close plus one fixed-offset struct",
+        "unpack. The fast sampler: its",
         "own threads sampling every GCD every 100 ms for the run's seconds. The poll: Poller.poll_once()",
         "back to back ('hot' between slow refreshes, 'full' re-reading the slow files too), against a",
         "replay of exactly the files one traced cycle opened (os.open recorded in the child), read with",
