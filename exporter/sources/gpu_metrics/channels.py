@@ -1,15 +1,24 @@
 """The sub-second sampler's view of gpu_metrics: a few values of each table as a flat tuple of floats.
 
 The same decoder as the poll's, told to unpack only the kernel fields these channels come from (the
-rest of a table, the 3.8 kB of per-partition blocks included, is skipped), then read off its
-GpuMetrics. NaN = not supplied.
+rest of a table, the 3.8 kB of per-partition blocks included, is skipped); the channels are read
+off its raw fields by the rules (and field map) GpuMetrics is built with. NaN = not supplied.
 """
 
 from __future__ import annotations
 
 import math
 
-from exporter.sources.gpu_metrics.decoder import FieldDecoder
+from exporter.sources.gpu_metrics.decoder import (
+    _CLOCK,
+    _CLOCK_FIELDS,
+    _POWER,
+    _POWER_FIELDS,
+    _TIME,
+    FieldDecoder,
+    _energy,
+    _temperatures,
+)
 
 # What the fast sampler records, as (family, key): families are those of the window metrics, keys
 # their label values (sensor, engine, domain). Accumulators are family "acc".
@@ -70,18 +79,18 @@ _NAN = math.nan
 
 def channel_values(blob: bytes) -> tuple[float, ...]:
     """CHANNELS-ordered floats of one gpu_metrics read (NaN = not supplied); GpuMetricsError if unreadable."""
-    metrics = _DECODER.decode(blob)
-    accumulated = (metrics.format_revision, metrics.content_revision) >= ACTIVITY_ACCUMULATOR_FIRST
+    read, format_revision, content_revision, _ = _DECODER.fields(blob)
+    accumulated = (format_revision, content_revision) >= ACTIVITY_ACCUMULATOR_FIRST
     by_family = {
-        "temperature": metrics.temperatures,
-        "busy": metrics.busy,
-        "clock": metrics.clocks_hertz,
-        "power": {"socket": metrics.power_watts},
+        "temperature": _temperatures(read),
+        "busy": {"gfx": read.ratio("average_gfx_activity"), "memory": read.ratio("average_umc_activity")},
+        "clock": {key: read.highest(_CLOCK_FIELDS[key], _CLOCK) for key in ("gfx", "memory", "soc")},
+        "power": {"socket": next(iter(read.each(_POWER_FIELDS, _POWER).values()), None)},
         "acc": {
-            "energy_joules": metrics.energy_joules,
-            "gfx_activity": metrics.gfx_activity_acc if accumulated else None,
-            "mem_activity": metrics.mem_activity_acc if accumulated else None,
-            "clock_seconds": metrics.system_clock_counter_seconds,
+            "energy_joules": _energy(read),
+            "gfx_activity": read.first.get("gfx_activity_acc") if accumulated else None,
+            "mem_activity": read.first.get("mem_activity_acc") if accumulated else None,
+            "clock_seconds": read.scaled("system_clock_counter", _TIME),
         },
     }
     values = (by_family[family].get(key) for family, key in CHANNELS)

@@ -4,10 +4,11 @@ Any bytes in, a `GpuMetrics` (SI units) or a `GpuMetricsError` out, nothing else
 (fixed C layouts, see layouts.py) and v1.9 (self-describing records).
 
 Decoding is two steps so every version shares one set of unit rules:
-  1. unpack the blob into a raw table: kernel field name -> values, all-ones already turned into
-     None (the driver fills the table with 0xFF before writing what the firmware supplies), plus
-     the unit each field is stored in (implied for fixed layouts, declared by v1.9 records);
-  2. build `GpuMetrics` from the raw table, converting by unit. A field whose unit is not the one
+  1. unpack the blob into raw fields: one precomputed struct per fixed layout (or the v1.9 record
+     walk) gives flat values and where each kernel field sits in them, plus the unit each field is
+     stored in (implied for fixed layouts, declared by v1.9 records); all-ones reads as not supplied
+     (the driver fills the table with 0xFF before writing what the firmware supplies);
+  2. build `GpuMetrics` from the raw fields, converting by unit. A field whose unit is not the one
      its metric needs is left out rather than guessed.
 """
 
@@ -429,6 +430,10 @@ class FieldDecoder:
 
     def decode(self, blob: bytes | bytearray | memoryview) -> GpuMetrics:
         """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
+        return _build(*self.fields(blob))
+
+    def fields(self, blob: bytes | bytearray | memoryview) -> tuple[_Fields, int, int, int]:
+        """The blob's raw fields and its format revision, content revision and structure size."""
         data = _as_bytes(blob)
         structure_size, format_revision, content_revision = header = _read_header(data)
         plan = self.plans.get(header)
@@ -440,7 +445,7 @@ class FieldDecoder:
             fields = _v1_9_fields(data, structure_size, self.wanted)
         else:
             raise _unknown_layout(structure_size, format_revision, content_revision)
-        return _build(fields, format_revision, content_revision, structure_size)
+        return fields, format_revision, content_revision, structure_size
 
 
 decode_gpu_metrics = FieldDecoder().decode
