@@ -8,6 +8,7 @@ off its raw fields by the rules (and field map) GpuMetrics is built with. NaN = 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from exporter.sources.gpu_metrics.decoder import (
     _CLOCK,
@@ -81,7 +82,7 @@ def channel_values(blob: bytes) -> tuple[float, ...]:
     """CHANNELS-ordered floats of one gpu_metrics read (NaN = not supplied); GpuMetricsError if unreadable."""
     read, format_revision, content_revision, _ = _DECODER.fields(blob)
     accumulated = (format_revision, content_revision) >= ACTIVITY_ACCUMULATOR_FIRST
-    by_family = {
+    by_family: dict[str, Mapping[str, float | None]] = {
         "temperature": _temperatures(read),
         "busy": {"gfx": read.ratio("average_gfx_activity"), "memory": read.ratio("average_umc_activity")},
         "clock": {key: read.highest(_CLOCK_FIELDS[key], _CLOCK) for key in ("gfx", "memory", "soc")},
