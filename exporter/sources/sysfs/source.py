@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.log import get_logger
@@ -54,12 +54,7 @@ log = get_logger("exporter.sources.sysfs")
 _MEM_BANKS = "mem_banks/properties"  # KFD's memory banks: where a partition's VRAM size comes from
 
 
-@dataclass(frozen=True, slots=True)
-class _SlowLayer:
-    due: float  # monotonic time of the next refresh
-    values: SampleValues  # never mutated once stored
-
-
+@dataclass(eq=False, slots=True)
 class DeviceReadState:
     """What the source keeps between reads of one PCI device (a socket, with its partitions).
 
@@ -69,36 +64,20 @@ class DeviceReadState:
     and a set closed while a read holds it is closed by that read when it is done.
     """
 
-    __slots__ = (
-        "closed",
-        "discovery_errors",
-        "failing",
-        "in_use",
-        "kept",
-        "layout",
-        "pcie",
-        "plan",
-        "residency",
-        "slow",
-        "socket_table",
-        "stop",
-        "unique_id",
-    )
-
-    def __init__(self, unique_id: str) -> None:
-        self.unique_id = unique_id
-        self.kept = KeptFiles()
-        self.in_use = False
-        self.closed = False
-        self.plan: tuple[DeviceIdentity, RowPlan] | None = None  # rows planned for this identity
-        self.slow: _SlowLayer | None = None
-        self.residency: Mapping[str, int] | None = None  # the last read's throttler residency counters
-        self.layout: PartitionLayout | None = None  # how the socket is split now
-        self.socket_table: tuple[float, GpuMetrics | None] | None = None  # (monotonic, table) for the partitions
-        self.stop = threading.Event()  # ends the pcie_bw reader
-        self.pcie: PcieBandwidthReader | None = None
-        self.failing: dict[str, str] = {}  # file -> the reason it last failed: logged once per change
-        self.discovery_errors: dict[tuple[str, str], int] = {}  # counted on the next read
+    unique_id: str
+    kept: KeptFiles = field(default_factory=KeptFiles)
+    in_use: bool = False
+    closed: bool = False
+    plan: tuple[DeviceIdentity, RowPlan] | None = None  # the every-cycle rows planned for this identity
+    slow: SampleValues | None = None  # the slow layer, never mutated once stored
+    slow_due: float = 0.0  # monotonic time of its next refresh
+    residency: Mapping[str, int] | None = None  # the last read's throttler residency counters
+    layout: PartitionLayout | None = None  # how the socket is split now
+    socket_table: tuple[float, GpuMetrics | None] | None = None  # (monotonic, table) for the partitions' reads
+    stop: threading.Event = field(default_factory=threading.Event)  # ends the pcie_bw reader
+    pcie: PcieBandwidthReader | None = None
+    failing: dict[str, str] = field(default_factory=dict)  # file -> the reason it last failed: logged per change
+    discovery_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # counted on the next read
 
     def close(self) -> None:
         """Stop the pcie_bw reader (its thread ends once its current read returns) and close the
@@ -371,25 +350,21 @@ class SysfsSource:
 
     def _slow_layer(self, device: DeviceIdentity, state: DeviceReadState) -> SampleValues:
         now = time.monotonic()
-        current = state.slow
-        if current is not None and now < current.due:
-            return current.values
-        fresh = _SlowLayer(
-            due=now + self.slow_interval,
-            values=read_slow_layer(device, current.values if current is not None else None),
-        )
+        if state.slow is not None and now < state.slow_due:
+            return state.slow
+        fresh = read_slow_layer(device, state.slow)
         if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
             # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
             log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)
             self._rediscover.set()
-        state.slow = fresh
+        state.slow, state.slow_due = fresh, now + self.slow_interval
         log.debug(
             "slow_fields_read",
             pci_bus_id=device.pci_bus_id,
             seconds=round(time.monotonic() - now, 6),
             next_in=self.slow_interval,
         )
-        return fresh.values
+        return fresh
 
     def _background_pcie_bandwidth(self, device: DeviceIdentity, state: DeviceReadState) -> float | None:
         if state.pcie is None:
