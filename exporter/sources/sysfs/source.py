@@ -15,6 +15,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,7 @@ class DeviceReadState:
     stop: threading.Event = field(default_factory=threading.Event)  # ends the pcie_bw reader
     pcie: PcieBandwidthReader | None = None
     failing: dict[str, str] = field(default_factory=dict)  # file -> the reason it last failed: logged per change
-    discovery_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # counted on the next read
+    discovery_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # counted by the next read
 
     def close(self) -> None:
         """Stop the pcie_bw reader (its thread ends once its current read returns) and close the
@@ -182,8 +183,7 @@ class SysfsSource:
                 states[bdf] = state
                 state.layout = layouts.get(bdf)
                 if bdf in errors_of:
-                    for key, count in errors_of[bdf].counts.items():
-                        state.discovery_errors[key] = state.discovery_errors.get(key, 0) + count
+                    state.discovery_errors.update(errors_of[bdf].counts)
             for bdf in incomplete & self._devices.keys():  # not read until identified: kept as they are
                 states[bdf] = self._devices.pop(bdf)
             for state in self._devices.values():
@@ -221,27 +221,28 @@ class SysfsSource:
         """This read's (file, reason) counts (plus the last discovery's), logging each file's change of state."""
         if not errors.counts and not state.failing and not state.discovery_errors:
             return {}  # the common case: nothing failed now, nothing failing before, nothing pending
-        bdf = device.pci_bus_id
-        failed = errors.failed_files()
         with self._lock:
+            # identity files, read at discovery only, are counted by the device's next read
+            errors.counts = dict(Counter(errors.counts) + state.discovery_errors)
+            state.discovery_errors = Counter()
             failing = state.failing
-            for file, reason in failed.items():
+            for file, reason in errors.failed_files().items():
                 if failing.get(file) != reason:
                     failing[file] = reason
                     detail = errors.details.get((file, reason), "")
-                    log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error=detail)
+                    log.warning(
+                        "file_error",
+                        pci_bus_id=device.pci_bus_id,
+                        card=device.card,
+                        file=file,
+                        reason=reason,
+                        error=detail,
+                    )
             if failing:  # naming the files read fine costs more than the rest of this: only when one can recover
                 for file in errors.ok_files():
                     if failing.pop(file, None) is not None:
-                        log.info("file_recovered", pci_bus_id=bdf, card=device.card, file=file)
-            counts = dict(errors.counts)
-            for (file, reason), count in state.discovery_errors.items():
-                counts[(file, reason)] = counts.get((file, reason), 0) + count
-                if failing.get(file) != reason:  # identity files: read at discovery only
-                    failing[file] = reason
-                    log.warning("file_error", pci_bus_id=bdf, card=device.card, file=file, reason=reason, error="")
-            state.discovery_errors = {}
-        return counts
+                        log.info("file_recovered", pci_bus_id=device.pci_bus_id, card=device.card, file=file)
+        return errors.counts
 
     def _read(self, device: DeviceIdentity, state: DeviceReadState) -> Sample | tuple[SampleValues, float]:
         """A partition's Sample, or a device's values and the time the read finished."""
