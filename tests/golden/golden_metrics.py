@@ -84,10 +84,10 @@ def _wait_for_pcie_bandwidth(source: object, timeout: float = 10.0) -> None:
     # The sysfs source reads pcie_bw on a background thread (a real read blocks ~1 s); its first
     # figure lands some time after the first read. Wait for it so the second cycle always has it.
     # A private attribute: if a refactor renames it, fail here rather than render a racy golden.
-    readers = getattr(source, "_pcie_readers", None)
+    readers = [state.pcie for state in getattr(source, "_devices", {}).values() if state.pcie is not None]
     assert readers, "the sysfs source has no pcie_bw readers to wait for (renamed?): adapt the golden"
     deadline = time.monotonic() + timeout
-    while any(reader.bytes_per_second is None for reader in readers.values()):
+    while any(reader.bytes_per_second is None for reader in readers):
         if time.monotonic() > deadline:
             raise AssertionError(f"the pcie_bw readers gave no figure within {timeout} s")
         time.sleep(0.01)

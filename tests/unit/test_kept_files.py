@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -129,12 +130,37 @@ def test_a_set_is_never_shared_by_two_reads_of_one_device(tmp_path: Path) -> Non
     Simulator(tmp_path / "sys", fleet="1xMI250X", seed=2).write_tree()
     source = SysfsSource(tmp_path / "sys")
     device = next(iter(source.discover()))
-    held = source._check_out(device)  # as if another thread's read of this device were running
-    assert held is not None
-    assert source._check_out(device) is None  # the second read goes the ordinary way...
-    assert source.read(device).temperatures  # ...and still reads everything
-    source._check_in(device, held)
-    again = source._check_out(device)
-    assert again is held  # free again once the first read is done
-    source._check_in(device, again)
-    source.close()
+    state = source._devices[device.pci_bus_id]
+    source.read(device)
+    kept = dict(state.kept._fds)
+    assert kept
+    state.in_use = True  # as if another thread's read of this device were running
+    assert source.read(device).temperatures  # the second read goes the ordinary way and still reads everything
+    assert state.kept._fds == kept and state.in_use  # ...without touching the held set
+    state.in_use = False
+    source.close()  # no read holds the set: closed at once
+    assert not state.kept._fds
+
+
+def test_a_set_closed_under_a_read_is_closed_when_that_read_is_done(tmp_path: Path) -> None:
+    from exporter.simulator import Simulator
+
+    Simulator(tmp_path / "sys", fleet="1xMI250X", seed=2).write_tree()
+    source = SysfsSource(tmp_path / "sys")
+    device = next(iter(source.discover()))
+    state = source._devices[device.pci_bus_id]
+    closed_during_read = []
+
+    read = state.kept.read
+
+    def read_then_close(path: str) -> bytes | None:
+        data = read(path)
+        if not closed_during_read:
+            source.close()  # e.g. shutdown while this read runs
+            closed_during_read.append(dict(state.kept._fds))
+        return data
+
+    state.kept.read = read_then_close  # type: ignore[method-assign]
+    source.read(device)
+    assert closed_during_read == [{os.path.join(device.device_dir, "gpu_metrics"): mock.ANY}], "left to the read"
+    assert not state.kept._fds and not state.in_use

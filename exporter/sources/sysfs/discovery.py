@@ -87,58 +87,8 @@ def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
     vendor = read_parsed(os.path.join(card.device_dir, "vendor"), tf.parse_hex_id)
     if uevent.get("DRIVER") != "amdgpu" or vendor != "0x1002":
         return None
-    return read_identity(card.name, card.device_dir, card.bdf, listing.driver_version, listing.topology)
+    device_dir, bdf = card.device_dir, card.bdf
 
-
-def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIdentity]:
-    """Sockets paired into packages, plus their partitions: socket by socket in BDF order, partitions by index."""
-    found = assign_packages(sorted(sockets, key=lambda d: d.pci_bus_id))
-    socket_by_bdf = {device.pci_bus_id: device for device in found}
-    for bdf, index, card, device_dir in listing.partitions:
-        socket = socket_by_bdf.get(bdf)
-        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
-            continue
-        found.append(
-            replace(
-                socket,
-                card=card,
-                device_dir=device_dir,
-                hwmon_dir="",
-                partition=index,
-                topology=listing.topology.get((bdf, index), ()),
-            )
-        )
-    return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
-
-
-def discover_devices(root: str) -> list[DeviceIdentity]:
-    """Every amdgpu device under root/class/drm, in the order ROCm tools list them (no deadlines:
-    SysfsSource.discover reads each card against the read deadline)."""
-    listing = list_devices(root)
-    return assemble([d for card in listing.cards if (d := identify(card, listing)) is not None], listing)
-
-
-def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> KfdNode | None:
-    """The KFD node of a partition's platform device, through the render minor both carry."""
-    for entry in listdir(os.path.join(device_dir, "drm")):
-        match = _RENDER.match(entry)
-        if match:
-            return by_render_minor.get(int(match.group(1)))
-    return None
-
-
-def _bdf_from_path(path: str) -> str | None:
-    name = os.path.basename(path.rstrip("/")).lower()
-    return name if _BDF.match(name) else None
-
-
-def read_identity(
-    card: str,
-    device_dir: str,
-    bdf: str,
-    driver_version: str,
-    topology: Mapping[tuple[str, int], tuple[TopologyLink, ...]],
-) -> DeviceIdentity:
     def text(name: str) -> str:
         path = os.path.join(device_dir, name)
         cleaned, changed = clean_label(read_parsed(path, str) or "")
@@ -171,7 +121,7 @@ def read_identity(
     physical = read_parsed(os.path.join(device_dir, "xgmi_physical_id"), tf.parse_unsigned)
     return DeviceIdentity(
         pci_bus_id=bdf,
-        card=card,
+        card=card.name,
         device_dir=device_dir,
         unique_id=read_parsed(os.path.join(device_dir, "unique_id"), tf.parse_unique_id) or "",
         secondary_die=is_secondary_die(device_id, cap, cap_default),
@@ -182,16 +132,51 @@ def read_identity(
         asic=asic,
         serial=text("serial_number"),
         vbios=text("vbios_version"),
-        driver_version=driver_version,
+        driver_version=listing.driver_version,
         compute_partition=text("current_compute_partition"),
         memory_partition=text("current_memory_partition"),
         xgmi_hive_id=text("xgmi_hive_info/xgmi_hive_id"),
         xgmi_physical_id=physical,
         numa_node=numa if numa is not None and numa >= 0 else None,
         firmware=frozen_map(firmware),
-        topology=topology.get((bdf, 0), ()),
+        topology=listing.topology.get((bdf, 0), ()),
         gpu_metrics_version=metrics_version,
     )
+
+
+def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIdentity]:
+    """Sockets paired into packages, plus their partitions: socket by socket in BDF order, partitions by index."""
+    found = assign_packages(sorted(sockets, key=lambda d: d.pci_bus_id))
+    socket_by_bdf = {device.pci_bus_id: device for device in found}
+    for bdf, index, card, device_dir in listing.partitions:
+        socket = socket_by_bdf.get(bdf)
+        if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
+            continue
+        found.append(
+            replace(
+                socket,
+                card=card,
+                device_dir=device_dir,
+                hwmon_dir="",
+                partition=index,
+                topology=listing.topology.get((bdf, index), ()),
+            )
+        )
+    return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
+
+
+def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> KfdNode | None:
+    """The KFD node of a partition's platform device, through the render minor both carry."""
+    for entry in listdir(os.path.join(device_dir, "drm")):
+        match = _RENDER.match(entry)
+        if match:
+            return by_render_minor.get(int(match.group(1)))
+    return None
+
+
+def _bdf_from_path(path: str) -> str | None:
+    name = os.path.basename(path.rstrip("/")).lower()
+    return name if _BDF.match(name) else None
 
 
 @dataclass(frozen=True, slots=True)

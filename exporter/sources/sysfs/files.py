@@ -34,12 +34,7 @@ def read_file_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
     the buffered file object on the hot path. ENODEV/ENXIO mean the device itself is gone.
     """
     fd = _open(path)
-    if fd is None:
-        return None
-    try:
-        return _read_to_end(fd, path, limit)
-    finally:
-        os.close(fd)
+    return None if fd is None else _read_and_close(fd, path, limit)
 
 
 def _open(path: str) -> int | None:
@@ -51,25 +46,26 @@ def _open(path: str) -> int | None:
         return None
 
 
-def _read_to_end(fd: int, path: str, limit: int) -> bytes | None:
+def _read_and_close(fd: int, path: str, limit: int = MAX_FILE_BYTES, first: bytes = b"") -> bytes | None:
+    """The file to its end (after `first`, what a read from offset 0 already gave), then the descriptor closed."""
     try:
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, min(65536, limit + 1 - size))
-            if not chunk:
-                break
+        chunks = [first]
+        size = len(first)
+        if size:
+            os.lseek(fd, size, os.SEEK_SET)
+        while chunk := os.read(fd, min(65536, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
                 record(path, "too_large", f"longer than {limit} bytes")
                 return None
-        data = b"".join(chunks)
         note_ok(path)
-        return data
+        return b"".join(chunks)
     except OSError as error:
         _read_failed(path, error)
         return None
+    finally:
+        os.close(fd)
 
 
 def _read_failed(path: str, error: OSError) -> None:
@@ -101,9 +97,9 @@ class KeptFiles:
 
     A read that fails is counted as read_file_bytes counts it and its descriptor closed; the next
     read opens the path again. Never a second read in the same call: a device that just failed one
-    is not asked again at once. Anything but a regular file (sysfs attributes are regular files) is
-    read once the ordinary way and not kept. Not thread-safe: one device's reads run on one thread
-    at a time (the poller's rule), and the owner closes it only when no read runs.
+    is not asked again at once. Anything but a regular file, and a file of a page or more, is read
+    the ordinary way and not kept. Not thread-safe: the owner hands it to one read at a time and
+    closes it only when no read runs.
     """
 
     def __init__(self, limit: int = KEPT_PER_DEVICE) -> None:
@@ -112,25 +108,17 @@ class KeptFiles:
 
     def read(self, path: str) -> bytes | None:
         fd = self._fds.get(path)
-        if fd is not None:
-            try:
-                linked = os.fstat(fd).st_nlink > 0
-            except OSError:
-                linked = False
-            if not linked:  # replaced under us: the path names another file now
-                self._drop(path)
-                fd = None
+        if fd is not None and not _keepable(fd):  # replaced under us: the path names another file now
+            self._drop(path)
+            fd = None
         if fd is None:
             if len(self._fds) >= self._limit:
                 return read_file_bytes(path)
             fd = _open(path)
             if fd is None:
                 return None
-            if not _is_regular(fd):
-                try:
-                    return _read_to_end(fd, path, MAX_FILE_BYTES)
-                finally:
-                    os.close(fd)
+            if not _keepable(fd):
+                return _read_and_close(fd, path)
             self._fds[path] = fd
         try:
             data = os.pread(fd, _ONE_READ_BYTES, 0)
@@ -138,29 +126,11 @@ class KeptFiles:
             self._drop(path)
             _read_failed(path, error)
             return None
-        if len(data) >= _ONE_READ_BYTES:
-            return self._read_rest(fd, path, data)
-        note_ok(path)
-        return data
-
-    def _read_rest(self, fd: int, path: str, data: bytes) -> bytes | None:
-        """A page or more: the rest from the same descriptor, to its end, within the size limit."""
-        chunks = [data]
-        size = len(data)
-        try:
-            while size <= MAX_FILE_BYTES:
-                chunk = os.pread(fd, min(65536, MAX_FILE_BYTES + 1 - size), size)
-                if not chunk:
-                    note_ok(path)
-                    return b"".join(chunks)
-                chunks.append(chunk)
-                size += len(chunk)
-        except OSError as error:
-            self._drop(path)
-            _read_failed(path, error)
-            return None
-        record(path, "too_large", f"longer than {MAX_FILE_BYTES} bytes")
-        return None
+        if len(data) < _ONE_READ_BYTES:
+            note_ok(path)
+            return data
+        del self._fds[path]  # a page or more: read on from this descriptor, then closed
+        return _read_and_close(fd, path, MAX_FILE_BYTES, data)
 
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
@@ -173,11 +143,13 @@ class KeptFiles:
             self._drop(path)
 
 
-def _is_regular(fd: int) -> bool:
+def _keepable(fd: int) -> bool:
+    """A regular file (as every sysfs attribute is) still linked where it was opened."""
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode)
+        status = os.fstat(fd)
     except OSError:
         return False
+    return stat.S_ISREG(status.st_mode) and status.st_nlink > 0
 
 
 def read_parsed(

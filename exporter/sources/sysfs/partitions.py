@@ -8,14 +8,12 @@ device-wide per-XCC array instead; it is split by each partition's XCC count fro
 partitions owning consecutive XCCs in index order.
 
 Reading gpu_metrics costs an SMU round trip, so the partitions of one socket share the table read
-for partition 0 in the same poll cycle (SocketTables, a short-lived cache).
+for partition 0 in the same poll cycle (kept briefly in the socket's read state, source.py).
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -141,26 +139,6 @@ def throttlers_active(previous: Mapping[str, int], current: Mapping[str, int]) -
         for name, ticks in current.items()
         if name in previous
     }
-
-
-class SocketTables:
-    """The latest decoded gpu_metrics of each socket, for its partitions' reads in the same cycle."""
-
-    def __init__(self, max_age: float) -> None:
-        self.max_age = max_age
-        self._lock = threading.Lock()
-        self._tables: dict[str, tuple[float, GpuMetrics | None]] = {}
-
-    def store(self, bdf: str, metrics: GpuMetrics | None) -> None:
-        with self._lock:
-            self._tables[bdf] = (time.monotonic(), metrics)
-
-    def recent(self, bdf: str) -> GpuMetrics | None:
-        with self._lock:
-            entry = self._tables.get(bdf)
-        if entry is None or time.monotonic() - entry[0] > self.max_age:
-            return None
-        return entry[1]
 
 
 def partition_modes_changed(device: DeviceIdentity) -> bool:

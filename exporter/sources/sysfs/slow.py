@@ -13,7 +13,7 @@ import time
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
-from exporter.sources.errors import record
+from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.files import listdir, read_parsed
@@ -92,11 +92,7 @@ class PcieBandwidthReader(threading.Thread):
         self._read_started: float | None = None
         self._lock = threading.Lock()
         self._timeout_counted = False
-
-    @property
-    def max_age(self) -> float:
-        """A figure older than this is gone: three periods, plus the 1 s the kernel sleeps."""
-        return 3 * self.period + 1.0
+        self.max_age = 3 * period + 1.0  # a figure older than this is gone (three periods, plus the kernel's 1 s)
 
     @property
     def bytes_per_second(self) -> float | None:
@@ -119,8 +115,6 @@ class PcieBandwidthReader(threading.Thread):
             record(self.path, reason, detail)
 
     def run(self) -> None:
-        from exporter.sources.errors import FileErrors, collecting
-
         while not self.stop_event.is_set():
             started = time.monotonic()
             errors = FileErrors()
