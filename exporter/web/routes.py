@@ -20,9 +20,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
-from exporter.attribution.model import Attribution
 from exporter.log import get_logger
-from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.model import AlertState, Attribution, DeviceState, Snapshot
 from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
