@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from exporter.config import Settings
+from exporter.exposition.views import devices_document
 from exporter.log import get_logger
 from exporter.model import Published
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
@@ -70,8 +71,6 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
 
 
 async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
-    from exporter.web.routes import devices_document
-
     redraw = watch is not None and out.isatty() and not as_json
     next_tick = time.monotonic()
     while True:
@@ -87,7 +86,7 @@ async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: boo
             seconds=round(snapshot.poll_duration_seconds, 4),
         )
         if as_json:
-            text = json.dumps(devices_document(snapshot), indent=None if watch else 2) + "\n"
+            text = json.dumps(devices_document(snapshot, time.time()), indent=None if watch else 2) + "\n"
         else:
             text = render_table(snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at)
             if redraw:
