@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _leave(130)
     except Exception as error:
         from exporter.alerting.rulefile import RulesConfigError
-        from exporter.daemon import StartupError
+        from exporter.sources.base import StartupError
 
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))

@@ -419,7 +419,7 @@ class ProcessStats:
 
 @dataclass(frozen=True, slots=True)
 class HostInfo:
-    """The host's software versions, read at start (exporter/operator/hostfacts.py): what Grafana
+    """The host's software versions, read at start (exporter/sources/host.py): what Grafana
     correlates incidents with. "" / () where not found."""
 
     kernel_release: str = ""

@@ -28,7 +28,7 @@ CLEAR = "\x1b[H\x1b[2J"
 @contextlib.contextmanager
 def _sysfs_root(settings: Settings) -> Iterator[str]:
     if settings.demo:
-        from exporter.daemon import demo_tree
+        from exporter.simulator.demo import demo_tree
 
         with demo_tree(settings) as root:
             yield root
@@ -39,9 +39,10 @@ def _sysfs_root(settings: Settings) -> Iterator[str]:
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
     from exporter.alerting.rulefile import default_rules, load_rules
-    from exporter.daemon import StartupError, select_source
     from exporter.pipeline.poller import Poller
     from exporter.pipeline.publish import Pipeline
+    from exporter.sources.base import StartupError
+    from exporter.sources.select import select_source
 
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     with _sysfs_root(settings) as root:

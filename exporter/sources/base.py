@@ -18,6 +18,10 @@ class SourceError(Exception):
         self.file_errors: dict[tuple[str, str], int] = {}
 
 
+class StartupError(RuntimeError):
+    """The exporter cannot start (no usable source, no device, a busy port); one sentence for the operator."""
+
+
 class Source(Protocol):
     """A device source. Optional, not part of the protocol: `values_checked = True` on a source
     whose every returned value already passed sources/plausible.py (the sysfs source); the poller

@@ -3,8 +3,8 @@ package, a down device, throttling and a long suggestion wrapped, never wider th
 
 from __future__ import annotations
 
-from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, frozen_map
 from exporter.exposition.views import group_devices
+from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, frozen_map
 from exporter.operator.snapshot_table import WIDTH, pcie_link, render_table
 
 
