@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity, frozen_map
-from exporter.sources import host as hostfacts
 from exporter.operator.doctor import AccessFacts, DeviceFacts, Facts, judge
+from exporter.sources import host as hostfacts
 from exporter.sources.host import HostFacts, parse_dpkg_query, parse_kernel_release, parse_mask
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
-from exporter.sources.base import SourceError
+from exporter.sources.base import Source, SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError
 from exporter.sources.gpu_metrics.compiled import decode_gpu_metrics_compiled
@@ -72,7 +72,7 @@ class _DevicePlan:
         self.fast_rows: RowPlan = plan_rows(FAST_FILES, identity)
 
 
-class SysfsSource:
+class SysfsSource(Source):
     """Source over a sysfs root (default "/sys"; a simulator's folder in tests and the demo)."""
 
     name = "sysfs"
