@@ -34,22 +34,13 @@ def select_source(
         return sysfs, "sysfs", "auto_sysfs_root_not_sys"
     from exporter.sources.rocm_smi import source as rocm_smi
 
-    if settings.source == "rocm-smi":
-        ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
-        if not ok:
-            raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", "flag"
     ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
-    if ok:
-        details["detail"] = reason
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", "auto_rocm_smi_usable"
     details["detail"] = reason
+    if ok:
+        # The worker's own call deadline fires before the poller's, so a hung library call is
+        # attributed (and the worker restarted) by the supervisor rather than merely timed out.
+        source = rocm_smi.RocmSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75)
+        return source, "rocm-smi", "flag" if settings.source == "rocm-smi" else "auto_rocm_smi_usable"
+    if settings.source == "rocm-smi":
+        raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
     return sysfs, "sysfs", "auto_rocm_smi_unusable"
-
-
-def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
-    from exporter.sources.rocm_smi import source as rocm_smi
-
-    # The worker's own call deadline fires before the poller's, so a hung library call is
-    # attributed (and the worker restarted) by the supervisor rather than merely timed out.
-    return rocm_smi.RocmSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75)
