@@ -161,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return simulate_main(argv, prog="amdgpu-exporter simulate")
         if command in ("check-config", "check-rules"):
-            return _check(command, argv)
+            from exporter.configcheck import check_main
+
+            return check_main(command, list(argv))
         args = _parser(command).parse_checked(argv)
         settings = resolve(args)
         if command == "snapshot":
@@ -194,12 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
         raise
-
-
-def _check(command: str, argv: Sequence[str]) -> int:
-    from exporter.configcheck import check_main
-
-    return check_main(command, list(argv))
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

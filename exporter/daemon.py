@@ -27,6 +27,7 @@ from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
+from exporter.simulator.demo import sysfs_tree
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
 from exporter.web.routes import create_app
@@ -189,11 +190,7 @@ async def serve(settings: Settings) -> None:
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
     # --- end web ---
     with contextlib.ExitStack() as stack:
-        sysfs_root = settings.path_sysfs
-        if settings.demo:
-            from exporter.simulator.demo import demo_tree
-
-            sysfs_root = stack.enter_context(demo_tree(settings))
+        sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
         source, source_name, reason = select_source(settings, sysfs_root, details)
         poller = Poller(

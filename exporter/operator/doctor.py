@@ -561,12 +561,10 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
             from exporter.config import ConfigError
 
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
-    if settings.demo:
-        from exporter.simulator.demo import demo_tree
+    from exporter.simulator.demo import sysfs_tree
 
-        with demo_tree(settings) as root:
-            return _run(settings, args, root, out or sys.stdout)
-    return _run(settings, args, settings.path_sysfs, out or sys.stdout)
+    with sysfs_tree(settings) as root:
+        return _run(settings, args, root, out or sys.stdout)
 
 
 def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:

@@ -4,11 +4,9 @@ repeatedly, as a table for people or as the /api/v1/devices document for machine
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,27 +23,17 @@ log = get_logger("exporter.snapshot")
 CLEAR = "\x1b[H\x1b[2J"
 
 
-@contextlib.contextmanager
-def _sysfs_root(settings: Settings) -> Iterator[str]:
-    if settings.demo:
-        from exporter.simulator.demo import demo_tree
-
-        with demo_tree(settings) as root:
-            yield root
-    else:
-        yield settings.path_sysfs
-
-
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
     from exporter.alerting.rulefile import default_rules, load_rules
     from exporter.pipeline.poller import Poller
     from exporter.pipeline.publish import Pipeline
+    from exporter.simulator.demo import sysfs_tree
     from exporter.sources.base import StartupError
     from exporter.sources.select import select_source
 
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
-    with _sysfs_root(settings) as root:
+    with sysfs_tree(settings) as root:
         source, name, why = select_source(settings, root)
         log.debug("source_selected", source=name, reason=why)
         poller = Poller(

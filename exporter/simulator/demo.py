@@ -1,4 +1,5 @@
-"""--demo: the simulator run in-process on a temporary folder standing for /sys."""
+"""The folder standing for /sys: --path.sysfs, or with --demo the simulator run in-process on a
+temporary folder."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ log = get_logger("exporter.demo")
 
 
 @contextlib.contextmanager
-def demo_tree(settings: Settings) -> Iterator[str]:
-    """Run the simulator in-process on a temporary folder; yields the folder standing for /sys."""
+def sysfs_tree(settings: Settings) -> Iterator[str]:
+    """Yields the folder standing for /sys; a --demo tree keeps ticking until the block is left."""
+    if not settings.demo:
+        yield settings.path_sysfs
+        return
     # tmpfs where there is one: the simulator rewrites a few files per GCD every tick.
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-demo-", dir=shm) as tmp:
