@@ -112,26 +112,13 @@ IDENTITY_LABELS = (
 )
 
 
+# The DeviceIdentity field of each label after `gpu`, in order.
+_IDENTITY_FIELDS = tuple("driver_version" if label == "driver" else label for label in IDENTITY_LABELS[1:])
+
+
 def _device_info(published: Published) -> Iterator[LabelledValue]:
     for state in published.snapshot.devices:
-        ident = state.identity
-        labels = (
-            str(state.gpu),
-            ident.card,
-            ident.pci_bus_id,
-            ident.unique_id,
-            ident.serial,
-            ident.product,
-            ident.asic,
-            ident.package,
-            str(ident.die),
-            str(ident.partition),
-            ident.vbios,
-            ident.driver_version,
-            ident.compute_partition,
-            ident.memory_partition,
-        )
-        yield labels, 1.0
+        yield (str(state.gpu), *(str(getattr(state.identity, name)) for name in _IDENTITY_FIELDS)), 1.0
 
 
 def _per_state(get: Callable[[DeviceState], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
