@@ -32,13 +32,14 @@ from bench.syscalls import MARKER_PREFIX
 from exporter.log import configure_logging
 from exporter.model import DeviceIdentity, Sample, SourceStats
 from exporter.pipeline.poller import Poller
+from exporter.sources.base import Source
 from exporter.sources.sysfs import SysfsSource
 
 HOT_SLOW_INTERVAL = 1e9  # slow fields read once at the first cycle, never again
 WARMUP_CYCLES = 3
 
 
-class FirstDevices:
+class FirstDevices(Source):
     """A source limited to the first N devices in PCI order: one big tree gives every fleet size."""
 
     def __init__(self, source: SysfsSource, limit: int) -> None:

@@ -161,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return simulate_main(argv, prog="amdgpu-exporter simulate")
         if command in ("check-config", "check-rules"):
-            return _check(command, argv)
+            from exporter.configcheck import check_main
+
+            return check_main(command, list(argv))
         args = _parser(command).parse_checked(argv)
         settings = resolve(args)
         if command == "snapshot":
@@ -189,17 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _leave(130)
     except Exception as error:
         from exporter.alerting.rulefile import RulesConfigError
-        from exporter.daemon import StartupError
+        from exporter.sources.base import StartupError
 
         if isinstance(error, StartupError | RulesConfigError):
             return _fail(str(error))
         raise
-
-
-def _check(command: str, argv: Sequence[str]) -> int:
-    from exporter.configcheck import check_main
-
-    return check_main(command, list(argv))
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

@@ -11,10 +11,8 @@ import dataclasses
 import os
 import signal
 import socket
-import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,8 +27,9 @@ from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
-from exporter.sources.base import Source
-from exporter.sources.sysfs import SysfsSource
+from exporter.simulator.demo import sysfs_tree
+from exporter.sources.base import StartupError
+from exporter.sources.select import select_source
 from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
 
@@ -40,89 +39,6 @@ if TYPE_CHECKING:
 log = get_logger("exporter.daemon")
 
 SHUTDOWN_GRACE_SECONDS = 0.5
-
-
-class StartupError(RuntimeError):
-    """The daemon cannot start; the message is one sentence for the operator."""
-
-
-@contextlib.contextmanager
-def demo_tree(settings: Settings) -> Iterator[str]:
-    """Run the simulator in-process on a temporary folder; yields the folder standing for /sys."""
-    from exporter.simulator import Simulator
-
-    # tmpfs where there is one: the simulator rewrites a few files per GCD every tick.
-    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-demo-", dir=shm) as tmp:
-        root = Path(tmp) / "sys"
-        try:
-            simulator = Simulator(root, fleet=settings.demo_fleet, scenario=settings.demo_scenario)
-        except ValueError as error:
-            raise ConfigError(f"--demo.fleet/--demo.scenario: {error}") from error
-        if settings.collector_processes:
-            simulator.simulate_processes()  # kfd/proc with processes coming and going
-        stop = threading.Event()
-        truth = Path(settings.demo_truth_file) if settings.demo_truth_file else None
-        thread = threading.Thread(
-            target=simulator.run, args=(min(settings.interval, 1.0), stop, truth), name="simulator", daemon=True
-        )
-        # Written here first so discovery never races the thread (run() writes the same t=0 tree again).
-        simulator.write_tree()
-        if truth is not None:
-            simulator.write_truth_json(truth)
-        thread.start()
-        log.info("demo_started", sysfs=str(root), fleet=settings.demo_fleet, scenario=settings.demo_scenario)
-        try:
-            yield str(root)
-        finally:
-            stop.set()
-            thread.join(timeout=SHUTDOWN_GRACE_SECONDS)
-
-
-def select_source(
-    settings: Settings, sysfs_root: str, details: dict[str, str] | None = None
-) -> tuple[Source, str, str]:
-    """Returns (source, name, reason code). rocm-smi only where the library can read this root.
-
-    The code is what /metrics (build_info) and / show: short and stable, never a sentence with
-    host paths or library messages; the full explanation goes into `details` (for the log).
-    """
-    details = {} if details is None else details
-    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval, read_timeout=settings.read_timeout)
-    if settings.source == "sysfs":
-        return sysfs, "sysfs", "flag"
-    if settings.source == "amd-smi":
-        from exporter.sources.amd_smi import source as amd_smi
-
-        ok, reason = amd_smi.probe_amd_smi(sysfs_root)
-        if not ok:
-            raise StartupError(f"--source=amd-smi was asked for but the amdsmi module cannot be used: {reason}")
-        details["detail"] = reason
-        return amd_smi.AmdSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75), "amd-smi", "flag"
-    if settings.source == "auto" and Path(sysfs_root).resolve() != Path("/sys"):
-        details["detail"] = "librocm_smi64 only reads /sys"
-        return sysfs, "sysfs", "auto_sysfs_root_not_sys"
-    from exporter.sources.rocm_smi import source as rocm_smi
-
-    if settings.source == "rocm-smi":
-        ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
-        if not ok:
-            raise StartupError(f"--source=rocm-smi was asked for but the ROCm SMI library cannot be used: {reason}")
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", "flag"
-    ok, reason = rocm_smi.probe_rocm_smi(sysfs_root)
-    if ok:
-        details["detail"] = reason
-        return _rocm_smi_source(settings, sysfs), "rocm-smi", "auto_rocm_smi_usable"
-    details["detail"] = reason
-    return sysfs, "sysfs", "auto_rocm_smi_unusable"
-
-
-def _rocm_smi_source(settings: Settings, sysfs: SysfsSource) -> Source:
-    from exporter.sources.rocm_smi import source as rocm_smi
-
-    # The worker's own call deadline fires before the poller's, so a hung library call is
-    # attributed (and the worker restarted) by the supervisor rather than merely timed out.
-    return rocm_smi.RocmSmiSource(fallback=sysfs, call_timeout=settings.read_timeout * 0.75)
 
 
 def open_listener(host: str, port: int) -> socket.socket:
@@ -190,7 +106,7 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
 async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | None:
     """Kernel, driver, ROCm and SMI library versions for the _info series; None when they take too long
     (the SMI libraries are loaded in child processes, which a broken install can hang)."""
-    from exporter.operator.hostfacts import collect, host_info
+    from exporter.sources.host import collect, host_info
 
     def read() -> HostInfo:
         return host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False))
@@ -274,7 +190,7 @@ async def serve(settings: Settings) -> None:
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
     # --- end web ---
     with contextlib.ExitStack() as stack:
-        sysfs_root = stack.enter_context(demo_tree(settings)) if settings.demo else settings.path_sysfs
+        sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
         source, source_name, reason = select_source(settings, sysfs_root, details)
         poller = Poller(

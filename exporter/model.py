@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.attribution.model import Attribution
-
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -136,6 +134,8 @@ class DeviceState:
     read_timeouts: int = 0
     present: bool = True  # False once a discovery no longer finds the device (down_reason "gone")
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (file, reason) -> total
+    # The link's theoretical one-direction bandwidth at the sample's speed and width (pipeline/pcie.py)
+    pcie_link_max_bytes_per_second: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +242,132 @@ class WindowSnapshot:
     stats: FastStats = FastStats()
 
 
+# --- who is on each device (attribution): what its sources report and what the enrich stage adds ---
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """What matching needs to know about one device of the snapshot."""
+
+    gpu: int  # the `gpu` label
+    pci_bus_id: str  # lower-case BDF
+    partition: int = 0  # compute partition index on its socket (0 for a whole GPU)
+    xcp: int | None = None  # N of the amdgpu_xcp_N platform device holding a partition > 0
+    card: int | None = None  # DRM card index (cardN)
+    render_minor: int | None = None  # renderD minor (128...)
+
+
+@dataclass(frozen=True, slots=True)
+class ByBdf:
+    """A whole GPU or its partition 0, named by its PCI function."""
+
+    pci_bus_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ByXcp:
+    """A partition > 0, named by its platform device amdgpu_xcp_N."""
+
+    xcp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ByDrm:
+    """A device named by its DRM minors (AMD's DRA driver: gpu-<card>-<renderD>)."""
+
+    card: int
+    render_minor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ByPhysicalIndex:
+    """The n-th physical GPU in PCI BDF order, partition 0 (DRA auto-partition: gpu-<n>-<cpx>-<nps4>)."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ByGpuIndex:
+    """The device with this `gpu` label (Slurm gres index: rocm-smi's order, as is `gpu`)."""
+
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class ByLocation:
+    """A device by PCI function and partition (KFD topology: location_id + domain)."""
+
+    pci_bus_id: str
+    partition: int
+
+
+DeviceName = ByBdf | ByXcp | ByDrm | ByPhysicalIndex | ByGpuIndex | ByLocation
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One holder of one device, as a source reports it. `labels` are the holder's attribution labels."""
+
+    device: DeviceName
+    device_id: str  # the device as the source spelled it, for logs and the allocation series
+    labels: tuple[tuple[str, str], ...] = ()  # (name, value) pairs, hashable so claims can be diffed
+    resource: str = ""  # "amd.com/gpu", "gpu.amd.com" (DRA driver), "slurm"
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionReport:
+    """The latest result of one attribution source: immutable, replaced wholesale on each read."""
+
+    source: str  # "kubernetes" | "slurm"
+    up: bool  # the last read succeeded (within its deadline)
+    claims: tuple[Claim, ...] = ()
+    taken_at: float = 0.0
+    error: str = ""  # one line, "" when up
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A claim matched to a device of the snapshot."""
+
+    gpu: int
+    source: str
+    device_id: str
+    resource: str
+    labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process on one of the snapshot's devices (from the KFD's per-process files)."""
+
+    gpu: int
+    pid: int
+    comm: str
+    vram_bytes: int | None
+    sdma_seconds: float | None
+    cu_occupancy: int | None  # compute units its waves occupy
+    cu_occupancy_ratio: float | None = None  # of the device's compute units, 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who is on each device: what the enrich stage adds to a snapshot. Immutable.
+
+    `label_names` are fixed by configuration (pod/namespace/container with --kubernetes, job_id/
+    job_user/job_partition with --slurm.state-dir), so every per-GPU series keeps one label set;
+    `labels[gpu]` holds their values in that order ("" where the device is not allocated).
+    """
+
+    label_names: tuple[str, ...] = ()
+    labels: Mapping[int, tuple[str, ...]] = field(default_factory=frozen_map)
+    allocations: tuple[Allocation, ...] = ()
+    processes: tuple[ProcessUsage, ...] = ()
+    sources_up: Mapping[str, bool] = field(default_factory=frozen_map)  # source -> its last read succeeded
+
+    def values_for(self, gpu: int) -> tuple[str, ...]:
+        return self.labels.get(gpu) or ("",) * len(self.label_names)
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Immutable result of one poll cycle: what alerting, exposition and the API all read.
@@ -282,7 +408,7 @@ class ProcessStats:
 
 @dataclass(frozen=True, slots=True)
 class HostInfo:
-    """The host's software versions, read at start (exporter/operator/hostfacts.py): what Grafana
+    """The host's software versions, read at start (exporter/sources/host.py): what Grafana
     correlates incidents with. "" / () where not found."""
 
     kernel_release: str = ""
@@ -303,6 +429,9 @@ class WebStats:
     rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), every known reason
     open_connections: int = 0
     max_connections: int = 0
+
+
+STAGES = ("rules", "render", "alertmanager")  # the stages whose failures fail readiness (pipeline/health.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,8 @@ from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
 from exporter.attribution import processes as kfd
-from exporter.attribution.model import (
-    Attribution,
-    AttributionReport,
-    DeviceRef,
-    card_index,
-    labels_by_gpu,
-    resolve,
-    xcp_index,
-)
-from exporter.model import DeviceState
+from exporter.attribution.matching import card_index, labels_by_gpu, resolve, xcp_index
+from exporter.model import Attribution, AttributionReport, DeviceRef, DeviceState
 
 
 def device_ref(state: DeviceState) -> DeviceRef:

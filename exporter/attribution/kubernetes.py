@@ -24,17 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.attribution.model import (
-    ByBdf,
-    ByDrm,
-    ByPhysicalIndex,
-    ByXcp,
-    Claim,
-    DeviceName,
-    normalize_bdf,
-    xcp_index,
-)
+from exporter.attribution.matching import normalize_bdf, xcp_index
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.model import ByBdf, ByDrm, ByPhysicalIndex, ByXcp, Claim, DeviceName
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_PREFIXES = ("amd.com/",)

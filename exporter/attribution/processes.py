@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.attribution.model import ByLocation, DeviceRef, ProcessUsage, device_ref_matches
+from exporter.attribution.matching import device_ref_matches
 from exporter.log import get_logger
+from exporter.model import ByLocation, DeviceRef, ProcessUsage
 
 log = get_logger("exporter.attribution.processes")
 

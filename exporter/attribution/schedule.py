@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from exporter.attribution.model import AttributionReport, Claim
 from exporter.log import get_logger
+from exporter.model import AttributionReport, Claim
 
 log = get_logger("exporter.attribution")
 

@@ -18,8 +18,8 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from exporter.attribution.model import ByGpuIndex, Claim
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.model import ByGpuIndex, Claim
 
 SOURCE = "slurm"
 LABELS = ("job_id", "job_user", "job_partition")

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from exporter.attribution import kubernetes, processes, slurm
+from exporter.attribution.processes import DEFAULT_TOP, ProcessReport
 from exporter.attribution.schedule import ScheduledAttribution
 from exporter.config import Settings
-from exporter.pipeline.enrich import AttributionInputs
+from exporter.model import AttributionReport
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionInputs:
+    """What the attribution sources hold at one cycle (immutable reports, read without I/O)."""
+
+    label_names: tuple[str, ...] = ()
+    reports: tuple[AttributionReport, ...] = ()
+    processes: ProcessReport | None = None
+    process_top: int = DEFAULT_TOP
 
 
 class AttributionSources:

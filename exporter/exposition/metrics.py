@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter import __version__
-from exporter.model import DeviceState, FastStats, Histogram, Published, Sample, WebStats
-from exporter.pipeline.pcie import link_max_bytes_per_second
-
-STAGES = ("rules", "render", "alertmanager")  # the stages readiness watches (pipeline/health.py)
+from exporter.model import STAGES, DeviceState, FastStats, Histogram, Published, Sample, WebStats
 
 Kind = Literal["gauge", "counter", "histogram"]
 LabelledValue = tuple[tuple[str, ...], float]
@@ -115,26 +112,13 @@ IDENTITY_LABELS = (
 )
 
 
+# The DeviceIdentity field of each label after `gpu`, in order.
+_IDENTITY_FIELDS = tuple("driver_version" if label == "driver" else label for label in IDENTITY_LABELS[1:])
+
+
 def _device_info(published: Published) -> Iterator[LabelledValue]:
     for state in published.snapshot.devices:
-        ident = state.identity
-        labels = (
-            str(state.gpu),
-            ident.card,
-            ident.pci_bus_id,
-            ident.unique_id,
-            ident.serial,
-            ident.product,
-            ident.asic,
-            ident.package,
-            str(ident.die),
-            str(ident.partition),
-            ident.vbios,
-            ident.driver_version,
-            ident.compute_partition,
-            ident.memory_partition,
-        )
-        yield labels, 1.0
+        yield (str(state.gpu), *(str(getattr(state.identity, name)) for name in _IDENTITY_FIELDS)), 1.0
 
 
 def _per_state(get: Callable[[DeviceState], Iterable[LabelledValue]]) -> Callable[[Published], Iterator[LabelledValue]]:
@@ -290,10 +274,9 @@ def _process(sample_name: str) -> Callable[[Published], Iterator[LabelledValue]]
     return values
 
 
-def _pcie_link_max(sample: Sample) -> Iterable[LabelledValue]:
-    value = link_max_bytes_per_second(sample.pcie_link_transfers_per_second, sample.pcie_link_width)
-    if value is not None:
-        yield (), value
+def _pcie_link_max(state: DeviceState) -> Iterable[LabelledValue]:
+    if state.up and state.pcie_link_max_bytes_per_second is not None:
+        yield (), state.pcie_link_max_bytes_per_second
 
 
 _STATS = (("min", "minimum"), ("max", "maximum"), ("mean", "mean"))
@@ -572,15 +555,15 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
         _scalar("pcie_bandwidth_upper_bound_bytes_per_second"),
     ),
-    device(
+    MetricSpec(
         "amdgpu_pcie_link_max_bytes_per_second",
         "gauge",
         "bytes_per_second",
         "Theoretical bandwidth of the PCIe link in one direction at its current speed and width: GT/s x "
         "lanes x the generation's line-code efficiency (8b/10b to 5 GT/s, 128b/130b to 32 GT/s, 242/256 "
         "FLIT at 64 GT/s) / 8. What 'PCIe bandwidth >= 80 % of theoretical' is measured against.",
-        (),
-        _pcie_link_max,
+        ("gpu",),
+        _per_state(_pcie_link_max),
     ),
     device("amdgpu_pcie_replays", "counter", "", "PCIe replays (NAKs sent + received).", (), _scalar("pcie_replays")),
     device(

@@ -3,7 +3,7 @@ before blaming the code (kernel, driver, ROCm, SMI libraries, firmware, PCIe lin
 environment variables, device permissions). Each finding is ok, warn or fail with one line of
 advice; the exit status is 1 when anything failed.
 
-Facts are gathered at the edges (hostfacts.py, collect_devices, collect_access); judge() is pure.
+Facts are gathered at the edges (sources/host.py, collect_devices, collect_access); judge() is pure.
 Every read is relative to --path.sysfs / --path.procfs / --path.dev / --path.rocm, and every
 device read runs against the read deadline, so a hung GPU is reported, not waited for.
 """
@@ -27,8 +27,8 @@ from typing import Any, TextIO
 from exporter.config import Settings
 from exporter.model import DeviceIdentity, DeviceState
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
-from exporter.operator.hostfacts import HostFacts, collect, parse_kernel_release
 from exporter.sources import textfiles as tf
+from exporter.sources.host import HostFacts, collect, parse_kernel_release
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -561,12 +561,10 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
             from exporter.config import ConfigError
 
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
-    if settings.demo:
-        from exporter.daemon import demo_tree
+    from exporter.simulator.demo import sysfs_tree
 
-        with demo_tree(settings) as root:
-            return _run(settings, args, root, out or sys.stdout)
-    return _run(settings, args, settings.path_sysfs, out or sys.stdout)
+    with sysfs_tree(settings) as root:
+        return _run(settings, args, root, out or sys.stdout)
 
 
 def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:

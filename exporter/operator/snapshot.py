@@ -4,15 +4,14 @@ repeatedly, as a table for people or as the /api/v1/devices document for machine
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from exporter.config import Settings
+from exporter.exposition.views import devices_document
 from exporter.log import get_logger
 from exporter.model import Published
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
@@ -24,26 +23,17 @@ log = get_logger("exporter.snapshot")
 CLEAR = "\x1b[H\x1b[2J"
 
 
-@contextlib.contextmanager
-def _sysfs_root(settings: Settings) -> Iterator[str]:
-    if settings.demo:
-        from exporter.daemon import demo_tree
-
-        with demo_tree(settings) as root:
-            yield root
-    else:
-        yield settings.path_sysfs
-
-
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
     from exporter.alerting.rulefile import default_rules, load_rules
-    from exporter.daemon import StartupError, select_source
     from exporter.pipeline.poller import Poller
     from exporter.pipeline.publish import Pipeline
+    from exporter.simulator.demo import sysfs_tree
+    from exporter.sources.base import StartupError
+    from exporter.sources.select import select_source
 
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
-    with _sysfs_root(settings) as root:
+    with sysfs_tree(settings) as root:
         source, name, why = select_source(settings, root)
         log.debug("source_selected", source=name, reason=why)
         poller = Poller(
@@ -70,8 +60,6 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
 
 
 async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
-    from exporter.web.routes import devices_document
-
     redraw = watch is not None and out.isatty() and not as_json
     next_tick = time.monotonic()
     while True:
@@ -87,7 +75,7 @@ async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: boo
             seconds=round(snapshot.poll_duration_seconds, 4),
         )
         if as_json:
-            text = json.dumps(devices_document(snapshot), indent=None if watch else 2) + "\n"
+            text = json.dumps(devices_document(snapshot, time.time()), indent=None if watch else 2) + "\n"
         else:
             text = render_table(snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at)
             if redraw:

@@ -1,22 +1,20 @@
 """A snapshot as an 80-column text table: what `watch rocm-smi --showpower --showtemp --showuse`
 shows, plus VRAM, clocks, PCIe link, ECC, throttling and the in-daemon suggestions.
 
-Pure: (devices, alerts, when) -> str. Dies of one package (the two GCDs of an MI250X) and the
-partitions of one socket (an MI300X in CPX mode) are listed under one header line, because an
-operator reasons about the physical part: its power cap, its cooling, its serial number.
+Pure: (devices, alerts, when) -> str. The devices of one package or socket are listed under one
+header line (exposition/views.py groups them).
 """
 
 from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
+from exporter.exposition.views import GIB, active_alerts, alert_state, group_devices, vram_used_total
 from exporter.model import AlertState, DeviceState, Sample
 
 WIDTH = 80
-GIB = 1024**3
 # GPU unit temps power busy vram clocks pcie ecc
 _ROW = "{gpu:>3} {unit:<4} {temps:<11} {power:<9} {busy:>4} {vram:<11} {clocks:<9} {pcie:<12} {ecc:<7}"
 HEADER = _ROW.format(
@@ -31,33 +29,6 @@ HEADER = _ROW.format(
     ecc="ECC c/u",
 ).rstrip()
 _INDENT = " " * 8
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceGroup:
-    """The devices of one physical package or socket, in gpu order."""
-
-    package: str
-    devices: tuple[DeviceState, ...]
-
-    @property
-    def partitioned(self) -> bool:
-        """True for a socket split into partitions (MI300X DPX/QPX/CPX), False for dies or one device."""
-        return any(d.identity.compute_partition not in ("", "SPX") for d in self.devices)
-
-    def unit_label(self, device: DeviceState) -> str:
-        if len(self.devices) == 1 and not self.partitioned:
-            return ""
-        return f"p{device.identity.partition}" if self.partitioned else f"d{device.identity.die}"
-
-
-def group_devices(devices: Iterable[DeviceState]) -> tuple[DeviceGroup, ...]:
-    """Groups by package id, in the order of each package's first gpu index."""
-    groups: dict[str, list[DeviceState]] = {}
-    for device in sorted(devices, key=lambda d: d.gpu):
-        key = device.identity.package or device.identity.pci_bus_id
-        groups.setdefault(key, []).append(device)
-    return tuple(DeviceGroup(package, tuple(members)) for package, members in groups.items())
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -78,14 +49,6 @@ def _power(sample: Sample) -> str:
 def _busy(sample: Sample) -> str:
     gfx = sample.busy.get("gfx")
     return "-" if gfx is None else f"{gfx * 100:.0f}%"
-
-
-def vram_used_total(sample: Sample) -> tuple[float | None, float | None]:
-    """VRAM used and total, bytes; a partition that reports no use of its own shows its share."""
-    used = sample.memory_used_bytes.get("vram")
-    totals = sample.memory_total_bytes
-    total = totals.get("vram") if used is not None else totals.get("partition_vram", totals.get("vram"))
-    return used, total
 
 
 def _vram(sample: Sample) -> str:
@@ -155,30 +118,13 @@ def _device_lines(device: DeviceState, unit: str, alerts: Sequence[AlertState], 
                 "throttling: " + ", ".join(throttled), WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT + "  "
             )
     for alert in alerts:
-        state = "firing" if alert.firing else "pending"
-        text = f"! {alert.alert} ({alert.severity}, {state})"
+        text = f"! {alert.alert} ({alert.severity}, {alert_state(alert)})"
         if alert.suggestion:
             text += ": " + " ".join(alert.suggestion.split())
         lines += textwrap.wrap(
             text, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ", break_on_hyphens=False
         )
     return lines
-
-
-def _group_header(group: DeviceGroup) -> str:
-    first = group.devices[0].identity
-    product = first.product or first.device_id or "unknown device"
-    parts = [product]
-    if group.partitioned:
-        partition = "/".join(p for p in (first.compute_partition, first.memory_partition) if p)
-        count = len(group.devices)
-        parts.append(f"socket {first.serial or group.package}, {partition}, {count} partition{'s' * (count != 1)}")
-    elif len(group.devices) > 1:
-        parts.append(f"package {first.serial or group.package}, {len(group.devices)} dies")
-    else:
-        parts.append(first.pci_bus_id)
-    header = "── " + " · ".join(parts) + " "
-    return header[:WIDTH].ljust(WIDTH, "─")
 
 
 def render_table(
@@ -198,12 +144,10 @@ def render_table(
         title += f" · {source}"
     title += " · " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
     lines = [title[:WIDTH], HEADER]
-    active = [a for a in alerts if a.firing or a.pending_since is not None]
     for group in group_devices(devices):
-        lines.append(_group_header(group))
+        lines.append(f"── {group.title} "[:WIDTH].ljust(WIDTH, "─"))
         for device in group.devices:
-            mine = [a for a in active if a.gpu == device.gpu]
-            lines += _device_lines(device, group.unit_label(device), mine, now)
+            lines += _device_lines(device, group.unit_label(device), active_alerts(alerts, device.gpu), now)
     if not devices:
         lines.append("no devices")
     return "\n".join(line[:WIDTH] for line in lines) + "\n"

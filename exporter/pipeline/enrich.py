@@ -9,22 +9,11 @@ snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from exporter.attribution.enrich import attribute
-from exporter.attribution.model import AttributionReport
-from exporter.attribution.processes import DEFAULT_TOP, ProcessReport
+from exporter.attribution.sources import AttributionInputs
 from exporter.model import Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class AttributionInputs:
-    """What the attribution sources hold at one cycle (immutable reports, read without I/O)."""
-
-    label_names: tuple[str, ...] = ()
-    reports: tuple[AttributionReport, ...] = ()
-    processes: ProcessReport | None = None
-    process_top: int = DEFAULT_TOP
 
 
 def enrich(snapshot: Snapshot, inputs: AttributionInputs | None = None) -> Snapshot:

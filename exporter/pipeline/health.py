@@ -14,10 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from exporter.exposition.metrics import STAGES
 from exporter.model import Published
-
-__all__ = ["STAGES", "Health"]
 
 
 class Health:

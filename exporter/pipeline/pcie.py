@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from exporter.model import Sample
+
 # transfers per second -> data bits per line bit
 LINE_CODE_EFFICIENCY: dict[float, Fraction] = {
     2.5e9: Fraction(8, 10),
@@ -26,11 +28,10 @@ LINE_CODE_EFFICIENCY: dict[float, Fraction] = {
 }
 
 
-def link_max_bytes_per_second(transfers_per_second: float | None, width: int | None) -> float | None:
-    """Bytes per second one direction of the link can carry at this speed and width; None if unknown."""
-    if transfers_per_second is None or width is None or width <= 0:
+def link_max_bytes_per_second(sample: Sample | None) -> float | None:
+    """Bytes per second one direction of the sample's link can carry at its speed and width; None if unknown."""
+    if sample is None or sample.pcie_link_transfers_per_second is None or not sample.pcie_link_width:
         return None
-    efficiency = LINE_CODE_EFFICIENCY.get(float(transfers_per_second))
-    if efficiency is None:
-        return None
-    return float(transfers_per_second) * width * float(efficiency) / 8
+    rate, width = sample.pcie_link_transfers_per_second, sample.pcie_link_width
+    efficiency = LINE_CODE_EFFICIENCY.get(float(rate))
+    return None if efficiency is None or width < 0 else float(rate) * width * float(efficiency) / 8

@@ -60,7 +60,7 @@ class Poller:
         self.source_name = source_name or source.name
         # A source that checked every value as it read it (the sysfs source) says so; any other
         # source's samples (a library's numbers) are judged here.
-        self._values_checked = getattr(source, "values_checked", False) is True
+        self._values_checked = source.values_checked
         self._devices = KnownDevices()
         self._readers = DaemonPool(2, "read")
         # Discovery has its own single thread: never two at once, never on the poll path.
@@ -268,8 +268,7 @@ class Poller:
 
     def _source_asks_rediscovery(self) -> bool:
         """A source that knows its devices changed (an MI300 partition mode switch) says so."""
-        asks = getattr(self.source, "needs_rediscovery", None)
-        return bool(asks()) if callable(asks) else False
+        return self.source.needs_rediscovery()
 
     @property
     def reader_threads(self) -> int:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
+from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
 from exporter.model import (
@@ -30,7 +31,7 @@ from exporter.model import (
     WindowSnapshot,
     frozen_map,
 )
-from exporter.pipeline.enrich import AttributionInputs, enrich
+from exporter.pipeline.enrich import enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 

@@ -6,6 +6,7 @@ import time
 
 from exporter.model import DeviceState, Snapshot, SourceStats, frozen_map
 from exporter.pipeline.discovery import KnownDevices
+from exporter.pipeline.pcie import link_max_bytes_per_second
 
 
 def freeze(
@@ -30,6 +31,7 @@ def freeze(
             read_timeouts=t.read_timeouts,
             present=t.present,
             file_errors=frozen_map(t.file_errors),
+            pcie_link_max_bytes_per_second=link_max_bytes_per_second(t.sample),
         )
         for t in devices.in_gpu_order()
     )

@@ -18,12 +18,18 @@ class SourceError(Exception):
         self.file_errors: dict[tuple[str, str], int] = {}
 
 
+class StartupError(RuntimeError):
+    """The exporter cannot start (no usable source, no device, a busy port); one sentence for the operator."""
+
+
 class Source(Protocol):
-    """A device source. Optional, not part of the protocol: `values_checked = True` on a source
-    whose every returned value already passed sources/plausible.py (the sysfs source); the poller
-    then does not judge its samples again. Any other source's samples are judged by the poller."""
+    """A device source. Every source class subclasses it, so the optional capabilities below have
+    their defaults; the poller reads them as plain members."""
 
     name: str
+    # True on a source whose every returned value already passed sources/plausible.py (the sysfs
+    # source): the poller then does not judge its samples again.
+    values_checked: bool = False
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Find devices. Blocking; called at start and on the slow refresh schedule."""
@@ -36,5 +42,10 @@ class Source(Protocol):
     def stats(self) -> SourceStats:
         """The source's own counters now (cheap, non-blocking); the poller copies them into each Snapshot."""
         ...
+
+    def needs_rediscovery(self) -> bool:
+        """True when the source knows its devices changed (an MI300 partition mode switch): the poller
+        then rediscovers at once."""
+        return False
 
     def close(self) -> None: ...

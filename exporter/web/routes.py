@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -20,9 +19,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
-from exporter.attribution.model import Attribution
+from exporter.exposition.views import alert_json, devices_document
 from exporter.log import get_logger
-from exporter.model import AlertState, DeviceState, Snapshot
 from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.negotiation import wants_gzip, wants_openmetrics
@@ -110,89 +108,6 @@ async def _send(
     await send({"type": "http.response.body", "body": body})
 
 
-def holders_json(attribution: Attribution, gpu: int) -> list[dict[str, Any]]:
-    """Who holds device `gpu`: its pods and Slurm jobs (in the enrich stage's order), then its processes."""
-    holders: list[dict[str, Any]] = []
-    for allocation in attribution.allocations:
-        if allocation.gpu != gpu:
-            continue
-        holder: dict[str, Any] = {"source": allocation.source, **dict(allocation.labels)}
-        if allocation.source != "slurm":  # a Slurm claim's resource is always "slurm": nothing to say
-            holder["resource"] = allocation.resource
-        holder["device_id"] = allocation.device_id
-        holders.append(holder)
-    for usage in attribution.processes:
-        if usage.gpu == gpu:
-            holders.append(
-                {"source": "processes", "pid": usage.pid, "comm": usage.comm, "vram_bytes": usage.vram_bytes}
-            )
-    return holders
-
-
-def device_json(state: DeviceState, attribution: Attribution | None = None) -> dict[str, Any]:
-    """One device entry; with attribution on (any source configured) it carries `holders`, maybe []."""
-    ident = state.identity
-    sample = state.sample
-    data: dict[str, Any] = {
-        "gpu": state.gpu,
-        "up": state.up,
-        "down_reason": state.down_reason or None,
-        "identity": {
-            "pci_bus_id": ident.pci_bus_id,
-            "card": ident.card,
-            "unique_id": ident.unique_id,
-            "product": ident.product,
-            "asic": ident.asic,
-            "device_id": ident.device_id,
-            "serial": ident.serial,
-            "vbios": ident.vbios,
-            "driver_version": ident.driver_version,
-            "package": ident.package,
-            "die": ident.die,
-            "partition": ident.partition,
-            "compute_partition": ident.compute_partition,
-            "memory_partition": ident.memory_partition,
-            "gpu_metrics_version": ident.gpu_metrics_version,
-            "firmware": dict(ident.firmware),
-            "topology": [dataclasses.asdict(link) for link in ident.topology],
-        },
-        "sample": None,
-        "read_errors": dict(state.read_errors),
-        "read_timeouts": state.read_timeouts,
-    }
-    if sample is not None:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(sample):
-            value = getattr(sample, f.name)
-            if isinstance(value, MutableMapping) or hasattr(value, "items"):
-                value = {"/".join(k) if isinstance(k, tuple) else str(k): v for k, v in value.items()}
-            out[f.name] = value
-        out["age_seconds"] = round(time.time() - sample.timestamp, 3)
-        data["sample"] = out
-    if attribution is not None and attribution.sources_up:
-        data["holders"] = holders_json(attribution, state.gpu)
-    return data
-
-
-def devices_document(snapshot: Snapshot) -> dict[str, Any]:
-    """The /api/v1/devices document (docs/api.md); `snapshot --json` prints the same."""
-    return {
-        "taken_at": snapshot.taken_at,
-        "source": snapshot.source,
-        "cycle": snapshot.cycle,
-        "poll_duration_seconds": snapshot.poll_duration_seconds,
-        "devices": [device_json(d, snapshot.attribution) for d in snapshot.devices],
-    }
-
-
-def alert_json(alert: AlertState) -> dict[str, Any]:
-    data = dataclasses.asdict(alert)
-    data["state"] = "firing" if alert.firing else ("pending" if alert.pending_since is not None else "inactive")
-    data["suggested_command"] = alert.suggested_command or None
-    data["note"] = "A suggestion only: the exporter never changes GPU settings."
-    return data
-
-
 def create_app(
     state_ref: Callable[[], PublishedState],
     telemetry_path: str = "/metrics",
@@ -226,7 +141,7 @@ def create_app(
         published = state_ref().published
         if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        return JSONResponse(devices_document(published.snapshot))
+        return JSONResponse(devices_document(published.snapshot, time.time()))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:

@@ -16,10 +16,9 @@ from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
 
+from exporter.exposition.views import GIB, DeviceGroup, active_alerts, alert_state, group_devices, vram_used_total
 from exporter.model import AlertState, DeviceState, Snapshot
-from exporter.operator.snapshot_table import DeviceGroup, group_devices, vram_used_total
 
-GIB = 1024**3
 TEMPLATE = "status_page.html"
 
 
@@ -32,22 +31,10 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _group_title(group: DeviceGroup) -> str:
-    first = group.devices[0].identity
-    product = first.product or first.device_id or "unknown device"
-    if group.partitioned:
-        modes = "/".join(p for p in (first.compute_partition, first.memory_partition) if p)
-        return f"{product} · socket {first.serial or group.package} · {modes} · {len(group.devices)} partitions"
-    if len(group.devices) > 1:
-        return f"{product} · package {first.serial or group.package} · {len(group.devices)} dies"
-    return f"{product} · {first.pci_bus_id}"
-
-
 def _alert_items(alerts: Sequence[AlertState]) -> str:
     items = []
     for alert in alerts:
-        state = "firing" if alert.firing else "pending"
-        text = f"{alert.alert} ({state})" + (f": {alert.suggestion}" if alert.suggestion else "")
+        text = f"{alert.alert} ({alert_state(alert)})" + (f": {alert.suggestion}" if alert.suggestion else "")
         items.append(f'<li class="{html.escape(alert.severity)}">{html.escape(text)}</li>')
     return "".join(items)
 
@@ -79,7 +66,7 @@ def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState],
     busy = sample.busy.get("gfx") if sample is not None else None
     used, total = vram_used_total(sample) if sample is not None else (None, None)
     share = f"{100 * used / total:.1f}%" if used is not None and total else "0%"
-    mine = [a for a in alerts if a.gpu == device.gpu and (a.firing or a.pending_since is not None)]
+    mine = active_alerts(alerts, device.gpu)
     classes = "tile" + ("" if device.up else " down") + (" alerting" if mine else "")
     state = "up" if device.up else f"down: {device.down_reason or '?'}"
     title = f"GPU {device.gpu}" + (f" · {unit}" if unit else "")
@@ -133,7 +120,7 @@ def render_status_page(
         tiles = "".join(
             _tile(group, device, alerts, bool(waveform_url) and device.gpu in waveform_gpus) for device in group.devices
         )
-        title = html.escape(_group_title(group))
+        title = html.escape(group.title)
         groups.append(f'<section class="group"><h2>{title}</h2><div class="tiles">{tiles}</div></section>')
     if snapshot is None:
         groups.append("<p>Waiting for the first poll cycle…</p>")

@@ -28,10 +28,10 @@ from pathlib import Path
 from exporter import config
 from exporter.alerting.rulefile import parse_rules
 from exporter.alerting.rules import Rule
-from exporter.daemon import select_source
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
+from exporter.sources.select import select_source
 
 FLEET = "1xMI210,2xMI250X,1xMI300X"
 SCENARIO = "thermal-excursion:start=5,hot=60,gpus=1"  # GPU 1 hot at both cycles

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from exporter.attribution.kubernetes import KubernetesAttribution
-from exporter.attribution.model import ByBdf, ByDrm, ByXcp, DeviceRef, resolve
+from exporter.attribution.matching import resolve
+from exporter.model import ByBdf, ByDrm, ByXcp, DeviceRef
 from tests.fake_kubelet import FakeContainer, FakeKubelet, FakePod
 
 pytestmark = pytest.mark.integration

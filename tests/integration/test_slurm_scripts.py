@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.attribution import slurm
-from exporter.attribution.model import ByGpuIndex
+from exporter.model import ByGpuIndex
 
 pytestmark = pytest.mark.integration
 

@@ -269,7 +269,7 @@ def test_partitions_sit_under_their_socket() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if "MI300X" in line)
-    assert "socket" in lines[header] and "CPX/NPS4, 8 partitions" in lines[header]
+    assert "socket" in lines[header] and "CPX/NPS4 · 8 partitions" in lines[header]
     assert [line[4:6] for line in lines[header + 1 : header + 9]] == [f"p{i}" for i in range(8)]
     assert "/192" in lines[header + 1] and "/48" in lines[header + 2]  # the socket's VRAM; a partition's share
     assert "MI210" in lines[header + 9] and lines[header + 10].startswith("  8")

@@ -208,7 +208,7 @@ def test_resolved_clock_down_alert_carries_the_restore_advice_until_it_expires()
 
 
 def test_pushed_alerts_carry_the_workload_labels_of_the_enriched_snapshot() -> None:
-    from exporter.attribution.model import Attribution
+    from exporter.model import Attribution
 
     attribution = Attribution(
         label_names=("pod", "namespace", "container"), labels=frozen_map({1: ("train-0", "ml", "worker")})

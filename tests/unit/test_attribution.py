@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.attribution import kubernetes, processes, slurm
-from exporter.attribution.model import (
+from exporter.attribution.matching import labels_by_gpu, normalize_bdf, resolve, xcp_index
+from exporter.model import (
     AttributionReport,
     ByBdf,
     ByDrm,
@@ -19,10 +20,6 @@ from exporter.attribution.model import (
     ByXcp,
     Claim,
     DeviceRef,
-    labels_by_gpu,
-    normalize_bdf,
-    resolve,
-    xcp_index,
 )
 
 # --- device names ---------------------------------------------------------------------------------

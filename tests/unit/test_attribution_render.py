@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.model import AttributionReport, ByBdf, ByGpuIndex, Claim
+from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import render
-from exporter.model import DeviceIdentity, DeviceState, Published, Sample, Snapshot
-from exporter.pipeline.enrich import AttributionInputs, enrich
+from exporter.model import (
+    AttributionReport,
+    ByBdf,
+    ByGpuIndex,
+    Claim,
+    DeviceIdentity,
+    DeviceState,
+    Published,
+    Sample,
+    Snapshot,
+)
+from exporter.pipeline.enrich import enrich
 
 LABELS = ("pod", "namespace", "container", "job_id", "job_user", "job_partition")
 DEVICES = tuple(

@@ -12,10 +12,12 @@ import pytest
 
 from exporter import config
 from exporter.alerting.rulefile import default_rules
-from exporter.daemon import StartupError, alertmanager_pusher, discover_at_start, open_listener, select_source
+from exporter.daemon import alertmanager_pusher, discover_at_start, open_listener
 from exporter.model import AlertmanagerStats, AlertState, Published, Snapshot, SourceStats
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
+from exporter.sources.base import StartupError
+from exporter.sources.select import select_source
 from exporter.sources.sysfs import SysfsSource
 from tests.unit.test_rules import device
 

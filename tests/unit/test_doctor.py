@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity, frozen_map
-from exporter.operator import hostfacts
 from exporter.operator.doctor import AccessFacts, DeviceFacts, Facts, judge
-from exporter.operator.hostfacts import HostFacts, parse_dpkg_query, parse_kernel_release, parse_mask
+from exporter.sources import host as hostfacts
+from exporter.sources.host import HostFacts, parse_dpkg_query, parse_kernel_release, parse_mask
 
 
 def test_parsers() -> None:

@@ -224,11 +224,8 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
             cycle_durations=durations,
         ),
     )
-    device = published.snapshot.devices[0]
-    assert device.sample is not None
-    with_link = dataclasses.replace(
-        device, sample=dataclasses.replace(device.sample, pcie_link_transfers_per_second=16e9, pcie_link_width=16)
-    )
+    # the link's bandwidth is computed when the snapshot is made (pipeline/pcie.py); render only reads it
+    with_link = dataclasses.replace(published.snapshot.devices[0], pcie_link_max_bytes_per_second=31.5077e9)
     snapshot = dataclasses.replace(published.snapshot, windows=windows, devices=(with_link,))
     values = _samples(render(dataclasses.replace(published, snapshot=snapshot)).text.decode())
     assert values[("amdgpu_temperature_window_celsius", (("gpu", "0"), ("sensor", "junction"), ("stat", "max")))] == 91

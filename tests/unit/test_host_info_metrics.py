@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.exposition.render import render
 from exporter.model import ExporterStats, Published, Snapshot
-from exporter.operator.hostfacts import HostFacts, LibraryVersion, collect, host_info
+from exporter.sources.host import HostFacts, LibraryVersion, collect, host_info
 
 
 def _series(published: Published) -> dict[str, list[dict[str, str]]]:

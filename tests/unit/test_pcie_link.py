@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.model import Sample
 from exporter.pipeline.pcie import link_max_bytes_per_second
+
+
+def link_max(rate: float | None, width: int | None) -> float | None:
+    return link_max_bytes_per_second(Sample(0.0, pcie_link_transfers_per_second=rate, pcie_link_width=width))
 
 
 @pytest.mark.parametrize(
@@ -20,13 +25,17 @@ from exporter.pipeline.pcie import link_max_bytes_per_second
     ],
 )
 def test_theoretical_bandwidth_per_generation(rate: float, width: int, expected: float) -> None:
-    assert link_max_bytes_per_second(rate, width) == pytest.approx(expected, rel=1e-12)
+    assert link_max(rate, width) == pytest.approx(expected, rel=1e-12)
 
 
 def test_pcie4_x16_is_the_familiar_31_5_gb_per_second() -> None:
-    assert link_max_bytes_per_second(16e9, 16) == pytest.approx(31.5e9, rel=1e-3)
+    assert link_max(16e9, 16) == pytest.approx(31.5e9, rel=1e-3)
 
 
 @pytest.mark.parametrize(("rate", "width"), [(None, 16), (16e9, None), (16e9, 0), (12.8e9, 16), (0.0, 16)])
 def test_unknown_speed_or_width_gives_none(rate: float | None, width: int | None) -> None:
-    assert link_max_bytes_per_second(rate, width) is None
+    assert link_max(rate, width) is None
+
+
+def test_no_sample_gives_none() -> None:
+    assert link_max_bytes_per_second(None) is None

@@ -9,10 +9,10 @@ from collections import Counter
 
 from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
 from exporter.pipeline.poller import Poller
-from exporter.sources.base import SourceError
+from exporter.sources.base import Source, SourceError
 
 
-class ScriptedSource:
+class ScriptedSource(Source):
     """A source whose reads block on an event for chosen devices (a hung GPU) or fail."""
 
     name = "scripted"

@@ -3,8 +3,9 @@ package, a down device, throttling and a long suggestion wrapped, never wider th
 
 from __future__ import annotations
 
+from exporter.exposition.views import group_devices
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, frozen_map
-from exporter.operator.snapshot_table import WIDTH, group_devices, pcie_link, render_table
+from exporter.operator.snapshot_table import WIDTH, pcie_link, render_table
 
 
 def _state(gpu: int, package: str, *, die: int = 0, partition: str = "", up: bool = True, **sample) -> DeviceState:
@@ -52,9 +53,9 @@ def test_partitions_sit_under_their_socket_and_dies_under_their_package() -> Non
     table = render_table(devices, source="sysfs", taken_at=1003.0)
     lines = table.splitlines()
     assert all(len(line) <= WIDTH for line in lines)
-    assert "socket SOCKET-A, CPX/NPS4, 8 partitions" in lines[2]
+    assert "socket SOCKET-A · CPX/NPS4 · 8 partitions" in lines[2]
     assert [line[4:6] for line in lines[3:11]] == [f"p{i}" for i in range(8)]
-    assert "package PKG-B, 2 dies" in lines[11]
+    assert "package PKG-B · 2 dies" in lines[11]
     assert lines[12].startswith("  8 d0") and "56" in lines[12] and " 300/750" in lines[12] and "97%" in lines[12]
     assert "20.0/24" in lines[12] and "2100/1300" in lines[12] and "32GT x16" in lines[12]
     assert lines[13] == "  9 d1  DOWN (timeout, last sample 3 s ago)"

@@ -58,7 +58,7 @@ class _Hung:
     kills: int = 0
 
 
-class RocmSmiSource:
+class RocmSmiSource(Source):
     name = "rocm-smi"
 
     def __init__(
@@ -122,8 +122,7 @@ class RocmSmiSource:
 
     def needs_rediscovery(self) -> bool:
         """The fallback's (sysfs) word on a partition mode change: the libraries enumerate only at init."""
-        asks = getattr(self.fallback, "needs_rediscovery", None)
-        return bool(asks()) if callable(asks) else False
+        return self.fallback is not None and self.fallback.needs_rediscovery()
 
     # -- discovery -------------------------------------------------------------------------
     def discover(self) -> Sequence[DeviceIdentity]:

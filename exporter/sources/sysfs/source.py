@@ -22,7 +22,7 @@ from pathlib import Path
 
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
-from exporter.sources.base import SourceError
+from exporter.sources.base import Source, SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
 from exporter.sources.identity import measures_package_power
@@ -88,7 +88,7 @@ class DeviceReadState:
             self.kept.close()
 
 
-class SysfsSource:
+class SysfsSource(Source):
     """Source over a sysfs root (default "/sys"; a simulator's folder in tests and the demo)."""
 
     name = "sysfs"

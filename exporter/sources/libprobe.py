@@ -1,4 +1,4 @@
-"""`python -m exporter.operator.libprobe KIND PATH`: load one SMI library and print its version as
+"""`python -m exporter.sources.libprobe KIND PATH`: load one SMI library and print its version as
 JSON. Run in a child process by doctor, because these libraries can abort() or hang while loading
 (a missing /dev/kfd, a mismatched driver), and that must not take the doctor down with them.
 
