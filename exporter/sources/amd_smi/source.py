@@ -17,8 +17,6 @@ class AmdSmiSource(RocmSmiSource):
 
     name = "amd-smi"
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    identity_from_library = staticmethod(convert.identity_from_library)
-    merge_identity = staticmethod(convert.merge_identity)
     library_name = "the amdsmi module"
 
     def __init__(self, fallback: Source | None = None, **kwargs: Any) -> None:
