@@ -124,7 +124,7 @@ def enumerate_devices(lib: ctypes.CDLL, crumbs: Breadcrumbs) -> list[dict[str, A
     count = c_uint32()
     if not RsmiCalls(crumbs, -1).fill("num_monitor_devices", lib.rsmi_num_monitor_devices, byref(count)):
         return []
-    folders = _device_folders_by_bdf()
+    folders = device_folders_by_bdf(SYS)
     devices = []
     for index in range(count.value):
         bdfid = RsmiCalls(crumbs, index).get("pci_id", lib.rsmi_dev_pci_id_get, index)
@@ -136,9 +136,9 @@ def enumerate_devices(lib: ctypes.CDLL, crumbs: Breadcrumbs) -> list[dict[str, A
     return devices
 
 
-def _device_folders_by_bdf() -> dict[str, tuple[str, str]]:
+def device_folders_by_bdf(sys_dir: str) -> dict[str, tuple[str, str]]:
     """BDF -> (card name, resolved device folder)."""
-    drm = os.path.join(SYS, "class", "drm")
+    drm = os.path.join(sys_dir, "class", "drm")
     folders = {}
     try:
         names = os.listdir(drm)
