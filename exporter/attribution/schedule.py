@@ -1,16 +1,11 @@
-"""Runs one attribution source on its own schedule (a thread) and publishes its latest report.
+"""Attribution sources on their own schedule: a thread per source, its latest report published.
 
-`Scheduled` is the schedule: a thread that takes a report every `interval` seconds, keeps the
-latest as `report` (immutable, replaced wholesale) and logs each change of up/down. A subclass
-says how one report is taken: ScheduledAttribution for sources of claims (kubernetes, slurm),
-processes.ProcessCollector for the KFD's per-process files.
-
-A claims source is a `read` callable returning claims or raising AttributionReadError (one-line
-reason). A failed or late read marks the source down at once; the last good claims are kept for
-`keep_for` seconds after the last good read (a kubelet restart or a slow NFS-mounted state
-directory should not relabel every series twice), then dropped. One log line per change: down,
-up, a claim added, a claim removed (with its labels: the record of which pod or job had which GPU,
-and when).
+`Scheduled` takes a report every `interval` seconds, keeps the latest as `report` (immutable,
+replaced wholesale) and logs each change of up/down; a subclass says how one report is taken.
+ScheduledAttribution reads claims (kubernetes, slurm): a failed read marks the source down at once,
+and the last good claims are kept for `keep_for` seconds after the last good read (a kubelet
+restart or a slow NFS-mounted state directory should not relabel every series twice). Each claim
+added or removed is logged with its labels: the record of which pod or job had which GPU, and when.
 """
 
 from __future__ import annotations
