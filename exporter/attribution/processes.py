@@ -16,16 +16,13 @@ The parsers are pure functions over names and bytes; `read_kfd_processes` is the
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.attribution.matching import device_ref_matches
-from exporter.log import get_logger
+from exporter.attribution.schedule import Scheduled
 from exporter.model import ByLocation, DeviceRef, ProcessUsage
-
-log = get_logger("exporter.attribution.processes")
 
 SOURCE = "processes"
 DEFAULT_TOP = 16
@@ -229,7 +226,7 @@ def read_kfd_processes(sysfs_root: str, procfs_root: str = "/proc") -> tuple[Pro
     return tuple(usages)
 
 
-class ProcessCollector:
+class ProcessCollector(Scheduled[ProcessReport]):
     """Reads kfd/proc on its own schedule (a thread); `report` is the latest ProcessReport."""
 
     def __init__(
@@ -239,44 +236,15 @@ class ProcessCollector:
         interval: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(SOURCE, interval, ProcessReport(up=False, error="not read yet"), clock, sysfs_root)
         self.sysfs_root = sysfs_root
         self.procfs_root = procfs_root
-        self.interval = interval
-        self._clock = clock
-        self.report = ProcessReport(up=False, error="not read yet")
-        self._logged_up: bool | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def read_once(self) -> ProcessReport:
-        now = self._clock()
+    def _take(self, now: float, previous: ProcessReport) -> ProcessReport:
         try:
             usages = read_kfd_processes(self.sysfs_root, self.procfs_root)
             locations, compute_units = read_topology(self.sysfs_root)
-            report = ProcessReport(True, usages, locations, compute_units, now)
         except OSError as error:
             where = os.path.join(self.sysfs_root, "class/kfd/kfd/proc")
-            report = ProcessReport(False, taken_at=now, error=f"cannot list {where}: {error.strerror}")
-        if report.up != self._logged_up:
-            if report.up:
-                log.info("attribution_source_up", source=SOURCE, reads=self.sysfs_root)
-            else:
-                log.warning("attribution_source_down", source=SOURCE, error=report.error)
-            self._logged_up = report.up
-        self.report = report
-        return report
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="process-collector", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.read_once()
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+            return ProcessReport(False, taken_at=now, error=f"cannot list {where}: {error.strerror}")
+        return ProcessReport(True, usages, locations, compute_units, now)

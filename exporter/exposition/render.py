@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from exporter.exposition.fastformat import format_families
 from exporter.exposition.metrics import METRICS, MetricSpec
+from exporter.exposition.textformat import format_families
 from exporter.model import Histogram, Published
 
 

@@ -37,7 +37,7 @@ TEXT_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
-class MetricsFastPath:
+class MetricsEndpoint:
     """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
     def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str, health: Health) -> None:
@@ -177,4 +177,4 @@ def create_app(
             waveform_seconds=min(60.0, waveform.max_seconds) if waveform is not None else 60.0,
         )
 
-    return MetricsFastPath(app, state_ref, telemetry_path, checks)
+    return MetricsEndpoint(app, state_ref, telemetry_path, checks)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.sources.rocm_smi import convert
 
-# One fast read and one slow read of an MI250X primary die as the worker returns them.
-FAST = {
+# One every-cycle read and one slow read of an MI250X primary die as the worker returns them.
+CYCLE = {
     "temperatures": {"edge": {"current": 41000}, "junction": {"current": 47000}, "memory": {"current": 44000}},
     "gpu_metrics": {
         "temperature_vrgfx": 39,
@@ -52,7 +52,7 @@ SLOW = {
 }
 
 
-def make(readings: dict = FAST, slow: dict = SLOW, **kwargs: object) -> Sample:
+def make(readings: dict = CYCLE, slow: dict = SLOW, **kwargs: object) -> Sample:
     return convert.sample_from_readings(readings, slow, timestamp=12.5, secondary_die=False, **kwargs)  # type: ignore[arg-type]
 
 
@@ -82,7 +82,7 @@ def test_energy_uses_the_hardware_tick_not_the_librarys_15_3_microjoules() -> No
 
 
 def test_all_ones_energy_is_absent() -> None:
-    assert make({**FAST, "energy": {"ticks": (1 << 64) - 1}}).energy_joules is None
+    assert make({**CYCLE, "energy": {"ticks": (1 << 64) - 1}}).energy_joules is None
 
 
 def test_power_caps_and_units() -> None:
@@ -93,7 +93,7 @@ def test_power_caps_and_units() -> None:
 
 
 def test_second_die_shows_no_power_or_energy() -> None:
-    sample = convert.sample_from_readings(FAST, SLOW, timestamp=1.0, secondary_die=True)
+    sample = convert.sample_from_readings(CYCLE, SLOW, timestamp=1.0, secondary_die=True)
     assert sample.power_watts is None and sample.energy_joules is None
     assert sample.power_cap_watts == pytest.approx(560.0)
 
@@ -127,8 +127,8 @@ def test_pcie_link_current_from_gpu_metrics_max_from_dpm_levels() -> None:
 
 
 def test_pcie_esm_code_is_left_out_and_the_dpm_level_used() -> None:
-    metrics = dict(FAST["gpu_metrics"])  # type: ignore[call-overload]
-    readings = {**FAST, "gpu_metrics": {**metrics, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
+    metrics = dict(CYCLE["gpu_metrics"])  # type: ignore[call-overload]
+    readings = {**CYCLE, "gpu_metrics": {**metrics, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
     sample = make(readings)
     # ESM code 172 is not a rate: the marked pp_dpm_pcie level (index 0) stands instead
     assert sample.pcie_link_transfers_per_second == 16e9
@@ -143,7 +143,7 @@ def test_ecc_and_retired_pages() -> None:
 
 def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
     assert make().pcie_bandwidth_upper_bound_bytes_per_second is None
-    readings = {**FAST, "pcie_throughput": {"sent": 10, "received": 30, "max_payload": 256}}
+    readings = {**CYCLE, "pcie_throughput": {"sent": 10, "received": 30, "max_payload": 256}}
     assert make(readings).pcie_bandwidth_upper_bound_bytes_per_second == 40 * 256
 
 
@@ -253,3 +253,17 @@ def test_any_worker_reading_converts_without_error(readings: dict, secondary: bo
     assert all(isinstance(v, float) for v in sample.temperatures.values())
     if secondary:
         assert sample.power_watts is None
+
+
+def test_identity_merge_keeps_the_fallbacks_links_when_the_library_reports_none() -> None:
+    gpu_link = TopologyLink("0000:43:00.0", "xgmi", 1, 15)
+    fallback = DeviceIdentity("0000:41:00.0", "card1", "", topology=(TopologyLink("", "pcie", 1, 20), gpu_link))
+    library = convert.identity_from_library(
+        {"links": []},
+        pci_bus_id="0000:41:00.0",
+        card="card1",
+        device_dir="",
+        driver_version="",
+        peer_bus_ids={},
+    )
+    assert convert.merge_identity(fallback, library).topology == fallback.topology

@@ -7,28 +7,26 @@ own units (pcie_link_speed 0.1 GT/s, xgmi_link_speed Gbps per lane, XGMI data KB
 of 1 ms, pcie_bandwidth_inst GB/s). None = not supplied (the module's "N/A", or a failed call).
 
 The rules are the sysfs source's for the same kernel values, so the two agree on the same tree:
-a power cap of 0 is no cap; the second die of a dual-die package shows no power or energy.
+a power cap of 0 is no cap; the second die of a dual-die package shows no power or energy. Those
+the two SMI libraries share (gpu_metrics fields, caps) are rocm_smi/convert.py's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.model import DeviceIdentity, Sample, frozen_map
-from exporter.sources.rocm_smi import convert as rsmi_convert
+from exporter.model import Sample, frozen_map
+from exporter.sources.rocm_smi.convert import (
+    ENERGY_TICK_JOULES,
+    cap_watts,
+    metrics_clocks,
+    metrics_pcie_link,
+    metrics_temperatures,
+    number,
+    numbers,
+)
 
-ENERGY_TICK_JOULES = 2.0**-16
-_PCIE_RATES_100MTS = frozenset({25, 50, 80, 160, 320, 640})
-_METRICS_TEMPERATURES = {"vr_gfx": "temperature_vrgfx", "vr_soc": "temperature_vrsoc", "vr_mem": "temperature_vrmem"}
-_METRICS_CLOCKS = {
-    "gfx": "current_gfxclk",
-    "soc": "current_socclk",
-    "memory": "current_uclk",
-    "video": "current_vclk0",
-    "decode": "current_dclk0",
-}
 _RESIDENCIES = {
     "prochot": "prochot_residency_acc",
     "ppt": "ppt_residency_acc",
@@ -38,43 +36,21 @@ _RESIDENCIES = {
 }
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _present(values: Mapping[Any, float | None]) -> dict[Any, float]:
-    return {k: v for k, v in values.items() if v is not None}
-
-
 def temperatures(readings: Mapping[str, Any]) -> dict[str, float]:
-    result = _present({sensor: _number(v) for sensor, v in (readings.get("temperatures") or {}).items()})
-    metrics = readings.get("gpu_metrics") or {}
-    for sensor, name in _METRICS_TEMPERATURES.items():
-        celsius = _number(metrics.get(name))
-        if celsius is not None:
-            result[sensor] = celsius
-    for index, celsius in enumerate(metrics.get("temperature_hbm") or ()):
-        if _number(celsius) is not None:
-            result[f"hbm{index}"] = float(celsius)
-    return result
+    return numbers(readings.get("temperatures")) | metrics_temperatures(readings.get("gpu_metrics") or {})
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     result: dict[tuple[str, str], float] = {}
     for sensor, limits in (slow.get("thresholds") or {}).items():
         for threshold, celsius in (limits or {}).items():
-            if _number(celsius) is not None:
+            if number(celsius) is not None:
                 result[(sensor, threshold)] = float(celsius)
     return result
-
-
-def _cap(microwatts: Any) -> float | None:
-    value = _number(microwatts)
-    return value / 1e6 if value else None  # MI250X die 1 reports 0: no cap
 
 
 def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
@@ -82,16 +58,11 @@ def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[s
     maximum: dict[str, float] = {}
     for domain, info in (slow.get("clocks") or {}).items():
         info = info or {}
-        if _number(info.get("max_clk")) is not None:
+        if number(info.get("max_clk")) is not None:
             maximum[domain] = float(info["max_clk"]) * 1e6
-        if _number(info.get("clk")) is not None:
+        if number(info.get("clk")) is not None:
             current[domain] = float(info["clk"]) * 1e6
-    metrics = readings.get("gpu_metrics") or {}
-    for domain, name in _METRICS_CLOCKS.items():
-        mhz = _number(metrics.get(name))
-        if mhz is not None:
-            current[domain] = mhz * 1e6
-    return current, maximum
+    return current | metrics_clocks(readings.get("gpu_metrics") or {}), maximum
 
 
 def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,19 +71,15 @@ def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]
     static, metric = info.get("pcie_static") or {}, info.get("pcie_metric") or {}
     if _int(static.get("max_pcie_width")) is not None:
         result["pcie_max_link_width"] = int(static["max_pcie_width"])
-    if _number(static.get("max_pcie_speed")) is not None:
+    if number(static.get("max_pcie_speed")) is not None:
         result["pcie_max_link_transfers_per_second"] = float(static["max_pcie_speed"]) * 1e6
     if _int(metric.get("pcie_width")) is not None:
         result["pcie_link_width"] = int(metric["pcie_width"])
-    if _number(metric.get("pcie_speed")) is not None:
+    if number(metric.get("pcie_speed")) is not None:
         result["pcie_link_transfers_per_second"] = float(metric["pcie_speed"]) * 1e6
     metrics = readings.get("gpu_metrics") or {}
-    width, speed = _int(metrics.get("pcie_link_width")), _int(metrics.get("pcie_link_speed"))
-    if width is not None:
-        result["pcie_link_width"] = width
-    if speed is not None and not (128 <= speed < 256 and speed not in _PCIE_RATES_100MTS):
-        result["pcie_link_transfers_per_second"] = speed * 1e8
-    bandwidth = _number(metrics.get("pcie_bandwidth_inst"))
+    result |= metrics_pcie_link(metrics)
+    bandwidth = number(metrics.get("pcie_bandwidth_inst"))
     if bandwidth is not None:
         result["pcie_bandwidth_bytes_per_second"] = bandwidth * 1e9
     for field, name in (
@@ -130,7 +97,7 @@ def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]
 def xgmi(readings: Mapping[str, Any]) -> dict[str, Any]:
     metrics = readings.get("gpu_metrics") or {}
     result: dict[str, Any] = {}
-    width, lane_gbps = _int(metrics.get("xgmi_link_width")), _number(metrics.get("xgmi_link_speed"))
+    width, lane_gbps = _int(metrics.get("xgmi_link_width")), number(metrics.get("xgmi_link_speed"))
     if width is not None:
         result["xgmi_link_width"] = width
         if lane_gbps is not None:
@@ -140,7 +107,7 @@ def xgmi(readings: Mapping[str, Any]) -> dict[str, Any]:
     )
     for field, name in (("xgmi_read_bytes", "xgmi_read_data_acc"), ("xgmi_write_bytes", "xgmi_write_data_acc")):
         values = metrics.get(name) or ()
-        result[field] = frozen_map({i: float(v) * 1024.0 for i, v in enumerate(values) if _number(v) is not None})
+        result[field] = frozen_map({i: float(v) * 1024.0 for i, v in enumerate(values) if number(v) is not None})
     return result
 
 
@@ -152,36 +119,36 @@ def sample_from_readings(
     secondary_die: bool,
     xgmi_error_events: int | None = None,
 ) -> Sample:
-    """One Sample from a fast read plus the latest slow read of the same device."""
+    """One Sample from an every-cycle read plus the latest slow read of the same device."""
     current_clocks, max_clocks = clocks(readings, slow)
-    power = _number((readings.get("power") or {}).get("socket_power"))
-    energy_ticks = _number((readings.get("energy") or {}).get("energy_accumulator"))
+    power = number((readings.get("power") or {}).get("socket_power"))
+    energy_ticks = number((readings.get("energy") or {}).get("energy_accumulator"))
     energy = energy_ticks * ENERGY_TICK_JOULES if energy_ticks is not None else None
     if secondary_die:
         power = energy = None  # the second die of an MI250X reads 0 W and 0 J
     activity = readings.get("activity") or {}
-    busy = _present({"gfx": _number(activity.get("gfx_activity")), "memory": _number(activity.get("umc_activity"))})
+    busy = numbers({"gfx": number(activity.get("gfx_activity")), "memory": number(activity.get("umc_activity"))})
     caps = slow.get("power_cap") or {}
     metrics = readings.get("gpu_metrics") or {}
-    residency = _present({reason: _number(metrics.get(name)) for reason, name in _RESIDENCIES.items()})
+    residency = numbers({reason: number(metrics.get(name)) for reason, name in _RESIDENCIES.items()})
     ecc: dict[tuple[str, str], int] = {}
     for block, counts in (slow.get("ecc") or {}).items():
         if counts:
             for kind, key in (("correctable", "correctable_count"), ("uncorrectable", "uncorrectable_count")):
                 if _int(counts.get(key)) is not None:
                     ecc[(block, kind)] = int(counts[key])
-    voltage = _number(readings.get("vddgfx_mv"))
+    voltage = number(readings.get("vddgfx_mv"))
     return Sample(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings)),
         temperature_thresholds=frozen_map(thresholds(slow)),
         power_watts=power,
-        power_cap_watts=_cap(caps.get("power_cap")),
-        power_cap_max_watts=_cap(caps.get("max_power_cap")),
+        power_cap_watts=cap_watts(caps.get("power_cap")),
+        power_cap_max_watts=cap_watts(caps.get("max_power_cap")),
         energy_joules=energy,
         busy=frozen_map({engine: percent / 100 for engine, percent in busy.items()}),
-        memory_used_bytes=frozen_map(_present({k: _number(v) for k, v in (readings.get("memory_used") or {}).items()})),
-        memory_total_bytes=frozen_map(_present({k: _number(v) for k, v in (slow.get("memory_total") or {}).items()})),
+        memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
+        memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
@@ -191,14 +158,3 @@ def sample_from_readings(
         **pcie(readings, slow),
         **xgmi(readings),
     )
-
-
-def identity_from_library(ident: Mapping[str, Any], **kwargs: Any) -> DeviceIdentity:
-    """The amd-smi worker answers identify() in the rocm-smi worker's shape."""
-    return rsmi_convert.identity_from_library(ident, **kwargs)
-
-
-def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceIdentity:
-    """The rocm-smi rule, but the topology stays the fallback's: the worker reports no links."""
-    merged = rsmi_convert.merge_identity(fallback, library)
-    return dataclasses.replace(merged, topology=fallback.topology)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter.sources.amd_smi import convert
-from exporter.sources.base import Source, SourceError
-from exporter.sources.rocm_smi.source import RocmSmiSource, _self_check
+from exporter.sources.base import Source
+from exporter.sources.rocm_smi.source import RocmSmiSource, self_check
 from exporter.sources.rocm_smi.supervisor import AMD_SMI_WORKER
 
 
@@ -17,8 +17,6 @@ class AmdSmiSource(RocmSmiSource):
 
     name = "amd-smi"
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    identity_from_library = staticmethod(convert.identity_from_library)
-    merge_identity = staticmethod(convert.merge_identity)
     library_name = "the amdsmi module"
 
     def __init__(self, fallback: Source | None = None, **kwargs: Any) -> None:
@@ -32,17 +30,4 @@ def probe_amd_smi(sysfs_root: str, *, worker_prefix: Sequence[str] = (), timeout
     if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
         return False, f"libamd_smi reads /sys only, and the sysfs root is {sysfs_root}"
     source = AmdSmiSource(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
-    try:
-        try:
-            devices = source.discover()
-        except SourceError as error:
-            return False, str(error)
-        if not devices:
-            return False, "amdsmi: no GPU found"
-        problems = [problem for device in devices for problem in _self_check(source, device, sysfs_root)]
-        if problems:
-            return False, f"amdsmi: self-check failed: {problems[0]}"
-        version = source.supervisor.library_version
-        return True, f"amdsmi (libamd_smi {version}): {len(devices)} GPUs, self-check passed"
-    finally:
-        source.close()
+    return self_check(source, "amdsmi", sysfs_root)

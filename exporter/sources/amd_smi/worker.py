@@ -1,8 +1,8 @@
 """The amd-smi worker process: the `amdsmi` Python module (libamd_smi), supervised like the rocm-smi worker.
 
-Started by the rocm_smi Supervisor as `python -m exporter.sources.amd_smi.worker <fds>` with the
-same protocol (exporter/sources/rocm_smi/protocol.py), breadcrumbs and crash log as the rocm-smi
-worker: the daemon cannot tell them apart except by their answers. The module is AMD's own binding
+Started by the rocm_smi Supervisor as `python -m exporter.sources.amd_smi.worker <fds>`; it runs in
+the same worker harness (exporter/sources/rocm_smi/harness.py) as the rocm-smi worker: the daemon
+cannot tell them apart except by their answers. The module is AMD's own binding
 (it declares every struct for the library it ships with), so no ctypes layout of ours meets the
 library. It answers in the library's own units; exporter/sources/amd_smi/convert.py turns them
 into the data model. A value the library does not provide ("N/A", or an AmdSmiLibraryException)
@@ -15,15 +15,12 @@ their nearly empty platform device and answers N/A for nearly everything).
 
 from __future__ import annotations
 
-import faulthandler
-import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from exporter.sources.rocm_smi import protocol as proto
-from exporter.sources.rocm_smi.worker import Breadcrumbs, Worker, _read_lines, _Replier
+from exporter.sources.rocm_smi import harness
+from exporter.sources.rocm_smi.harness import Breadcrumbs, Opened
 
 # our name -> amdsmi enum member names
 TEMPERATURES = {"edge": "EDGE", "junction": "HOTSPOT", "memory": "VRAM"}
@@ -98,33 +95,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class Calls:
-    """One request's module calls on one device: breadcrumbs around each, failures noted, skips honoured."""
-
-    def __init__(self, crumbs: Breadcrumbs, index: int, skip: frozenset[str]) -> None:
-        self.crumbs, self.index, self.skip = crumbs, index, skip
-        self.failed: dict[str, int] = {}
+class Calls(harness.Calls):
+    """A failed call raises AmdSmiLibraryException (not supported, DRM error ...): not supplied."""
 
     def get(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
-        if name in self.skip:
-            return None
-        self.crumbs.mark(self.index, name)
-        try:
-            return _plain(function(*args))
-        except Exception as error:  # AmdSmiLibraryException (not supported, DRM error ...): not supplied
-            self.failed[name] = int(getattr(error, "err_code", -1) or -1)
-            return None
-        finally:
-            self.crumbs.mark(self.index, proto.IDLE)
+        return _plain(self.call(name, function, *args))
 
 
 class AmdSmiDeviceReader:
-    """The calls that read one processor handle (the interface the rocm-smi Worker dispatches to)."""
+    """The calls that read one processor handle."""
 
     def __init__(self, smi: Any, crumbs: Breadcrumbs, index: int, handle: Any) -> None:
         self.smi, self.crumbs, self.index, self.handle = smi, crumbs, index, handle
 
-    def identify(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def identify(self, skip: frozenset[str]) -> dict[str, Any]:
         smi, h = self.smi, self.handle
         calls = Calls(self.crumbs, self.index, skip)
         asic = calls.get("asic_info", smi.amdsmi_get_gpu_asic_info, h) or {}
@@ -155,7 +139,8 @@ class AmdSmiDeviceReader:
             "failed": calls.failed,
         }
 
-    def read(self, skip: frozenset[str], slow: bool, guard: bool = True) -> dict[str, Any]:
+    def read(self, skip: frozenset[str], slow: bool, guard: bool, pcie_throughput_period: float) -> dict[str, Any]:
+        # Nothing to guard: libamd_smi reads every gpu_metrics version. pcie_bw is the fallback's.
         smi, h = self.smi, self.handle
         calls = Calls(self.crumbs, self.index, skip)
         kinds = smi.AmdSmiTemperatureType
@@ -222,79 +207,27 @@ class AmdSmiDeviceReader:
         }
 
 
-def _bdf(text: Any) -> str:
-    return str(text or "").strip().lower()
+def open_library(crumbs: Breadcrumbs) -> Opened:
+    import amdsmi as smi
 
-
-def enumerate_devices(smi: Any, crumbs: Breadcrumbs) -> tuple[list[dict[str, Any]], dict[int, AmdSmiDeviceReader]]:
+    smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
+    version = smi.amdsmi_get_lib_version()
     devices: list[dict[str, Any]] = []
     readers: dict[int, AmdSmiDeviceReader] = {}
     for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
-        calls = Calls(crumbs, index, frozenset())
-        kfd = calls.get("kfd_info", smi.amdsmi_get_gpu_kfd_info, handle) or {}
-        partition = kfd.get("current_partition_id") or 0
-        bdf = _bdf(calls.get("bdf", smi.amdsmi_get_gpu_device_bdf, handle))
-        devices.append({"index": index, "pci_bus_id": bdf, "partition": int(partition), "card": "", "device_dir": ""})
+        calls = Calls(crumbs, index)
+        partition = (calls.get("kfd_info", smi.amdsmi_get_gpu_kfd_info, handle) or {}).get("current_partition_id")
+        bdf = str(calls.get("bdf", smi.amdsmi_get_gpu_device_bdf, handle) or "").strip().lower()
+        devices.append(
+            {"index": index, "pci_bus_id": bdf, "partition": int(partition or 0), "card": "", "device_dir": ""}
+        )
         readers[index] = AmdSmiDeviceReader(smi, crumbs, index, handle)
-    return devices, readers
-
-
-class AmdSmiWorker(Worker):
-    """The rocm-smi worker's dispatch (one thread and queue per device) over amdsmi device readers."""
-
-    def __init__(self, readers: Mapping[int, AmdSmiDeviceReader], reply_fd: int) -> None:
-        import threading
-
-        self.reply_fd = reply_fd
-        self.reply_lock = threading.Lock()
-        self.readers = dict(readers)  # type: ignore[arg-type]
-        self.queues = {}
-        self.pcie_readers = {}
-
-    def _pcie_throughput(self, index: int, period: float) -> dict[str, int] | None:
-        return None  # the sysfs fallback reads pcie_bw (MI200) and gpu_metrics (MI300)
-
-
-def main(argv: list[str]) -> int:
-    request_fd, reply_fd, crumbs_fd, crash_fd = (int(a) for a in argv[:4])
-    faulthandler.enable(file=crash_fd, all_threads=True)
-    crumbs = Breadcrumbs(crumbs_fd)
-    reply = _Replier(reply_fd)
-    try:
-        started = time.monotonic()
-        import amdsmi as smi
-
-        smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
-        version = smi.amdsmi_get_lib_version()
-        devices, readers = enumerate_devices(smi, crumbs)
-        driver = ""
-        if readers:
-            info = Calls(crumbs, 0, frozenset()).get("driver_info", smi.amdsmi_get_gpu_driver_info, readers[0].handle)
-            driver = str((info or {}).get("driver_version") or "")
-        worker = AmdSmiWorker(readers, reply_fd)
-    except Exception as error:
-        reply.send({"event": "failed", "reason": "init_failed", "message": f"{type(error).__name__}: {error}"})
-        return 3
-    reply.send(
-        {
-            "event": "ready",
-            "pid": os.getpid(),
-            "devices": devices,
-            "driver_version": driver,
-            "library_version": f"{version.get('major')}.{version.get('minor')}.{version.get('release')}",
-            "init_seconds": time.monotonic() - started,
-        }
-    )
-    for line in _read_lines(request_fd):
-        try:
-            request = proto.decode(line)
-        except ValueError:
-            continue
-        if request.get("op") == "exit":
-            break
-        worker.dispatch(request)
-    os._exit(0)
+    driver = ""
+    if readers:
+        info = Calls(crumbs, 0).get("driver_info", smi.amdsmi_get_gpu_driver_info, readers[0].handle)
+        driver = str((info or {}).get("driver_version") or "")
+    return Opened(devices, readers, driver, f"{version.get('major')}.{version.get('minor')}.{version.get('release')}")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(harness.serve(sys.argv[1:], open_library))

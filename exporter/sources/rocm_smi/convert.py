@@ -6,7 +6,9 @@ accumulator ticks (the library's own 15.3 uJ resolution is replaced by the hardw
 
 Field by field the rules are the ones the sysfs source applies to the same files, so the two
 sources agree on the same tree: all-ones gpu_metrics fields are absent, a power cap of 0 (MI250X
-second die) is no cap, the second die of a dual-die package shows no power or energy.
+second die) is no cap, the second die of a dual-die package shows no power or energy. The rules
+for the values both SMI libraries supply alike (gpu_metrics fields, caps) are here once; the
+amd-smi converter uses them too.
 """
 
 from __future__ import annotations
@@ -19,17 +21,10 @@ from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.sources.rocm_smi.library import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
 
 _U16_NONE = 0xFFFF
-_U32_NONE = 0xFFFFFFFF
 # gpu_metrics pcie_link_speed is in 0.1 GT/s. Aldebaran reports an ESM link as a code in 128..255
 # that is not a rate; like the gpu_metrics decoder, such a value is left out, not mis-scaled.
 _PCIE_RATES_100MTS = frozenset({25, 50, 80, 160, 320, 640})
-_ESM_CODES = range(128, 256)
-_HBM_SENSORS = ("hbm0", "hbm1", "hbm2", "hbm3")
-_METRICS_TEMPERATURES = {
-    "vr_gfx": "temperature_vrgfx",
-    "vr_soc": "temperature_vrsoc",
-    "vr_mem": "temperature_vrmem",
-}
+_METRICS_TEMPERATURES = {"vr_gfx": "temperature_vrgfx", "vr_soc": "temperature_vrsoc", "vr_mem": "temperature_vrmem"}
 # gpu_metrics current clocks (MHz) -> our domain; the same fields the gpu_metrics decoder uses.
 _METRICS_CLOCKS = {
     "gfx": "current_gfxclk",
@@ -38,30 +33,59 @@ _METRICS_CLOCKS = {
     "video": "current_vclk0",
     "decode": "current_dclk0",
 }
-_METRICS_BUSY = {"media": "average_mm_activity"}
 _RETIRED = "0"  # rsmi_memory_page_status_t RSMI_MEM_PAGE_STATUS_RESERVED
 
 
-def _u16(table: Mapping[str, Any], name: str) -> int | None:
-    value = table.get(name)
-    return None if value is None or value == _U16_NONE else int(value)
+def number(value: Any) -> float | None:
+    """A value the library supplied as a number; None for anything else (None, a string, a bool)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def numbers(values: Mapping[Any, Any] | None) -> dict[Any, float]:
+    """The entries of `values` that are numbers."""
+    return {k: v for k, v in ((k, number(v)) for k, v in (values or {}).items()) if v is not None}
+
+
+def _metric(value: Any) -> float | None:
+    """A gpu_metrics field (all u16 here): all-ones is the kernel's "not supplied"."""
+    reading = number(value)
+    return None if reading == _U16_NONE else reading
+
+
+def metrics_temperatures(table: Mapping[str, Any]) -> dict[str, float]:
+    """The voltage regulator and HBM sensors (°C) of a gpu_metrics table."""
+    result = numbers({sensor: _metric(table.get(name)) for sensor, name in _METRICS_TEMPERATURES.items()})
+    return result | numbers({f"hbm{i}": _metric(v) for i, v in enumerate(table.get("temperature_hbm") or ())})
+
+
+def metrics_clocks(table: Mapping[str, Any]) -> dict[str, float]:
+    """The current clocks (Hz) of a gpu_metrics table."""
+    return {
+        domain: mhz * 1e6 for domain, name in _METRICS_CLOCKS.items() if (mhz := _metric(table.get(name))) is not None
+    }
+
+
+def metrics_pcie_link(table: Mapping[str, Any]) -> dict[str, Any]:
+    """The current PCIe link of a gpu_metrics table, as Sample fields."""
+    result: dict[str, Any] = {}
+    width, speed = _metric(table.get("pcie_link_width")), _metric(table.get("pcie_link_speed"))
+    if width is not None:
+        result["pcie_link_width"] = int(width)
+    if speed is not None and not (128 <= speed < 256 and speed not in _PCIE_RATES_100MTS):
+        result["pcie_link_transfers_per_second"] = speed * 1e8
+    return result
+
+
+def cap_watts(microwatts: Any) -> float | None:
+    """µW -> W. MI250X die 1 reports a cap of 0: there is no cap to show, not a cap of zero."""
+    value = number(microwatts)
+    return value / 1e6 if value else None
 
 
 def temperatures(readings: Mapping[str, Any]) -> dict[str, float]:
     """Sensor -> °C: hwmon sensors through rsmi_dev_temp_metric_get, the rest from gpu_metrics."""
-    result: dict[str, float] = {}
-    for sensor, metrics in readings.get("temperatures", {}).items():
-        if "current" in metrics:
-            result[sensor] = metrics["current"] / 1000.0
-    table = readings.get("gpu_metrics") or {}
-    for sensor, name in _METRICS_TEMPERATURES.items():
-        celsius = _u16(table, name)
-        if celsius is not None:
-            result[sensor] = float(celsius)
-    for sensor, celsius in zip(_HBM_SENSORS, table.get("temperature_hbm", ()), strict=False):
-        if celsius != _U16_NONE:
-            result[sensor] = float(celsius)
-    return result
+    result = {sensor: m["current"] / 1000.0 for sensor, m in readings.get("temperatures", {}).items() if "current" in m}
+    return result | metrics_temperatures(readings.get("gpu_metrics") or {})
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
@@ -71,15 +95,6 @@ def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
             if threshold in metrics:
                 result[(sensor, threshold)] = metrics[threshold] / 1000.0
     return result
-
-
-def _watts(microwatts: int | None) -> float | None:
-    return None if microwatts is None else microwatts / 1e6
-
-
-def _cap(microwatts: int | None) -> float | None:
-    # MI250X die 1 reports a cap of 0: there is no cap to show, not a cap of zero.
-    return _watts(microwatts) if microwatts else None
 
 
 def energy_joules(readings: Mapping[str, Any]) -> float | None:
@@ -99,11 +114,9 @@ def busy(readings: Mapping[str, Any]) -> dict[str, float]:
         result["gfx"] = readings["busy_percent"] / 100.0
     if readings.get("memory_busy_percent") is not None:
         result["memory"] = readings["memory_busy_percent"] / 100.0
-    table = readings.get("gpu_metrics") or {}
-    for engine, name in _METRICS_BUSY.items():
-        percent = _u16(table, name)
-        if percent is not None:
-            result[engine] = percent / 100.0
+    media = _metric((readings.get("gpu_metrics") or {}).get("average_mm_activity"))
+    if media is not None:
+        result["media"] = media / 100.0
     return result
 
 
@@ -135,12 +148,7 @@ def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[s
         level = _current_level(levels, int(table.get("current", -1)))
         if level is not None:
             current[domain] = float(level)
-    metrics = readings.get("gpu_metrics") or {}
-    for domain, name in _METRICS_CLOCKS.items():
-        mhz = _u16(metrics, name)
-        if mhz is not None:
-            current[domain] = mhz * 1e6
-    return current, maximum
+    return current | metrics_clocks(readings.get("gpu_metrics") or {}), maximum
 
 
 def pcie_link(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,14 +165,7 @@ def pcie_link(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str,
     if 0 <= index < min(len(rates), len(lanes)):
         result["pcie_link_transfers_per_second"] = float(rates[index])
         result["pcie_link_width"] = lanes[index]
-    metrics = readings.get("gpu_metrics") or {}
-    width = _u16(metrics, "pcie_link_width")
-    speed = _u16(metrics, "pcie_link_speed")
-    if width is not None:
-        result["pcie_link_width"] = width
-    if speed is not None and not (speed in _ESM_CODES and speed not in _PCIE_RATES_100MTS):
-        result["pcie_link_transfers_per_second"] = speed * 1e8
-    return result
+    return result | metrics_pcie_link(readings.get("gpu_metrics") or {})
 
 
 def pcie_bandwidth(readings: Mapping[str, Any]) -> float | None:
@@ -199,9 +200,10 @@ def sample_from_readings(
     secondary_die: bool,
     xgmi_error_events: int | None = None,
 ) -> Sample:
-    """One Sample from a fast read plus the latest slow read of the same device."""
+    """One Sample from an every-cycle read plus the latest slow read of the same device."""
     current_clocks, max_clocks = clocks(readings, slow)
-    power = _watts(readings.get("power_average"))
+    microwatts = number(readings.get("power_average"))
+    power = microwatts / 1e6 if microwatts is not None else None
     energy = energy_joules(readings)
     if secondary_die:
         # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
@@ -214,12 +216,12 @@ def sample_from_readings(
         temperatures=frozen_map(temperatures(readings)),
         temperature_thresholds=frozen_map(thresholds(slow)),
         power_watts=power,
-        power_cap_watts=_cap(slow.get("power_cap")),
-        power_cap_max_watts=_cap(slow.get("power_cap_max")),
+        power_cap_watts=cap_watts(slow.get("power_cap")),
+        power_cap_max_watts=cap_watts(slow.get("power_cap_max")),
         energy_joules=energy,
         busy=frozen_map(busy(readings)),
-        memory_used_bytes=frozen_map({k: float(v) for k, v in readings.get("memory_used", {}).items()}),
-        memory_total_bytes=frozen_map({k: float(v) for k, v in slow.get("memory_total", {}).items()}),
+        memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
+        memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         gfx_dpm_levels_hertz=gfx_levels(slow),
@@ -313,9 +315,10 @@ def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceI
     """
     cpu_links = tuple(link for link in fallback.topology if not link.peer_pci_bus_id)
     topology = tuple(sorted(library.topology + cpu_links, key=lambda item: (item.peer_pci_bus_id, item.link_type)))
-    if any(link.peer_partition for link in fallback.topology):
-        # a partitioned socket: the library's links are between its devices' indices, which do not
-        # say which partition a peer is; KFD's (the fallback's) do
+    if not library.topology or any(link.peer_partition for link in fallback.topology):
+        # No links from the library (amd-smi reports none), or a partitioned socket: the library's
+        # links are between its devices' indices, which do not say which partition a peer is; KFD's
+        # (the fallback's) do.
         topology = fallback.topology
     return dataclasses.replace(
         fallback,

@@ -44,6 +44,7 @@ from exporter.sources.rocm_smi.supervisor import (
     WorkerGone,
     WorkerUnavailable,
 )
+from exporter.sources.rocm_smi.worker import device_folders_by_bdf
 
 log = get_logger("exporter.sources.rocm_smi")
 
@@ -442,30 +443,34 @@ def probe_rocm_smi(
     if path is None:
         return False, "librocm_smi64 not found ($ROCM_PATH/lib, /opt/rocm/lib, /usr/lib ...)"
     source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
+    return self_check(source, path, sysfs_root)
+
+
+def self_check(source: RocmSmiSource, name: str, sysfs_root: str) -> tuple[bool, str]:
+    """Discover through `source`, then read every device once and compare its unique_id with sysfs'.
+    Closes `source`. `name` (the library) starts every reason."""
     try:
         try:
             devices = source.discover()
         except SourceError as error:
-            return False, f"{path}: {error}"
+            return False, f"{name}: {error}"
         if not devices:
-            return False, f"{path}: rsmi_init found no GPU"
-        problems = []
-        for device in devices:
-            problems += _self_check(source, device, sysfs_root)
+            return False, f"{name}: the library found no GPU"
+        problems = [problem for device in devices for problem in _check_device(source, device, sysfs_root)]
         if problems:
-            return False, f"{path}: self-check failed: {problems[0]}"
+            return False, f"{name}: self-check failed: {problems[0]}"
         rerouted = sum(len(source.unsafe_calls(d.pci_bus_id)) for d in devices)
         note = f"; {rerouted} library calls left to sysfs" if rerouted else ""
         version = source.supervisor.library_version
-        return True, f"{path} (version {version}): {len(devices)} GPUs, self-check passed{note}"
+        return True, f"{name} (version {version}): {len(devices)} GPUs, self-check passed{note}"
     finally:
         source.close()
 
 
-def _self_check(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str) -> list[str]:
+def _check_device(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str) -> list[str]:
     bdf = device.pci_bus_id
-    card_dir = _card_dir(sysfs_root, bdf)
-    if card_dir is None:
+    card_dir = device_folders_by_bdf(sysfs_root).get(bdf, ("", ""))[1]
+    if not card_dir:
         return [f"{bdf} has no amdgpu card under {sysfs_root}/class/drm"]
     try:
         source.read(device)
@@ -479,17 +484,3 @@ def _self_check(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str) 
     if device.unique_id != expected:
         return [f"{bdf}: unique_id {device.unique_id or '(none)'} from the library, {expected} in sysfs"]
     return []
-
-
-def _card_dir(sysfs_root: str, bdf: str) -> str | None:
-    drm = os.path.join(sysfs_root, "class", "drm")
-    try:
-        names = os.listdir(drm)
-    except OSError:
-        return None
-    for name in names:
-        if name.startswith("card") and name[4:].isdigit():
-            folder = os.path.realpath(os.path.join(drm, name, "device"))
-            if os.path.basename(folder).lower() == bdf:
-                return folder
-    return None

@@ -40,32 +40,24 @@ _CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, 
 _MAX_UNREAPED = 2
 
 
-class WorkerUnavailable(Exception):
+class WorkerError(Exception):
+    """`reason` is a short machine word (the SourceError reason it becomes); the message is for people."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class WorkerUnavailable(WorkerError):
     """No worker can serve requests right now (start failed, backing off, library missing)."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
-
-class WorkerGone(Exception):
+class WorkerGone(WorkerError):
     """The worker serving a request ended before answering (crashed, or killed by us)."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
-
-class RequestTimeout(Exception):
-    """The worker did not answer in time; the request may still be running inside it."""
-
-
-class RequestFailed(Exception):
+class RequestFailed(WorkerError):
     """The worker answered with an error."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,9 +261,9 @@ class Supervisor:
 
     def _environment(self) -> dict[str, str]:
         assert self.library_path is not None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
         if self.worker_module != ROCM_SMI_WORKER:
-            env = dict(os.environ)
-            env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
             return env
         lib_dir, name = os.path.split(self.library_path)
         if name == "librocm_smi64.so" and os.path.basename(lib_dir) == "lib":
@@ -280,9 +272,7 @@ class Supervisor:
             if self._rocm_path_dir is None:
                 self._rocm_path_dir = tempfile.TemporaryDirectory(prefix="amdgpu-exporter-rocm-")
             folder = prepare_rocm_path(os.path.realpath(self.library_path), self._rocm_path_dir.name)
-        env = dict(os.environ)
         env["ROCM_PATH"] = folder
-        env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
         return env
 
     def _spawn(self) -> Worker:

@@ -1,18 +1,8 @@
-"""The rocm_smi worker: a child process that owns librocm_smi64 so the daemon never has to.
+"""The rocm_smi worker: librocm_smi64 (through pyrsmi) in the worker harness (harness.py).
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
-(tests/integration/test_rocm_smi_*.py show both on a simulated tree). Here that costs this
-process, which the daemon (supervisor.py) restarts, instead of the daemon itself.
-
-Shape:
-- startup: load the library through pyrsmi, rsmi_init, enumerate devices, send a "ready" event;
-- one thread per device serves that device's requests in order, so a call that blocks on a hung
-  GPU holds up that device alone (the library serialises each card behind its own mutex anyway);
-- replies go up the reply pipe as they finish; the daemon matches them by request id;
-- before each library call the thread writes a breadcrumb (see protocol.py), and
-  faulthandler writes the fatal thread's id to the crash log, so an abort can be blamed on one call.
-
-Values are returned raw, in the library's units; convert.py turns them into a Sample.
+(tests/integration/test_rocm_smi_*.py show both on a simulated tree); the harness makes that cost
+this process. Values are returned raw, in the library's units; convert.py turns them into a Sample.
 
 Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
 """
@@ -20,11 +10,8 @@ Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUM
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import logging
-import mmap
 import os
-import queue
 import sys
 import threading
 import time
@@ -33,52 +20,12 @@ from ctypes import byref, c_float, c_int, c_int64, c_uint16, c_uint32, c_uint64
 from typing import Any
 
 from exporter.sources.rocm_smi import library as rc
-from exporter.sources.rocm_smi import protocol as proto
+from exporter.sources.rocm_smi.harness import Breadcrumbs, Calls, Opened, serve
 
 SYS = "/sys"  # librocm_smi64 hard-codes it: the daemon binds a tree over /sys in a namespace
 
 # Calls that make the library read gpu_metrics (and so abort on content >= 4).
 GPU_METRICS_CALLS = frozenset({"gpu_metrics", "energy"})
-
-
-class Breadcrumbs:
-    """This process's view of the shared breadcrumb area: one slot per thread."""
-
-    def __init__(self, fd: int) -> None:
-        self._map = mmap.mmap(fd, proto.BREADCRUMB_BYTES)
-        self._lock = threading.Lock()
-        self._next = 0
-        self._local = threading.local()
-
-    def _slot(self) -> int:
-        slot = getattr(self._local, "slot", None)
-        if slot is None:
-            with self._lock:
-                slot = self._next % proto.SLOT_COUNT
-                self._next += 1
-            self._local.slot = slot
-        return slot
-
-    def mark(self, device: int, call: str) -> None:
-        offset = self._slot() * proto.SLOT_SIZE
-        crumb = proto.pack_slot(threading.get_ident(), threading.get_native_id(), device, call)
-        self._map[offset : offset + proto.SLOT_SIZE] = crumb
-
-
-class Library:
-    """The loaded library plus the breadcrumb bookkeeping around every call."""
-
-    def __init__(self, lib: ctypes.CDLL, crumbs: Breadcrumbs, abi: rc.LibraryAbi = rc.ABI_5_2) -> None:
-        self.lib = lib
-        self.crumbs = crumbs
-        self.abi = abi  # the struct layouts of this library version (library.KNOWN_VERSIONS)
-
-    def call(self, device: int, name: str, function: Callable[..., int], *args: Any) -> int:
-        self.crumbs.mark(device, name)
-        try:
-            return int(function(*args))
-        finally:
-            self.crumbs.mark(device, proto.IDLE)
 
 
 def load_library() -> tuple[ctypes.CDLL, tuple[int, int, int], rc.LibraryAbi]:
@@ -167,26 +114,20 @@ def init_failure_hint(sys_dir: str) -> str:
     return ""
 
 
-def _u64(lib: Library, device: int, name: str, function: Callable[..., int], *args: Any) -> int | None:
-    value = c_uint64()
-    status = lib.call(device, name, function, *args, byref(value))
-    return value.value if status == rc.RSMI_STATUS_SUCCESS else None
-
-
 def _bdf_text(bdfid: int) -> str:
     """rsmi_dev_pci_id_get's BDFID -> "dddd:bb:dd.f"."""
     return f"{bdfid >> 32 & 0xFFFF:04x}:{bdfid >> 8 & 0xFF:02x}:{bdfid >> 3 & 0x1F:02x}.{bdfid & 0x7}"
 
 
-def enumerate_devices(lib: Library) -> list[dict[str, Any]]:
+def enumerate_devices(lib: ctypes.CDLL, crumbs: Breadcrumbs) -> list[dict[str, Any]]:
     """index -> PCI BDF and device folder. The library enumerates once, in rsmi_init."""
     count = c_uint32()
-    if lib.call(-1, "num_monitor_devices", lib.lib.rsmi_num_monitor_devices, byref(count)) != 0:
+    if not RsmiCalls(crumbs, -1).fill("num_monitor_devices", lib.rsmi_num_monitor_devices, byref(count)):
         return []
-    folders = _device_folders_by_bdf()
+    folders = device_folders_by_bdf(SYS)
     devices = []
     for index in range(count.value):
-        bdfid = _u64(lib, index, "pci_id", lib.lib.rsmi_dev_pci_id_get, index)
+        bdfid = RsmiCalls(crumbs, index).get("pci_id", lib.rsmi_dev_pci_id_get, index)
         bdf = _bdf_text(bdfid) if bdfid is not None else ""
         # 6.x: a compute partition's BDFID carries its index in bits 28..31 (0 in 5.2.x)
         partition = (bdfid >> 28) & 0xF if bdfid is not None else 0
@@ -195,9 +136,9 @@ def enumerate_devices(lib: Library) -> list[dict[str, Any]]:
     return devices
 
 
-def _device_folders_by_bdf() -> dict[str, tuple[str, str]]:
+def device_folders_by_bdf(sys_dir: str) -> dict[str, tuple[str, str]]:
     """BDF -> (card name, resolved device folder)."""
-    drm = os.path.join(SYS, "class", "drm")
+    drm = os.path.join(sys_dir, "class", "drm")
     folders = {}
     try:
         names = os.listdir(drm)
@@ -245,11 +186,16 @@ def gpu_metrics_unsafe_reason(header: tuple[int, int, int] | None) -> str:
 class DeviceReader:
     """Everything the worker knows about one device, and the calls that read it."""
 
-    def __init__(self, lib: Library, index: int, device_dir: str, peers: list[int]) -> None:
+    def __init__(
+        self, lib: ctypes.CDLL, abi: rc.LibraryAbi, crumbs: Breadcrumbs, index: int, device_dir: str, peers: list[int]
+    ) -> None:
         self.lib = lib
+        self.abi = abi  # the struct layouts of this library version (library.KNOWN_VERSIONS)
+        self.crumbs = crumbs
         self.index = index
         self.device_dir = device_dir
         self.peers = peers
+        self.pcie_throughput: PcieThroughputReader | None = None
         self.metrics_checked = False
         self.metrics_unsafe = ""
         self.metrics_version = ""
@@ -257,16 +203,14 @@ class DeviceReader:
     def _check_metrics(self) -> None:
         # Once per worker: the library caches the header for its lifetime too.
         if not self.metrics_checked:
-            self.lib.crumbs.mark(self.index, "gpu_metrics_header")
-            header = gpu_metrics_header(self.device_dir)
+            header = self.crumbs.call(self.index, "gpu_metrics_header", gpu_metrics_header, self.device_dir)
             self.metrics_unsafe = gpu_metrics_unsafe_reason(header)
             self.metrics_version = f"{header[1]}.{header[2]}" if header is not None else ""
-            self.lib.crumbs.mark(self.index, proto.IDLE)
             self.metrics_checked = True
 
     def identify(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
-        calls = _Calls(self.lib, self.index, skip)
-        f, dev = self.lib.lib, self.index
+        calls = RsmiCalls(self.crumbs, self.index, skip)
+        f, dev = self.lib, self.index
         ident: dict[str, Any] = {}
         unique = calls.get("unique_id", f.rsmi_dev_unique_id_get, dev)
         ident["unique_id"] = f"{unique:016x}" if unique is not None else ""
@@ -279,8 +223,8 @@ class DeviceReader:
         hive = calls.get("xgmi_hive_id", f.rsmi_dev_xgmi_hive_id_get, dev)
         ident["xgmi_hive_id"] = str(hive) if hive else ""
         ident["numa_node"] = calls.get("numa_affinity", f.rsmi_topo_numa_affinity_get, dev, ctype=c_uint32)
-        ident["firmware"] = calls.each("firmware", self.lib.abi.firmware_blocks, f.rsmi_dev_firmware_version_get)
-        if self.lib.abi.partitions:
+        ident["firmware"] = calls.each("firmware", self.abi.firmware_blocks, f.rsmi_dev_firmware_version_get)
+        if self.abi.partitions:
             ident["compute_partition"] = calls.text("compute_partition", f.rsmi_dev_compute_partition_get, dev)
             ident["memory_partition"] = calls.text("memory_partition", f.rsmi_dev_memory_partition_get, dev)
         links = []
@@ -295,11 +239,10 @@ class DeviceReader:
         ident["gpu_metrics_version"] = self.metrics_version
         return ident
 
-    def read(self, skip: frozenset[str], slow: bool, guard: bool = True) -> dict[str, Any]:
-        """One read. `guard=False` lets the library see a table it aborts on (tests of crash handling)."""
+    def read(self, skip: frozenset[str], slow: bool, guard: bool, pcie_throughput_period: float) -> dict[str, Any]:
         self._check_metrics()
-        calls = _Calls(self.lib, self.index, skip | GPU_METRICS_CALLS if self.metrics_unsafe and guard else skip)
-        f, dev = self.lib.lib, self.index
+        calls = RsmiCalls(self.crumbs, self.index, skip | GPU_METRICS_CALLS if self.metrics_unsafe and guard else skip)
+        f, dev = self.lib, self.index
         out: dict[str, Any] = {}
         metrics = {"current": rc.TEMP_CURRENT, **(rc.TEMPERATURE_THRESHOLDS if slow else {})}
         temperatures: dict[str, dict[str, int]] = {}
@@ -338,13 +281,18 @@ class DeviceReader:
         )  # fmt: skip
         if slow:
             out.update(self._read_slow(calls))
+        if pcie_throughput_period:
+            if self.pcie_throughput is None:
+                self.pcie_throughput = PcieThroughputReader(self, pcie_throughput_period)
+                self.pcie_throughput.start()
+            out["pcie_throughput"] = self.pcie_throughput.latest
         out["failed"] = calls.failed
         out["gpu_metrics_unsafe"] = self.metrics_unsafe or None
         return {key: value for key, value in out.items() if value is not None}
 
-    def _read_slow(self, calls: _Calls) -> dict[str, Any]:
+    def _read_slow(self, calls: RsmiCalls) -> dict[str, Any]:
         """Values that change rarely or cost a firmware round trip each: read on the slow schedule."""
-        f, dev = self.lib.lib, self.index
+        f, dev = self.lib, self.index
         out: dict[str, Any] = {}
         out["power_cap"] = calls.get("power_cap", f.rsmi_dev_power_cap_get, dev, 0)
         high, low = c_uint64(), c_uint64()
@@ -352,7 +300,7 @@ class DeviceReader:
             out["power_cap_max"] = high.value
         out["memory_total"] = calls.each("memory_total", rc.MEMORY_TYPES, f.rsmi_dev_memory_total_get)
         clocks: dict[str, dict[str, Any]] = {}
-        abi = self.lib.abi
+        abi = self.abi
         for domain, clock_type in rc.CLOCK_TYPES.items():
             table: Any = abi.frequencies()
             if calls.fill(f"clock:{domain}", f.rsmi_dev_gpu_clk_freq_get, dev, clock_type, byref(table)):
@@ -378,9 +326,9 @@ class DeviceReader:
         out["xgmi_error"] = calls.get("xgmi_error", f.rsmi_dev_xgmi_error_status, dev, ctype=c_int)
         return out
 
-    def _retired_pages(self, calls: _Calls) -> dict[str, int] | None:
+    def _retired_pages(self, calls: RsmiCalls) -> dict[str, int] | None:
         """Number of pages per rsmi_memory_page_status_t (0 reserved, 1 pending, 2 unreservable)."""
-        f, dev = self.lib.lib, self.index
+        f, dev = self.lib, self.index
         count = c_uint32(0)
         if not calls.fill("retired_pages", f.rsmi_dev_memory_reserved_pages_get, dev, byref(count), None):
             return None
@@ -395,22 +343,14 @@ class DeviceReader:
         return by_status
 
 
-class _Calls:
-    """One request's library calls on one device: skips what the daemon asked to skip, notes failures."""
-
-    def __init__(self, lib: Library, device: int, skip: frozenset[str]) -> None:
-        self.lib = lib
-        self.device = device
-        self.skip = skip
-        self.failed: dict[str, int] = {}
+class RsmiCalls(Calls):
+    """Calls that return an rsmi_status_t; their values come back through out-parameters."""
 
     def fill(self, name: str, function: Callable[..., int], *args: Any) -> bool:
         """Call with caller-provided out-parameters; True on success."""
-        if name in self.skip:
-            return False
-        status = self.lib.call(self.device, name, function, *args)
-        if status != rc.RSMI_STATUS_SUCCESS:
-            self.failed[name] = status
+        status = self.call(name, function, *args)
+        if status:
+            self.failed[name] = int(status)
         return status == rc.RSMI_STATUS_SUCCESS
 
     def get(self, name: str, function: Callable[..., int], *args: Any, ctype: type = c_uint64) -> int | None:
@@ -444,18 +384,18 @@ class RetiredPage(ctypes.Structure):
 class PcieThroughputReader(threading.Thread):
     """Reads rsmi_dev_pci_throughput_get off the request path: the kernel sleeps 1 s per read."""
 
-    def __init__(self, lib: Library, index: int, period: float) -> None:
-        super().__init__(name=f"pcie_bw:{index}", daemon=True)
-        self.lib, self.index, self.period = lib, index, period
+    def __init__(self, device: DeviceReader, period: float) -> None:
+        super().__init__(name=f"pcie_bw:{device.index}", daemon=True)
+        self.device, self.period = device, period
         self.latest: dict[str, int] | None = None
 
     def run(self) -> None:
-        f = self.lib.lib
+        device = self.device
         while True:
             started = time.monotonic()
             sent, received, payload = c_uint64(), c_uint64(), c_uint64()
-            status = self.lib.call(
-                self.index, "pcie_throughput", f.rsmi_dev_pci_throughput_get, self.index, byref(sent),
+            status = device.crumbs.call(
+                device.index, "pcie_throughput", device.lib.rsmi_dev_pci_throughput_get, device.index, byref(sent),
                 byref(received), byref(payload),
             )  # fmt: skip
             self.latest = (
@@ -464,140 +404,21 @@ class PcieThroughputReader(threading.Thread):
             time.sleep(max(self.period - (time.monotonic() - started), 0.1))
 
 
-class Worker:
-    """Request dispatch: one thread and one queue per device; replies written under a lock."""
-
-    def __init__(self, lib: Library, devices: list[dict[str, Any]], reply_fd: int) -> None:
-        self.lib = lib
-        self.reply_fd = reply_fd
-        self.reply_lock = threading.Lock()
-        indexes = [d["index"] for d in devices]
-        self.readers = {
-            d["index"]: DeviceReader(lib, d["index"], d["device_dir"], [i for i in indexes if i != d["index"]])
-            for d in devices
-        }
-        self.queues: dict[int, queue.SimpleQueue[dict[str, Any]]] = {}
-        self.pcie_readers: dict[int, PcieThroughputReader] = {}
-
-    def send(self, message: dict[str, Any]) -> None:
-        data = proto.encode(message)
-        with self.reply_lock:
-            view = memoryview(data)
-            while view:
-                written = os.write(self.reply_fd, view)
-                view = view[written:]
-
-    def dispatch(self, request: dict[str, Any]) -> None:
-        device = request.get("device")
-        if not isinstance(device, int) or device not in self.readers:
-            self.send({"id": request.get("id"), "ok": False, "reason": "no_such_device", "message": str(device)})
-            return
-        q = self.queues.get(device)
-        if q is None:
-            q = self.queues[device] = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(device, q), name=f"device:{device}", daemon=True).start()
-        q.put(request)
-
-    def _serve(self, device: int, q: queue.SimpleQueue[dict[str, Any]]) -> None:
-        reader = self.readers[device]
-        while True:
-            request = q.get()
-            try:
-                result = self._handle(reader, request)
-            except Exception as error:  # a bug here must cost one reply, not the worker
-                self.send({"id": request.get("id"), "ok": False, "reason": "worker_error", "message": repr(error)})
-                continue
-            self.send({"id": request.get("id"), "ok": True, "result": result})
-
-    def _handle(self, reader: DeviceReader, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        if op == "identify":
-            return reader.identify(frozenset(request.get("skip", ())))
-        if op == "read":
-            result = reader.read(
-                frozenset(request.get("skip", ())),
-                bool(request.get("slow")),
-                bool(request.get("guard_gpu_metrics", True)),
-            )
-            period = request.get("pcie_throughput_period")
-            if period:
-                result["pcie_throughput"] = self._pcie_throughput(reader.index, float(period))
-            return result
-        raise ValueError(f"unknown op {op!r}")
-
-    def _pcie_throughput(self, index: int, period: float) -> dict[str, int] | None:
-        reader = self.pcie_readers.get(index)
-        if reader is None:
-            reader = self.pcie_readers[index] = PcieThroughputReader(self.lib, index, period)
-            reader.start()
-        return reader.latest
-
-
-def _read_lines(fd: int) -> Any:
-    buffer = b""
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        yield from (line for line in lines if line)
-
-
-def main(argv: list[str]) -> int:
-    request_fd, reply_fd, crumbs_fd, crash_fd = (int(a) for a in argv[:4])
-    faulthandler.enable(file=crash_fd, all_threads=True)
+def open_library(crumbs: Breadcrumbs) -> Opened:
     # pyrsmi reports every failed call through the root logger; the statuses reach the daemon in
     # replies, so keep only its last message (for an rsmi_init failure) and print nothing.
     logging.getLogger().addHandler(_PYRSMI_LOG)
     logging.getLogger().setLevel(logging.ERROR)
-    crumbs = Breadcrumbs(crumbs_fd)
-    worker: Worker | None = None
-    reply = _Replier(reply_fd)
-    try:
-        started = time.monotonic()
-        handle, library_version, abi = load_library()
-        lib = Library(handle, crumbs, abi)
-        devices = enumerate_devices(lib)
-        version = ctypes.create_string_buffer(256)
-        driver = ""
-        if lib.call(-1, "driver_version", lib.lib.rsmi_version_str_get, rc.RSMI_SW_COMP_DRIVER, version, 256) == 0:
-            driver = version.value.decode(errors="replace").strip()
-        worker = Worker(lib, devices, reply_fd)
-    except Exception as error:
-        reply.send({"event": "failed", "reason": "init_failed", "message": f"{type(error).__name__}: {error}"})
-        return 3
-    reply.send(
-        {
-            "event": "ready",
-            "pid": os.getpid(),
-            "devices": devices,
-            "driver_version": driver,
-            "library_version": ".".join(map(str, library_version)),
-            "init_seconds": time.monotonic() - started,
-        }
-    )
-    for line in _read_lines(request_fd):
-        try:
-            request = proto.decode(line)
-        except ValueError:
-            continue
-        if request.get("op") == "exit":
-            break
-        worker.dispatch(request)
-    # A device thread may be stuck in the kernel for good: leave without joining anything.
-    os._exit(0)
-
-
-class _Replier:
-    """Writes to the reply pipe before the Worker exists (the ready/failed event)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def send(self, message: dict[str, Any]) -> None:
-        os.write(self.fd, proto.encode(message))
+    lib, version, abi = load_library()
+    devices = enumerate_devices(lib, crumbs)
+    indexes = [d["index"] for d in devices]
+    readers = {
+        i: DeviceReader(lib, abi, crumbs, i, d["device_dir"], [peer for peer in indexes if peer != i])
+        for i, d in zip(indexes, devices, strict=True)
+    }
+    driver = RsmiCalls(crumbs, -1).text("driver_version", lib.rsmi_version_str_get, rc.RSMI_SW_COMP_DRIVER)
+    return Opened(devices, readers, driver, ".".join(map(str, version)))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve(sys.argv[1:], open_library))

@@ -1,4 +1,4 @@
-"""Our fast formatter must produce exactly prometheus-client's bytes, in both formats."""
+"""Our text formatter must produce exactly prometheus-client's bytes, in both formats."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from prometheus_client import exposition as text_exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
-from exporter.exposition.fastformat import format_families
 from exporter.exposition.render import render
+from exporter.exposition.textformat import format_families
 from exporter.model import DeviceState, Histogram, Published, Snapshot
 from tests.unit.test_exposition import _identity, _snapshot
 

@@ -1,8 +1,8 @@
-"""Formats plain gauge and counter families ~4x faster than prometheus-client, byte for byte alike.
+"""Formats plain gauge and counter families as prometheus-client does, byte for byte, ~4x quicker.
 
 prometheus-client stays the reference: every family that is not a plain gauge or counter with
 legacy-valid names (the poll histogram, anything with timestamps, exemplars or units) is handed
-to its own generate_latest, and tests/unit/test_fastformat.py asserts that our bytes equal the
+to its own generate_latest, and tests/unit/test_textformat.py asserts that our bytes equal the
 library's for whole snapshots in both formats. What we skip is the library's per-character
 validation of names we already know are valid (metric and label names are constants here), which
 is most of its cost on ~2,000 series.
