@@ -35,7 +35,7 @@ def read_bytes(path: str | Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            raise FileReadError(what, name, "not a regular file (a FIFO, device or socket is never read)")
+            raise FileReadError(what, name, "not a regular file")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:

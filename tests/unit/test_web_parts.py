@@ -153,7 +153,7 @@ def test_ssl_context_errors_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
     cases = {
         "does not match": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(pki.client_key)),
         "missing: cannot read it": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path / "missing")),
-        "Is a directory": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path)),
+        "not a regular file": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path)),
         "holds no PEM certificate": TLSServerConfig(cert_file=str(pki.server_key), key_file=str(pki.server_key)),
         "holds no PEM private key": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(pki.server_cert)),
         "is encrypted": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(encrypted)),
