@@ -102,7 +102,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """':9442' -> ('0.0.0.0', 9442); '127.0.0.1:9442'; '[::1]:9442'."""
     text = str(text).strip()
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) < 65536:
         raise ValueError(f"{text!r} is not host:port (examples: :9442, 127.0.0.1:9442, [::1]:9442)")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port_text)

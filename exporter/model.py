@@ -154,7 +154,7 @@ class AlertState:
     # The last value evaluated; an inactive state is not rebuilt every cycle, so there it is the value
     # of its last change (alerting/state.py keeps the work per cycle in proportion to what fires).
     value: float | None = None
-    pending_since: float | None = None
+    pending_since: float | None = None  # monotonic seconds
     clock_down_ratio: float = 0.0  # total suggested reduction of the gfx clock ceiling, 0..1
     suggested_gfx_clock_max_hertz: float | None = None
     suggestion: str = ""  # human sentence (with the command in it); always a suggestion, never applied
@@ -166,7 +166,7 @@ class AlertState:
     # Clock-down bookkeeping (alerting/state.py): steps are fractions of the gfx clock max seen when the alert
     # fired, so an operator applying a suggestion does not make the next step compound on it.
     reference_gfx_clock_max_hertz: float | None = None
-    clock_down_stepped_at: float | None = None  # unix seconds of the last clock-down step
+    clock_down_stepped_at: float | None = None  # monotonic seconds of the last clock-down step
     device_key: tuple[str, str, int] = ("", "", 0)  # DeviceIdentity.key of the device
 
 
@@ -376,8 +376,9 @@ class Snapshot:
     --fast.interval=0): the pipeline joins it to the poll's snapshot before any later stage runs.
     """
 
-    taken_at: float
+    taken_at: float  # unix seconds: what is shown
     devices: tuple[DeviceState, ...] = ()
+    monotonic_at: float = 0.0  # time.monotonic() at the same instant: what durations are measured on
     poll_duration_seconds: float = 0.0
     source: str = ""  # "sysfs" | "rocm-smi"
     cycle: int = 0

@@ -23,6 +23,8 @@ from yaml.events import (
 )
 from yaml.nodes import Node
 
+from exporter import boundedfile
+
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: the shipped rules are 10 KiB
 MAX_DEPTH = 64
 MAX_ALIASES = 1000
@@ -33,23 +35,12 @@ class YamlLimitError(ValueError):
     """The file breaks a limit or is not YAML; the message is one line naming the file."""
 
 
-def read_text(path: str | Path, what: str, cannot_read: str = "") -> str:
-    """The file's text: at most MAX_FILE_BYTES, strict UTF-8. `cannot_read`: the message for an
-    unreadable file, with {path} and {error} (default "cannot read <what> <path>: <error>")."""
+def read_text(path: str | Path, what: str) -> str:
+    """The file's text through the one bounded reader (regular file, MAX_FILE_BYTES, UTF-8)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as error:
-        template = cannot_read or f"cannot read {what} {{path}}: {{error}}"
-        raise YamlLimitError(template.format(path=path, error=error.strerror or error)) from error
-    if len(data) > MAX_FILE_BYTES:
-        raise YamlLimitError(f"{what} {path} is larger than {MAX_FILE_BYTES // 1024} KiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise YamlLimitError(
-            f"{what} {path} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
-        ) from error
+        return boundedfile.read_text(path, what, MAX_FILE_BYTES)
+    except boundedfile.FileReadError as error:
+        raise YamlLimitError(str(error)) from None
 
 
 def check_limits(text: str, source: str) -> None:

@@ -56,6 +56,9 @@ def rfc3339(unix_seconds: float) -> str:
     return datetime.fromtimestamp(unix_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+REPLY_LIMIT = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class OutgoingAlert:
     """One alert as Alertmanager sees it; `resolved_at` is None while it fires."""
@@ -258,7 +261,8 @@ class AlertmanagerPusher:
         """Post to every Alertmanager until `stop` is set: at once on a change, else every resend_interval."""
         self._wake = {url: asyncio.Queue(maxsize=1) for url in self.endpoints}
         self._loop = asyncio.get_running_loop()
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        # Redirects are not followed and nothing is decompressed: only a few KiB of any reply are read.
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
             senders = [
                 asyncio.create_task(self._supervised(client, url), name=f"alertmanager {url}") for url in self.endpoints
             ]
@@ -303,17 +307,22 @@ class AlertmanagerPusher:
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: list[dict[str, Any]]) -> bool:
         try:
-            response = await client.post(url, json=body)
+            # One deadline for the whole post: httpx's timeout is per read, and an endpoint that
+            # trickles a byte every few seconds would otherwise hold its sender forever.
+            async with asyncio.timeout(self.timeout):
+                status, reply = await _post_json(client, url, body)
+        except TimeoutError:
+            error = f"no complete answer within {self.timeout:g} s"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         else:
-            if response.is_success:
+            if 200 <= status < 300:
                 self._stats = dataclasses.replace(self._stats, sent=self._stats.sent + len(body))
                 if self.last_error.get(url):
                     log.info("alertmanager_reachable_again", url=url, alerts=len(body))
                 self.last_error[url] = ""
                 return True
-            error = f"HTTP {response.status_code}: {response.text.strip()[:200]}"
+            error = f"HTTP {status}: {reply.decode('utf-8', 'replace').strip()[:200]}"
         self._stats = dataclasses.replace(self._stats, failed=self._stats.failed + len(body))
         self.last_error[url] = error
         log.warning("alertmanager_post_failed", url=url, alerts=len(body), error=error)
@@ -337,6 +346,19 @@ class AlertmanagerPusher:
             # A token already waiting means a send is already due: one is enough.
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(None)
+
+
+async def _post_json(client: httpx.AsyncClient, url: str, body: list[dict[str, Any]]) -> tuple[int, bytes]:
+    """(status, at most REPLY_LIMIT bytes of the raw reply): a 400 MB error page or a gzip bomb
+    from a broken Alertmanager costs the daemon a few KiB."""
+    headers = {"accept-encoding": "identity"}
+    async with client.stream("POST", url, json=body, headers=headers) as response:
+        reply = bytearray()
+        async for chunk in response.aiter_raw():
+            reply += chunk[: REPLY_LIMIT - len(reply)]
+            if len(reply) >= REPLY_LIMIT:
+                break
+        return response.status_code, bytes(reply)
 
 
 _ADVICE = ("suggestion", "suggested_command", "undo_command")

@@ -18,7 +18,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from exporter import safeyaml
+from exporter import boundedfile, safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
@@ -45,16 +45,9 @@ def default_rules() -> tuple[Rule, ...]:
 def load_rules(path: Path) -> tuple[Rule, ...]:
     """Read and validate a rule file; any problem is a RulesConfigError naming the file and line."""
     try:
-        with Path(path).open("rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise RulesConfigError(f"{path}: cannot read rule file: {exc.strerror or exc}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise RulesConfigError(f"{path}: the rule file is larger than {MAX_FILE_BYTES // 1024} KiB (the most accepted)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RulesConfigError(f"{path}: not UTF-8 text: {exc}") from exc
+        text = boundedfile.read_text(path, "rule file", MAX_FILE_BYTES)
+    except boundedfile.FileReadError as exc:
+        raise RulesConfigError(str(exc)) from None
     return parse_rules(text, str(path))
 
 

@@ -84,10 +84,12 @@ def evaluate(
 
     Returns one AlertState per (device, rule) once the device has supplied the rule's metric —
     inactive states included, so `amdgpu_alert_firing` has a 0 series — sorted by (gpu, alert),
-    and the transitions this cycle caused, in the same order. `snapshot.taken_at` is "now".
+    and the transitions this cycle caused, in the same order. `snapshot.taken_at` is "now" for what is
+    shown (`since`); every duration (`for`, clock-down steps, restore_after) is measured on
+    `snapshot.monotonic_at`, so a step of the wall clock neither fires a rule early nor delays it.
     `tool` is what the clock-down commands are written for (clockdown.find_tool).
     """
-    now = snapshot.taken_at
+    now, clock = snapshot.taken_at, snapshot.monotonic_at
     by_key = {(state.device_key, state.alert): state for state in previous}
     configured = {rule.alert for rule in rules}
     smi_indices = rocm_smi_indices(snapshot.devices)
@@ -113,7 +115,7 @@ def evaluate(
             if old is not None and _quiet(old, rule, value):
                 states[key] = old  # inactive and staying so: nothing to do (cost in proportion to what fires)
                 continue
-            context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, tool)
+            context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, clock, tool)
             state, transition = _step(context, old)
             states[key] = state
             if transition is not None:
@@ -157,7 +159,8 @@ class _Context:
     device: DeviceState
     smi_index: int
     value: float
-    now: float
+    now: float  # wall clock, unix seconds: what `since` shows
+    clock: float  # monotonic seconds: what durations are measured on
     tool: str = "rocm-smi"
 
     @property
@@ -179,7 +182,7 @@ class _Context:
 
 
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:
-    rule, now, value = ctx.rule, ctx.now, ctx.value
+    rule, now, clock, value = ctx.rule, ctx.now, ctx.clock, ctx.value
     if old is None:
         old = AlertState(
             gpu=ctx.device.gpu,
@@ -199,12 +202,12 @@ def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition
             return _cooling(ctx, state) if state.cool_since is not None else (state, None)
         if rule.for_seconds <= 0:
             return _fire(ctx, state)
-        pending = dataclasses.replace(state, pending_since=now, since=now, cool_since=state.cool_since and now)
+        pending = dataclasses.replace(state, pending_since=clock, since=now, cool_since=state.cool_since and clock)
         return pending, _transition(ctx, pending, "pending")
     if rule.clears(value):
         # Cleared before it fired: back to inactive. Not a transition anyone is paged for.
-        return dataclasses.replace(state, pending_since=None, since=now, cool_since=state.cool_since and now), None
-    if rule.breaches(value) and now - state.pending_since >= rule.for_seconds:
+        return dataclasses.replace(state, pending_since=None, since=now, cool_since=state.cool_since and clock), None
+    if rule.breaches(value) and clock - state.pending_since >= rule.for_seconds:
         return _fire(ctx, state)
     return state, None
 
@@ -215,7 +218,7 @@ def _fire(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
     if action is not None:
         reference = ctx.gfx_clock_max
         ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
-        fired = _with_clock_down(ctx, fired, ceiling, reference, stepped_at=ctx.now)
+        fired = _with_clock_down(ctx, fired, ceiling, reference, stepped_at=ctx.clock)
     else:
         fired = dataclasses.replace(fired, suggestion=_rule_suggestion(ctx), suggested_command="", undo_command="")
     return fired, _transition(ctx, fired, "firing")
@@ -232,15 +235,15 @@ def _continue_firing(ctx: _Context, state: AlertState) -> tuple[AlertState, Tran
         ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
         if ceiling is None:
             return state, None
-        stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.now)
+        stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
         return stepped, _transition(ctx, stepped, "clock_down_step")
-    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else state.since
-    if not ctx.rule.breaches(ctx.value) or ctx.now - last_step < action.step_interval_seconds:
+    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
+    if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
         return state, None
     ceiling = _next_ceiling(ctx, action, previous=state.suggested_gfx_clock_max_hertz, reference=reference)
     if ceiling is None or ceiling.mhz * 1e6 >= state.suggested_gfx_clock_max_hertz:
         return state, None  # at the floor: nothing lower to suggest
-    stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.now)
+    stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
     return stepped, _transition(ctx, stepped, "clock_down_step")
 
 
@@ -260,7 +263,7 @@ def _clear(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
         suggestion=restore,
         suggested_command=undo,
         undo_command=undo,
-        cool_since=ctx.now if undo else None,
+        cool_since=ctx.clock if undo else None,
         reference_gfx_clock_max_hertz=None,
         clock_down_stepped_at=None,
     )
@@ -273,9 +276,9 @@ def _cooling(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition |
     action = ctx.rule.clock_down
     assert state.cool_since is not None
     if not ctx.rule.clears(ctx.value):
-        return dataclasses.replace(state, cool_since=ctx.now), None
+        return dataclasses.replace(state, cool_since=ctx.clock), None
     hold = action.restore_after_seconds if action is not None else 0.0
-    if ctx.now - state.cool_since < hold:
+    if ctx.clock - state.cool_since < hold:
         return state, None
     expired = dataclasses.replace(state, suggestion="", suggested_command="", undo_command="", cool_since=None)
     return expired, _transition(ctx, expired, "restore_advice_expired", suggestion=state.suggestion)

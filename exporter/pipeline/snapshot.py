@@ -37,6 +37,7 @@ def freeze(
     )
     return Snapshot(
         taken_at=time.time(),
+        monotonic_at=time.monotonic(),
         devices=states,
         poll_duration_seconds=duration,
         source=source_name,

@@ -2,8 +2,12 @@
 
 bcrypt is deliberately slow (tens of ms at cost 10): paid on every scrape it would cost more
 than the scrape. A credential that verified once is remembered as a keyed digest (never the
-password) and later requests compare digests in constant time. Failed attempts are never
-cached and run on one worker thread with a bounded queue, so guessing cannot stall the loop.
+password) and later requests compare digests in constant time. Unverified attempts run on two
+checker threads with a bounded queue, so guessing cannot stall the loop, and each client address
+may have one check waiting at a time: the queue is first come, first served, so anonymous traffic
+from any number of addresses delays a real scraper's first check by at most one check per address
+and never locks it out. An unknown user is checked against the costliest configured hash, so a
+wrong user and a wrong password take the same time (no user probing).
 """
 
 from __future__ import annotations
@@ -19,10 +23,9 @@ import threading
 
 import bcrypt
 
-# Same cost as typical hashes, so an unknown user costs what a known one does (no user probing).
-_DUMMY_HASH = bcrypt.hashpw(b"not a password", bcrypt.gensalt(rounds=10))
 _CACHE_LIMIT = 1024
-_QUEUE_LIMIT = 16
+_QUEUE_LIMIT = 256
+_PER_CLIENT_LIMIT = 1
 
 
 def parse_basic_authorization(header: bytes | None) -> tuple[str, bytes] | None:
@@ -46,7 +49,7 @@ def parse_basic_authorization(header: bytes | None) -> tuple[str, bytes] | None:
 
 
 class Overloaded(Exception):
-    """Too many password checks are queued; the request is answered 429 instead of waiting."""
+    """This client already has a check waiting, or too many are queued: answered 429 at once."""
 
 
 class BasicAuthVerifier:
@@ -54,11 +57,14 @@ class BasicAuthVerifier:
 
     def __init__(self, users: dict[str, bytes]) -> None:
         self._users = dict(users)
+        # bcrypt hashes are "$2b$NN$...": the costliest one stands in for unknown users.
+        self._dummy_hash = max(self._users.values(), key=lambda hashed: int(hashed.split(b"$")[2]), default=b"")
         self._key = os.urandom(32)
         self._verified: dict[str, bytes] = {}  # user -> keyed digest of (hash, password) that verified
         self._lock = threading.Lock()
         self._pending = 0
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+        self._pending_by_client: dict[str, int] = {}
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
         self.bcrypt_calls = 0
 
     @property
@@ -81,7 +87,7 @@ class BasicAuthVerifier:
         hashed = self._users.get(user)
         self.bcrypt_calls += 1
         try:
-            ok = bcrypt.checkpw(password, hashed if hashed is not None else _DUMMY_HASH)
+            ok = bcrypt.checkpw(password, hashed if hashed is not None else self._dummy_hash)
         except ValueError:
             ok = False
         ok = ok and hashed is not None
@@ -93,17 +99,21 @@ class BasicAuthVerifier:
                 self._verified[user] = self._digest(hashed, password)
         return ok
 
-    async def check(self, user: str, password: bytes) -> bool:
+    async def check(self, user: str, password: bytes, client: str = "") -> bool:
         if self.cached(user, password):
             return True
-        if self._pending >= _QUEUE_LIMIT:
+        if self._pending >= _QUEUE_LIMIT or self._pending_by_client.get(client, 0) >= _PER_CLIENT_LIMIT:
             raise Overloaded
         self._pending += 1
+        self._pending_by_client[client] = self._pending_by_client.get(client, 0) + 1
         try:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._executor, self.check_slow, user, password)
         finally:
             self._pending -= 1
+            left = self._pending_by_client.pop(client) - 1
+            if left:
+                self._pending_by_client[client] = left
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

@@ -99,7 +99,7 @@ class WebGuard:
             ok = False
             if credentials is not None:
                 try:
-                    ok = await verifier.check(*credentials)
+                    ok = await verifier.check(*credentials, client=_client(scope))
                 except Overloaded:
                     self._reject("auth_overloaded", scope, 429)
                     await send_plain(send, 429, b"too many authentication attempts\n", [(b"retry-after", b"1")])

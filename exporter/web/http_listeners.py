@@ -22,7 +22,7 @@ def systemd_sockets(environ: MutableMapping[str, str] | None = None) -> list[soc
             "--web.systemd-socket: systemd passed no sockets to this process (LISTEN_FDS/LISTEN_PID); "
             "start it through amdgpu-exporter.socket or drop the flag"
         )
-    if not count_text.isdigit() or int(count_text) < 1:
+    if not (count_text.isascii() and count_text.isdigit()) or int(count_text) < 1:
         raise ListenError(f"--web.systemd-socket: LISTEN_FDS={count_text!r} is not a positive count")
     sockets = []
     for fd in range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + int(count_text)):

@@ -484,6 +484,9 @@ class GuardedServer(uvicorn.Server):
 def uvicorn_config(app: Any, limits: HttpLimits) -> uvicorn.Config:
     return uvicorn.Config(
         app,
+        # None: uvicorn must not re-apply its own logging config over route_library_logs(), which
+        # would send every error, with its traceback, straight to stderr unthrottled.
+        log_config=None,
         log_level="warning",
         access_log=False,
         lifespan="off",

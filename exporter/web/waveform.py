@@ -35,13 +35,15 @@ def parse_waveform_query(params: Mapping[str, str], max_seconds: float) -> tuple
     raw_gpu = params.get("gpu")
     if raw_gpu is None or raw_gpu == "":
         raise BadRequest("gpu is required: the gpu label of a device, e.g. gpu=0")
-    if not raw_gpu.isdigit() or len(raw_gpu) > 6:
+    if not (raw_gpu.isascii() and raw_gpu.isdigit()) or len(raw_gpu) > 6:
         raise BadRequest(f"gpu={raw_gpu!r} is not a gpu index (a whole number, e.g. gpu=0)")
     raw_seconds = params.get("seconds", "")
     if raw_seconds == "":
         seconds = max_seconds
     else:
         try:
+            if not raw_seconds.isascii():
+                raise ValueError(raw_seconds)
             seconds = float(raw_seconds)
         except ValueError:
             raise BadRequest(f"seconds={raw_seconds!r} is not a number (e.g. seconds=5)") from None

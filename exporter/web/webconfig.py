@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
+from exporter import safeyaml
 
 
 class WebConfigError(ValueError):
@@ -66,7 +66,11 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
     "X-XSS-Protection": None,
     "Strict-Transport-Security": None,
 }
-_BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+_BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
+# Each unverified request costs one bcrypt check at the hash's cost: 2^cost rounds, ~60 ms at 10 and
+# ~1 s at 14 on a server core. A higher cost would let one anonymous request hold a checker for
+# minutes (cost 31: days), so it is refused with the reason.
+MIN_BCRYPT_COST, MAX_BCRYPT_COST = 4, 14
 _DURATION_PART = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
@@ -261,9 +265,16 @@ def _users(raw: Any) -> tuple[tuple[str, bytes], ...]:
     for user, hashed in raw.items():
         if not isinstance(user, str) or not user or ":" in user:
             raise WebConfigError(f"basic_auth_users: {user!r} is not a user name (non-empty, no ':')")
-        if not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
+        if not isinstance(hashed, str) or (match := _BCRYPT_HASH.match(hashed)) is None:
             # Never echo the value: it may be a password pasted by mistake.
             raise WebConfigError(f"basic_auth_users: the value for {user!r} is not a bcrypt hash ($2y$10$...)")
+        cost = int(match.group(1))
+        if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
+            raise WebConfigError(
+                f"basic_auth_users: the hash for {user!r} has bcrypt cost {cost}; this exporter accepts "
+                f"{MIN_BCRYPT_COST} to {MAX_BCRYPT_COST}, since every unverified request pays one check at that "
+                "cost (14 is about a second of a core; 10 or 12 is usual)"
+            )
         users.append((user, hashed.encode("ascii")))
     return tuple(sorted(users))
 
@@ -312,11 +323,9 @@ def _rate_limit(raw: Any) -> RateLimit | None:
 def parse_web_config(text: str, base_dir: str) -> WebConfig:
     """The YAML text of a web configuration file -> WebConfig; WebConfigError on anything invalid."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise WebConfigError(f"not valid YAML{where}: {getattr(error, 'problem', None) or 'syntax error'}") from None
+        data = safeyaml.safe_load(text, "the web configuration")
+    except safeyaml.YamlLimitError as error:
+        raise WebConfigError(str(error)) from None
     known = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
     data = _mapping(data, "the web configuration", known)
     tls = _tls(data.get("tls_server_config"), base_dir)

@@ -17,11 +17,15 @@ from dataclasses import dataclass
 
 from structlog import get_logger
 
+from exporter import boundedfile
 from exporter.web.http_auth import BasicAuthVerifier
 from exporter.web.http_headers import response_headers
 from exporter.web.http_ratelimit import TokenBucket
 from exporter.web.webconfig import WebConfig, WebConfigError, parse_web_config
 from exporter.web.webconfig_tls import build_ssl_context
+
+MAX_WEB_CONFIG_BYTES = 1 << 20
+_CLIENT_CERT_REQUIRED = frozenset({"RequireAnyClientCert", "RequireAndVerifyClientCert"})
 
 log = get_logger("exporter.web.config")
 
@@ -56,10 +60,29 @@ def build_active(config: WebConfig, previous: ActiveWebConfig | None = None) -> 
     return ActiveWebConfig(config, context, verifier, bucket, tuple(response_headers(config)))
 
 
+def _weakening(previous: WebConfig, config: WebConfig) -> str:
+    """What a reload from `previous` to `config` would switch off, or "". An editor that truncates
+    the file before writing it, or a half-written copy, must never be taken for "no authentication"."""
+    if (previous.tls is None) != (config.tls is None):
+        return "switching TLS on or off"
+    if previous.basic_auth_users and not config.basic_auth_users:
+        return "turning basic authentication off"
+    if (
+        previous.tls is not None
+        and config.tls is not None
+        and (
+            previous.tls.client_auth_type in _CLIENT_CERT_REQUIRED
+            and config.tls.client_auth_type not in _CLIENT_CERT_REQUIRED
+        )
+    ):
+        return "no longer requiring client certificates"
+    return ""
+
+
 def _stat(path: str) -> tuple[str, int, int, int] | tuple[str]:
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return (path,)
     return (path, st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -69,10 +92,9 @@ def _digest(paths: tuple[str, ...]) -> str:
     for path in paths:
         hasher.update(path.encode() + b"\0")
         try:
-            with open(path, "rb") as handle:
-                hasher.update(handle.read())
-        except OSError as error:
-            hasher.update(f"\0unreadable {error.errno}".encode())
+            hasher.update(boundedfile.read_bytes(path, "watched file", MAX_WEB_CONFIG_BYTES))
+        except boundedfile.FileReadError as error:
+            hasher.update(f"\0unreadable {error}".encode())
         hasher.update(b"\0")
     return hasher.hexdigest()
 
@@ -93,15 +115,14 @@ class WebConfigReloader:
 
     def _read_and_build(self, previous: ActiveWebConfig | None) -> ActiveWebConfig:
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise WebConfigError(f"cannot read it: {error.strerror or error}") from None
-        except UnicodeDecodeError:
-            raise WebConfigError("it is not UTF-8 text") from None
+            text = boundedfile.read_text(self.path, "the web configuration", MAX_WEB_CONFIG_BYTES)
+        except boundedfile.FileReadError as error:
+            raise WebConfigError(error.reason) from None
         config = parse_web_config(text, os.path.dirname(self.path))
-        if previous is not None and (previous.config.tls is None) != (config.tls is None):
-            raise WebConfigError("switching TLS on or off needs a restart")
+        if previous is not None:
+            refusal = _weakening(previous.config, config)
+            if refusal:
+                raise WebConfigError(f"{refusal} needs a restart")
         return build_active(config, previous)
 
     def _watched(self) -> tuple[str, ...]:
@@ -111,8 +132,9 @@ class WebConfigReloader:
         """The first load, at start-up: WebConfigError names the file."""
         try:
             self._active = self._read_and_build(None)
-        except WebConfigError as error:
-            raise WebConfigError(f"--web.config.file {self.path}: {error}") from None
+        except Exception as error:
+            detail = error if isinstance(error, WebConfigError) else f"{type(error).__name__}: {error}"
+            raise WebConfigError(f"--web.config.file {self.path}: {detail}") from None
         self._signature = tuple(_stat(p) for p in self._watched())
         self._good_digest = _digest(self._watched())
         log.info(
@@ -145,7 +167,9 @@ class WebConfigReloader:
             return False
         try:
             active = self._read_and_build(self._active)
-        except WebConfigError as error:
+        except Exception as error:  # nothing a file holds may end the server: keep the last good state
+            if not isinstance(error, WebConfigError):
+                error = WebConfigError(f"{type(error).__name__}: {error}")
             self._bad_digest = digest
             self.reload_failures += 1
             self.last_reload_ok = False

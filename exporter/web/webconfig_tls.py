@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-import tempfile
 from collections.abc import Iterator
 
+from exporter import boundedfile
 from exporter.web.webconfig import TLSServerConfig, WebConfigError
 
+MAX_PEM_BYTES = 1 << 20  # a long chain is tens of KiB
 _VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
     "TLS11": ssl.TLSVersion.TLSv1_1,
@@ -43,28 +44,32 @@ def _refuse_password() -> str:
 
 def _read(path: str, what: str) -> bytes:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as error:
-        raise WebConfigError(f"cannot read {what} {path}: {error.strerror or error}") from None
+        return boundedfile.read_bytes(path, what, MAX_PEM_BYTES)
+    except boundedfile.FileReadError as error:
+        raise WebConfigError(str(error)) from None
 
 
 @contextlib.contextmanager
-def _pem_files(tls: TLSServerConfig) -> Iterator[tuple[str, str]]:
-    """Paths of the certificate and key; inline PEM goes through a private temporary folder."""
-    if not (tls.cert or tls.key):
-        yield tls.cert_file, tls.key_file
-        return
-    with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-tls-") as folder:
-        paths = []
-        for name, inline, path in (("cert.pem", tls.cert, tls.cert_file), ("key.pem", tls.key, tls.key_file)):
-            if inline:
-                path = os.path.join(folder, name)
-                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(descriptor, "w", encoding="ascii", errors="replace") as handle:
-                    handle.write(inline)
-            paths.append(path)
-        yield paths[0], paths[1]
+def _in_memory(*contents: bytes) -> Iterator[list[str]]:
+    """Paths that read back `contents` from memory (memfd). OpenSSL loads a key pair only from paths;
+    handing it the bytes already read and checked means a file swapped on disk between the check
+    and the load cannot be loaded half-old, and an inline key never touches a disk that may be full."""
+    descriptors: list[int] = []
+    try:
+        for content in contents:
+            descriptors.append(os.memfd_create("amdgpu-exporter-tls", os.MFD_CLOEXEC))
+            view = memoryview(content)
+            while view:
+                view = view[os.write(descriptors[-1], view) :]
+    except OSError as error:
+        for descriptor in descriptors:
+            os.close(descriptor)
+        raise WebConfigError(f"cannot hold the certificate and key in memory: {error.strerror or error}") from None
+    try:
+        yield [f"/proc/self/fd/{descriptor}" for descriptor in descriptors]
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
 
 
 def _names(tls: TLSServerConfig) -> tuple[str, str]:
@@ -74,14 +79,12 @@ def _names(tls: TLSServerConfig) -> tuple[str, str]:
 def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     """A server context for tls; WebConfigError (one sentence, no secret) when it cannot be built."""
     cert_name, key_name = _names(tls)
-    if tls.cert_file:
-        cert_bytes = _read(tls.cert_file, "cert_file")
-        if b"-----BEGIN CERTIFICATE-----" not in cert_bytes:
-            raise WebConfigError(f"cert_file {tls.cert_file} holds no PEM certificate")
-    if tls.key_file:
-        key_bytes = _read(tls.key_file, "key_file")
-        if b"PRIVATE KEY-----" not in key_bytes:
-            raise WebConfigError(f"key_file {tls.key_file} holds no PEM private key")
+    cert_bytes = tls.cert.encode("utf-8", "replace") if tls.cert else _read(tls.cert_file, "cert_file")
+    if b"-----BEGIN CERTIFICATE-----" not in cert_bytes:
+        raise WebConfigError(f"{cert_name} holds no PEM certificate")
+    key_bytes = tls.key.encode("utf-8", "replace") if tls.key else _read(tls.key_file, "key_file")
+    if b"PRIVATE KEY-----" not in key_bytes:
+        raise WebConfigError(f"{key_name} holds no PEM private key")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_COMPRESSION
     try:
@@ -90,7 +93,7 @@ def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
             context.maximum_version = _VERSIONS[tls.max_version]
     except (ValueError, ssl.SSLError) as error:
         raise WebConfigError(f"tls_server_config: this OpenSSL refuses the TLS versions asked for ({error})") from None
-    with _pem_files(tls) as (cert_path, key_path):
+    with _in_memory(cert_bytes, key_bytes) as (cert_path, key_path):
         try:
             context.load_cert_chain(cert_path, key_path, password=_refuse_password)
         except _EncryptedKey:

@@ -172,7 +172,7 @@ class Node:
 
     def cycle(self, at: float, junctions: tuple[float, float]) -> tuple[Snapshot, tuple[AlertState, ...]]:
         """One cycle as the pipeline hands it to the pusher: the snapshot and the alerts evaluated on it."""
-        snapshot = Snapshot(taken_at=at, devices=(mi250x(0, junctions[0]), mi250x(1, junctions[1])))
+        snapshot = Snapshot(taken_at=at, monotonic_at=at, devices=(mi250x(0, junctions[0]), mi250x(1, junctions[1])))
         self.states, _ = evaluate(self.rules, self.states, snapshot)
         return snapshot, self.states
 

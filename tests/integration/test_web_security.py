@@ -344,8 +344,8 @@ def test_startup_errors_are_one_clear_line(tmp_path: Path, pki: Pki) -> None:
         str(tmp_path / "missing.yml"): "cannot read it: No such file or directory",
         config("tls_server_config: [\n"): "not valid YAML",
         config({"tls_server_config": {**tls, "key_file": str(pki.client_key)}}): "does not match",
-        config({"tls_server_config": {**tls, "key_file": str(tmp_path)}}): "cannot read key_file",
-        config({"tls_server_config": {**tls, "cert_file": str(tmp_path / "nope.crt")}}): "cannot read cert_file",
+        config({"tls_server_config": {**tls, "key_file": str(tmp_path)}}): "not a regular file",
+        config({"tls_server_config": {**tls, "cert_file": str(tmp_path / "nope.crt")}}): "nope.crt: cannot read it",
         config({"tls_server_config": {**tls, "client_ca_file": str(pki.ca)}}): "NoClientCert",
         config({"basic_auth_users": {"prom": "plain"}}): "not a bcrypt hash",
     }

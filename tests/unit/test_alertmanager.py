@@ -52,7 +52,7 @@ def alert(gpu: int, firing: bool, since: float, suggestion: str = "lower it", va
 
 def snapshot(at: float, *alerts: AlertState) -> tuple[Snapshot, tuple[AlertState, ...]]:
     """One cycle as the pipeline hands it to the pusher: the snapshot and the alerts evaluated on it."""
-    return Snapshot(taken_at=at, devices=(gcd(0), gcd(1))), alerts
+    return Snapshot(taken_at=at, monotonic_at=at, devices=(gcd(0), gcd(1))), alerts
 
 
 def test_urls_are_checked_and_normalised() -> None:

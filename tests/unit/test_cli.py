@@ -31,7 +31,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["--interval=0s"], "--interval: '0s' must be longer than zero"),
         (["--source=nvml"], "--source: 'nvml' is not one of auto, sysfs, rocm-smi"),
         (["--web.listen-address=nowhere"], "--web.listen-address: 'nowhere' is not host:port"),
-        (["--config.file=/nonexistent/amdgpu.yaml"], "cannot read config file /nonexistent/amdgpu.yaml"),
+        (["--config.file=/nonexistent/amdgpu.yaml"], "config file /nonexistent/amdgpu.yaml: cannot read it"),
     ],
 )
 def test_bad_settings_are_one_line_and_exit_2(argv: list[str], message: str, capsys) -> None:

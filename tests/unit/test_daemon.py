@@ -79,6 +79,7 @@ def test_each_cycle_publishes_one_immutable_result_and_hands_alerts_on() -> None
     assert pipeline.state.published is None and pipeline.state.metrics is None
     hot = Snapshot(
         taken_at=100.0,
+        monotonic_at=100.0,
         devices=(device(0, junction=99.0),),
         poll_duration_seconds=0.003,
         source_stats=SourceStats(worker_restarts=2),
@@ -97,7 +98,9 @@ def test_each_cycle_publishes_one_immutable_result_and_hands_alerts_on() -> None
     assert "amdgpu_exporter_worker_restarts_total 2.0" in text
     assert 'amdgpu_exporter_alertmanager_notifications_total{result="sent"} 1.0' in text
     assert 'amdgpu_exporter_poll_duration_seconds_bucket{le="0.005"} 1.0' in text
-    pipeline.on_snapshot(Snapshot(taken_at=200.0, devices=(device(0, junction=99.0),), poll_duration_seconds=0.2))
+    pipeline.on_snapshot(
+        Snapshot(taken_at=200.0, monotonic_at=200.0, devices=(device(0, junction=99.0),), poll_duration_seconds=0.2)
+    )
     second = pipeline.state
     assert second is not first and second.published is not first.published
     assert second.published.alerts[0].firing, "the rule's for (60 s) has passed between the cycles"

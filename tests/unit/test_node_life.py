@@ -408,13 +408,15 @@ def test_alert_state_follows_the_device_key_not_the_gpu_index() -> None:
     assert rules, "the shipped rules watch the junction temperature with a for-duration"
     hot = Sample(timestamp=1.0, temperatures=frozen_map({"junction": 150.0}))
     a, b = ident("0000:01:00.0", "card0", "a"), ident("0000:02:00.0", "card1", "b")
-    first, _ = evaluate(rules, (), Snapshot(taken_at=1000.0, devices=(DeviceState(a, 0, hot, True),)))
+    first, _ = evaluate(
+        rules, (), Snapshot(taken_at=1000.0, monotonic_at=1000.0, devices=(DeviceState(a, 0, hot, True),))
+    )
     (state,) = first
     assert state.device_key == a.key and state.pending_since is not None
     # were a device ever renumbered, its alert would move with it, and another device at its old index
     # would start afresh
     moved = (DeviceState(b, 0, hot, True), DeviceState(a, 1, hot, True))
-    second, _ = evaluate(rules, first, Snapshot(taken_at=1001.0, devices=moved))
+    second, _ = evaluate(rules, first, Snapshot(taken_at=1001.0, monotonic_at=1001.0, devices=moved))
     by_key = {s.device_key: s for s in second}
     assert by_key[a.key].pending_since == state.pending_since and by_key[a.key].gpu == 1
     assert by_key[b.key].pending_since == 1001.0 and by_key[b.key].gpu == 0

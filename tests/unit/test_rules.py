@@ -65,7 +65,7 @@ def device(
 
 
 def snap(at: float, *devices: DeviceState) -> Snapshot:
-    return Snapshot(taken_at=at, devices=tuple(devices))
+    return Snapshot(taken_at=at, monotonic_at=at, devices=tuple(devices))
 
 
 class Run:
@@ -114,6 +114,19 @@ def test_cool_device_gets_an_inactive_state_and_no_transition() -> None:
     state = run.state()
     assert (state.firing, state.pending_since, state.value, state.clock_down_ratio) == (False, None, 60.0, 0.0)
     assert state.suggested_gfx_clock_max_hertz is None and state.suggestion == ""
+
+
+@pytest.mark.parametrize("wall_step", [3600.0, -7200.0])
+def test_a_wall_clock_step_neither_fires_early_nor_delays(wall_step: float) -> None:
+    run = Run()
+    hot = device(junction=90.0)
+    run.feed(Snapshot(taken_at=1000.0, monotonic_at=50.0, devices=(hot,)))  # pending
+    # The wall clock steps by an hour (or back by two) two seconds later; the monotonic clock does not.
+    assert run.feed(Snapshot(taken_at=1002.0 + wall_step, monotonic_at=52.0, devices=(hot,))) == ()
+    assert not run.state().firing
+    assert run.feed(Snapshot(taken_at=1059.0 + wall_step, monotonic_at=109.0, devices=(hot,))) == ()
+    (firing,) = run.feed(Snapshot(taken_at=1060.0 + wall_step, monotonic_at=110.0, devices=(hot,)))
+    assert firing.kind == "firing" and firing.at == 1060.0 + wall_step  # shown on the wall clock
 
 
 def test_fires_only_after_the_for_duration() -> None:
@@ -578,7 +591,7 @@ def test_empty_or_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     empty.write_text("# nothing\n")
     with pytest.raises(RulesConfigError, match=r"empty\.yaml: the file is empty"):
         load_rules(empty)
-    with pytest.raises(RulesConfigError, match=r"missing\.yaml: cannot read rule file"):
+    with pytest.raises(RulesConfigError, match=r"rule file .*missing\.yaml: cannot read it"):
         load_rules(tmp_path / "missing.yaml")
 
 

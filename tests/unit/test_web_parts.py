@@ -152,8 +152,8 @@ def test_ssl_context_errors_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
     _openssl("ec", "-in", str(pki.server_key), "-aes256", "-passout", "pass:x", "-out", str(encrypted), cwd=tmp_path)
     cases = {
         "does not match": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(pki.client_key)),
-        "cannot read key_file": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path / "missing")),
-        "Is a directory": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path)),
+        "missing: cannot read it": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path / "missing")),
+        "not a regular file": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(tmp_path)),
         "holds no PEM certificate": TLSServerConfig(cert_file=str(pki.server_key), key_file=str(pki.server_key)),
         "holds no PEM private key": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(pki.server_cert)),
         "is encrypted": TLSServerConfig(cert_file=str(pki.server_cert), key_file=str(encrypted)),

@@ -75,7 +75,7 @@ def test_full_file() -> None:
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
-        ("tls_server_config: [", "not valid YAML (line"),
+        ("tls_server_config: [", "line 1 is not valid YAML"),
         ("- a\n- b\n", "must be a mapping"),
         ({"tls_config": {}}, "unknown key 'tls_config'"),
         ({"tls_server_config": {"cert_file": "a"}}, "missing key_file"),
