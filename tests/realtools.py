@@ -231,3 +231,21 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 20.
             pass
         time.sleep(0.1)
     raise AssertionError(f"exporter on 127.0.0.1:{port} not ready within {timeout} s")
+
+
+def poll_cycles(port: int) -> int:
+    """Poll cycles the daemon on 127.0.0.1:port has published: the count of its poll-duration histogram."""
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain"}, timeout=5).text
+    prefix = "amdgpu_exporter_poll_duration_seconds_count "
+    return next((int(float(line[len(prefix) :])) for line in text.splitlines() if line.startswith(prefix)), 0)
+
+
+def wait_for_cycles(port: int, cycles: int, timeout: float = 30.0) -> None:
+    """Wait until the daemon has published `cycles` poll cycles: a condition, not a guess at how long
+    cycles take on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while (done := poll_cycles(port)) < cycles:
+        assert time.monotonic() < deadline, f"{done} of {cycles} poll cycles within {timeout} s"
+        time.sleep(0.1)
