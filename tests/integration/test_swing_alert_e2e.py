@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ def scenario(swing: float) -> str:
 @dataclass
 class Seen:
     """What /api/v1/alerts showed for the swing alert, polled every POLL_S: per GPU, when (seconds after the
-    exporter started) it was first pending and first firing, and the firing alert itself."""
+    exporter started) it went pending (Prometheus's own activeAt: a slow poll cannot move it) and was first
+    seen firing, and the firing alert itself."""
 
     pending_at: dict[int, float]
     firing_at: dict[int, float]
@@ -79,10 +81,11 @@ def watch(stack: Any, seconds: float, until_all_fire: bool) -> Seen:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert not stack.exited(), stack.log_tail(stack.exited())
-        since_start = time.time() - stack.exporter_started_at
+        started_at = stack.exporter_started_at
+        since_start = time.time() - started_at
         for alert in swing_alerts(stack):
             gpu = int(alert["labels"]["gpu"])
-            seen.pending_at.setdefault(gpu, since_start)
+            seen.pending_at.setdefault(gpu, datetime.fromisoformat(alert["activeAt"]).timestamp() - started_at)
             if alert["state"] == "firing":
                 seen.firing_at.setdefault(gpu, since_start)
                 seen.firing.setdefault(gpu, alert)
