@@ -99,10 +99,16 @@ def start_in_sysfs_namespace(
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago: another process can take it before the
-    caller binds it, so a server started on it should go through start_listening, which retries."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    caller binds it, so a server started on it should go through start_listening, which retries.
+    Under pytest-xdist each worker hands out its own share of the ports: two workers never race for one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port // 2 % workers == worker:  # by port // 2: bind() hands out even ports first
+            return port
 
 
 _TCP_LISTEN = "0A"
