@@ -55,7 +55,7 @@ from exporter.alerting.alertmanager import alert_labels
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
 from exporter.model import AlertState, DeviceIdentity, DeviceState
-from tests.realtools import require_tool
+from tests.realtools import free_port, require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -78,6 +78,8 @@ def load_demo_stack() -> ModuleType:
 
 
 demo = load_demo_stack()
+# The stack's servers bind the ports it picks: under pytest-xdist, from this worker's share.
+demo.free_port = free_port
 
 
 # ------------------------------------------------------------------------------- the simulator's truth
