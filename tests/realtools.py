@@ -99,10 +99,16 @@ def start_in_sysfs_namespace(
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago: another process can take it before the
-    caller binds it, so a server started on it should go through start_listening, which retries."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    caller binds it, so a server started on it should go through start_listening, which retries.
+    Under pytest-xdist each worker hands out its own share of the ports: two workers never race for one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port // 2 % workers == worker:  # by port // 2: bind() hands out even ports first
+            return port
 
 
 _TCP_LISTEN = "0A"
@@ -231,3 +237,21 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 20.
             pass
         time.sleep(0.1)
     raise AssertionError(f"exporter on 127.0.0.1:{port} not ready within {timeout} s")
+
+
+def poll_cycles(port: int) -> int:
+    """Poll cycles the daemon on 127.0.0.1:port has published: the count of its poll-duration histogram."""
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain"}, timeout=5).text
+    prefix = "amdgpu_exporter_poll_duration_seconds_count "
+    return next((int(float(line[len(prefix) :])) for line in text.splitlines() if line.startswith(prefix)), 0)
+
+
+def wait_for_cycles(port: int, cycles: int, timeout: float = 30.0) -> None:
+    """Wait until the daemon has published `cycles` poll cycles: a condition, not a guess at how long
+    cycles take on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while (done := poll_cycles(port)) < cycles:
+        assert time.monotonic() < deadline, f"{done} of {cycles} poll cycles within {timeout} s"
+        time.sleep(0.1)

@@ -55,7 +55,7 @@ from exporter.alerting.alertmanager import alert_labels
 from exporter.alerting.rulefile import default_rules, load_rules
 from exporter.alerting.rules import Rule
 from exporter.model import AlertState, DeviceIdentity, DeviceState
-from tests.realtools import require_tool
+from tests.realtools import free_port, require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -78,6 +78,8 @@ def load_demo_stack() -> ModuleType:
 
 
 demo = load_demo_stack()
+# The stack's servers bind the ports it picks: under pytest-xdist, from this worker's share.
+demo.free_port = free_port
 
 
 # ------------------------------------------------------------------------------- the simulator's truth
@@ -188,6 +190,12 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"no {what} within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def quiet_until(since: float, seconds: float) -> None:
+    """Wait until `seconds` after the wall time `since`: by then a notification that was going to
+    follow the one at `since` has come, so its absence means something."""
+    time.sleep(max(0.0, since + seconds - time.time()))
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +313,7 @@ def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: R
     # Only the hot GCD pages; the other seven stay below the threshold.
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname="AMDGPUDaemonAlert")}
     assert paged == {str(HOT_GPU)}
-    time.sleep(2)  # two group_intervals: a second notification would have come
+    quiet_until(page.received_at, 2)  # two group_intervals: a second notification would have come
     assert len(firing_notifications(stack, "AMDGPUDaemonAlert")) == 1  # one page on this path
     assert f"PAGE FIRING AMDGPUDaemonAlert node={stack.node} gpu={HOT_GPU} severity=warning" in run.page_log.getvalue()
 
@@ -351,7 +359,7 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     assert api_alert["undo_command"] == annotations["undo_command"]
     paged = {p.labels["gpu"] for p in stack.receiver.received(alertname=run.daemon_rule.alert)}
     assert paged == {str(HOT_GPU)}
-    time.sleep(2)
+    quiet_until(page.received_at, 2)
     assert len(firing_notifications(stack, run.daemon_rule.alert)) == 1  # one page on this path
 
     delay = report("direct push", run, page, run.daemon_rule.for_seconds, "push, Alertmanager")
@@ -523,11 +531,12 @@ def test_a_whole_node_cooling_fault_is_one_page_and_silences_its_warnings_on_bot
     warnings += [pushed("GpuJunctionTemperatureHigh", node, "warning", g) for g in gpus]
     # Another node's warning on the same GPU index must not be silenced by this node's critical.
     elsewhere = via_prometheus("AMDGPUTemperatureNearCritical", "gpu-node-fine", "warning", 0, sensor="junction")
+    posted_at = time.time()
     routing.post([*warnings, elsewhere])
     routing.post(critical)
 
     wait_until(lambda: notified(routing, node=node), 20, f"a page for {node}")
-    time.sleep(4)  # two more group_waits: anything else that was going to be sent has been
+    quiet_until(posted_at, 4)  # two group_waits: anything else that was going to be sent has been
     pages = notified(routing, node=node)
     assert len(pages) == 1, [(p.receiver, p.group_labels, len(p.alerts)) for p in pages]
     [page] = pages
@@ -561,12 +570,13 @@ def test_a_silence_on_node_and_gpu_matches_both_paths(routing: Routing) -> None:
     }
     response = httpx.post(f"{routing.alertmanager_url}/api/v2/silences", json=silence, timeout=5)
     assert response.status_code == 200, response.text
+    posted_at = time.time()
     routing.post(alerts)
     wait_until(lambda: all(routing.state(**a["labels"]) for a in alerts), 10, "the posted alerts")
     for alert in alerts:
         [state] = routing.state(**alert["labels"])
         assert state["status"]["state"] == "suppressed" and state["status"]["silencedBy"], alert["labels"]
-    time.sleep(3)
+    quiet_until(posted_at, 3)  # past the group_wait: a page would have been sent
     assert not notified(routing, node=node)
 
 
@@ -578,10 +588,11 @@ def test_a_node_or_its_exporter_down_silences_its_gpus(routing: Routing) -> None
     # node B: the node itself is down (kube-prometheus's alert carries `node`).
     node_down = {"labels": {"alertname": "KubeNodeNotReady", "node": dead_node, "severity": "warning"}}
     dead_exporter = via_prometheus("AMDGPUExporterDown", dead_node, "warning")
+    posted_at = time.time()
     routing.post([exporter_down, *leftovers, node_down, dead_exporter])
 
     wait_until(lambda: notified(routing, node=dead_node), 20, f"the page for {dead_node}")
-    time.sleep(4)
+    quiet_until(posted_at, 4)
     for target in (*leftovers, dead_exporter):
         [state] = routing.state(**target["labels"])
         assert state["status"]["inhibitedBy"], target["labels"]
@@ -624,7 +635,7 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
 
         wait_until(lambda: pages() or stack.exited(), 90, "a page for the node's cooling fault")
         assert not stack.exited(), stack.log_tail(stack.exited())
-        time.sleep(6)  # two more group_waits: a second page would have been sent by now
+        quiet_until(pages()[0].received_at, 6)  # two more group_waits: a second page would have been sent by now
         [page] = pages()
         assert page.group_labels == {"node": stack.node, "alertname": "AMDGPUTemperatureCritical"}
         assert sorted(int(a.labels["gpu"]) for a in page.alerts) == list(ALL_GPUS)
@@ -670,7 +681,7 @@ def test_an_xgmi_link_going_down_pages_its_gpu_and_not_the_cableless_slot(tmp_pa
 
         wait_until(lambda: link_pages() or stack.exited(), 60, "a page for the XGMI link")
         assert not stack.exited(), stack.log_tail(stack.exited())
-        time.sleep(6)
+        quiet_until(link_pages()[0].received_at, 6)
         [page] = link_pages()
         assert page.group_labels == {"node": stack.node, "alertname": "AMDGPUXGMILinkDown"}
         assert page.receiver == "gpu-team-email"

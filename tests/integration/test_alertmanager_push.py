@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -25,17 +24,11 @@ from exporter.alerting.alertmanager import AlertmanagerPusher, alerts_endpoint
 from exporter.alerting.rulefile import default_rules
 from exporter.alerting.state import evaluate
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
-from tests.realtools import require_tool
+from tests.realtools import free_port, require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Webhook:
@@ -241,10 +234,10 @@ def test_firing_alert_reaches_the_receiver_then_resolves(alertmanager: str, webh
 
             first_end = parse_time((await wait_for(am_alert, 5, "the alert in Alertmanager"))["endsAt"])
             assert time.time() < first_end <= time.time() + 4 * 0.5 + 1
-            await asyncio.sleep(1.2)
-            current = am_alert()
-            assert current is not None and current["status"]["state"] == "active"
-            assert parse_time(current["endsAt"]) > first_end
+            current = await wait_for(
+                lambda: (found := am_alert()) and parse_time(found["endsAt"]) > first_end and found, 5, "a re-post"
+            )
+            assert current["status"]["state"] == "active"
 
             # Cooling below 80 °C resolves it; Alertmanager tells the receiver.
             resolved_snapshot = node.cycle(time.time(), (70.0, 79.0))
@@ -286,7 +279,7 @@ def test_a_dead_alertmanager_costs_log_lines_and_a_counter_only(alertmanager: st
         try:
             started = time.perf_counter()
             pusher.update(*firing)
-            assert time.perf_counter() - started < 0.05, "update() must not wait for the network"
+            assert time.perf_counter() - started < 0.5, "update() must not wait for the network (1 s timeout)"
             # The live Alertmanager gets the alert although the first one refuses every post.
             (alert,) = await wait_for(lambda: webhook.received(instance, "firing"), 10, "the firing notification")
             assert alert["labels"]["gpu"] == "0" and alert["labels"]["die"] == "0"

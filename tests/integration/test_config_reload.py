@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.realtools import free_port, poll_cycles, wait_for_cycles
 
 pytestmark = pytest.mark.integration
 
@@ -75,12 +76,6 @@ def test_check_config_checks_values_lines_and_the_rule_file_it_names(tmp_path: P
 
 
 # ---------------------------------------------------------------------------------------------- SIGHUP
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
@@ -162,7 +157,7 @@ def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemo
     process.send_signal(signal.SIGHUP)
     (failed,) = wait_until(lambda: daemon.events("reload_failed"), 5, "the reload_failed log line", process)
     assert f"{daemon.rules} line 3: unknown metric 'nothing'" in failed["error"]
-    time.sleep(1.5)
+    wait_for_cycles(daemon.port, poll_cycles(daemon.port) + 2)  # a whole cycle after the failed reload
     assert daemon.alert_names() == {"EdgeSeen"} and process.poll() is None
 
     # The config file: the interval needs a restart and says so; the rule file it names is read.

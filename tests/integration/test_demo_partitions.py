@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.exposition.metrics import DEVICE_METRICS
 from exporter.simulator.truth import SimulatedDevice, load_truth_json
-from tests.realtools import start_exporter, wait_ready
+from tests.realtools import start_exporter, wait_for_cycles, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,8 @@ def _consistent_scrape(url: str, truth_path: Path) -> tuple[list[SimulatedDevice
 
 def test_sixteen_partitions_equal_the_truth(demo: tuple[str, Path]) -> None:
     url, truth_path = demo
-    time.sleep(2.5)  # two poll cycles: throttle_active needs a previous read, slow layer refreshed
+    # two more poll cycles: throttle_active needs a previous read, slow layer refreshed
+    wait_for_cycles(int(url.rsplit(":", 1)[1]), 3)
     devices, series = _consistent_scrape(url, truth_path)
     assert len(devices) == 16
     assert [d.gpu for d in devices] == list(range(16))

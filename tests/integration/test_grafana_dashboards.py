@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ import yaml
 from exporter.exposition.metrics import all_metric_names
 from grafana import builder
 from grafana.builder import memory_limits, thresholds
-from tests.realtools import require_tool
+from tests.realtools import free_port, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
@@ -364,12 +363,6 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Real queries: Prometheus scraping the exporter
 # ---------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(check: Any, timeout: float, what: str, process: subprocess.Popen[bytes] | None = None) -> None:

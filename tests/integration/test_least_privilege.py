@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import EXPORTER, free_port, require_root, require_tool, stop
+from tests.realtools import EXPORTER, free_port, require_root, require_tool, stop, wait_for_cycles
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ def _run(argv_prefix: list[str], tree: Path) -> tuple[set[tuple[str, tuple]], st
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        time.sleep(1.2)  # a few cycles, slow-schedule reads included
+        wait_for_cycles(port, 4)  # a few cycles, slow-schedule reads included
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
         with contextlib.suppress(ProcessLookupError):

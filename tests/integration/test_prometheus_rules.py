@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import re
-import socket
 import subprocess
 import textwrap
 import time
@@ -29,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.realtools import require_tool
+from tests.realtools import free_port, require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -679,9 +678,3 @@ def test_scrape_configs_give_every_target_its_node(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=20)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -63,17 +63,23 @@ def test_status_page_in_chromium(fast_sampler: bool) -> None:
         assert "MI250X · package" in by_gpu[3]["group"] and "2 dies" in by_gpu[3]["group"]
         assert by_gpu[2]["group"] == by_gpu[3]["group"] != by_gpu[4]["group"]
         assert by_gpu[6]["where"].startswith(devices[6]["identity"]["pci_bus_id"])
-        time.sleep(4)  # about eight polls at 500 ms
-        after = {t["gpu"]: t for t in json.loads(browser.evaluate(TILES))}
-        changed = [
-            g
-            for g in range(7)
-            if (after[g]["power"], after[g]["busy"], after[g]["junction"], after[g]["vram"])
-            != (by_gpu[g]["power"], by_gpu[g]["busy"], by_gpu[g]["junction"], by_gpu[g]["vram"])
-        ]
-        assert len(changed) >= 5, (before, after)
-        # sparklines: several points for junction, power (not on die 1) and busy
-        assert all(after[g]["sparks"][0] >= 3 and after[g]["sparks"][2] >= 3 for g in range(7)), after
+
+        def refreshed() -> tuple[list[int], dict[int, dict]]:
+            """The GPUs whose tiles the page has updated since `before`, and the tiles now."""
+            after = {t["gpu"]: t for t in json.loads(browser.evaluate(TILES))}
+            fields = ("power", "busy", "junction", "vram")
+            return [g for g in range(7) if [after[g][f] for f in fields] != [by_gpu[g][f] for f in fields]], after
+
+        # the page keeps refreshing from the API: most tiles change, and sparklines get several points
+        # for junction, power (not on die 1) and busy
+        deadline = time.monotonic() + 30
+        while True:
+            changed, after = refreshed()
+            sparks = all(after[g]["sparks"][0] >= 3 and after[g]["sparks"][2] >= 3 for g in range(7))
+            if len(changed) >= 5 and sparks:
+                break
+            assert time.monotonic() < deadline, (before, after)
+            time.sleep(0.2)
         updated = browser.evaluate("document.getElementById('updated').textContent")
         assert updated.startswith("cycle "), updated
         shot = os.environ.get("AMDGPU_EXPORTER_SCREENSHOT")

@@ -308,17 +308,26 @@ def test_config_edited_while_running(tmp_path: Path, password_hash: str) -> None
 
         until(lambda: curl("-u", "grafana:new-one", url)[1] == "200", "the new user never got in")
         assert curl("-u", f"prom:{PASSWORD}", url)[1] == "401"
+
+        def reloads() -> tuple[dict[str, float], float, float]:
+            """(reloads by result, last reload successful, last poll time) as /metrics shows them."""
+            _code, status, body = curl("-u", "grafana:new-one", url)
+            assert status == "200"  # the last good configuration stays in effect
+            counts = {labels["result"]: v for labels, v in series(body, "amdgpu_exporter_web_config_reloads_total")}
+            last_ok = series(body, "amdgpu_exporter_web_config_last_reload_successful")[0][1]
+            return counts, last_ok, series(body, "amdgpu_exporter_last_poll_timestamp_seconds")[0][1]
+
         # an invalid edit: the last good configuration stays, one log line, one count
         (tmp_path / "web.yml").write_text("basic_auth_users:\n  grafana: new-one-in-plain-text\n")
-        time.sleep(3)
+        until(lambda: reloads()[:2] == ({"success": 1.0, "failure": 1.0}, 0.0), "the invalid edit was not counted")
+        # the same invalid content again is not counted again: the reloader looks at most once a
+        # second, so a request a second after the touch is one that sees it
         (tmp_path / "web.yml").touch()
-        time.sleep(2)
-        _code, status, body = curl("-u", "grafana:new-one", url)
-        assert status == "200"
-        time.sleep(1)  # /metrics shows the counters as of the last poll cycle
-        _code, status, body = curl("-u", "grafana:new-one", url)
-        assert [v for labels, v in series(body, "amdgpu_exporter_web_config_reloads_total")] == [1.0, 1.0]
-        assert series(body, "amdgpu_exporter_web_config_last_reload_successful")[0][1] == 0.0
+        time.sleep(1.0)
+        seen_at = time.time()
+        curl("-u", "grafana:new-one", url)
+        until(lambda: reloads()[2] > seen_at, "no poll cycle published after the touch was seen")
+        assert reloads()[:2] == ({"success": 1.0, "failure": 1.0}, 0.0)
     finally:
         stop(daemon.process)  # type: ignore[arg-type]
     log = daemon.stderr()
@@ -396,13 +405,14 @@ def test_2000_idle_connections_leave_scrapes_and_polling_unaffected(tmp_path: Pa
             time.sleep(0.1)
         after = series(_metrics(port), "amdgpu_exporter_last_poll_timestamp_seconds")[0][1]
         assert after - before >= 1.0, "polling stalled"
-        assert max(durations) < 1.0, durations
+        # a stalled server would time out (5 s); the margin is for a busy machine
+        assert max(durations) < 3.0, durations
         open_fds = len(os.listdir(f"/proc/{daemon.process.pid}/fd"))
         assert open_fds < 1024 - 100, open_fds
         # idle and trickling connections are closed at the header timeout (10 s from the first byte)
         trickler.settimeout(1)
         answer = b""
-        while time.monotonic() - started < 16:
+        while time.monotonic() - started < 30:
             try:
                 trickler.send(b"X")
                 answer = trickler.recv(200)
@@ -412,7 +422,7 @@ def test_2000_idle_connections_leave_scrapes_and_polling_unaffected(tmp_path: Pa
                 pass
             break
         closed_after = time.monotonic() - started
-        assert 9 < closed_after < 13, closed_after
+        assert 9 < closed_after < 25, closed_after  # not before the timeout; late only on a busy machine
         assert answer.startswith(b"HTTP/1.1 408") or answer == b""
         time.sleep(1)
         closed = 0
@@ -463,7 +473,7 @@ def test_2000_idle_tls_connections_leave_tls_scrapes_unaffected(tmp_path: Path, 
                 _code, status, body = curl("--cacert", str(pki.ca), f"{base}/metrics")
                 durations.append(time.monotonic() - t0)
                 assert status == "200" and [v for _, v in series(body, "amdgpu_up")] == [1.0] * 8
-            assert max(durations) < 1.0, durations
+            assert max(durations) < 3.0, durations
             assert len(os.listdir(f"/proc/{daemon.process.pid}/fd")) < 1024 - 100
     finally:
         for sock in idle:
@@ -748,7 +758,7 @@ def test_sigterm_with_idle_and_handshaking_connections_exits_promptly(tmp_path: 
         started = time.monotonic()
         daemon.process.terminate()
         assert daemon.process.wait(10) == 0
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 5.0  # not held open by the connections' 10 s timeouts
     finally:
         for sock in held:
             sock.close()
