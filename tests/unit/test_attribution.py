@@ -265,3 +265,15 @@ def test_labels_for_every_device_and_shared_devices_joined() -> None:
     assert labels[0] == {"pod": "", "namespace": "", "container": ""}
     assert labels[2] == {"pod": "y,z", "namespace": "ns", "container": "c"}
     assert set(labels) == {0, 1, 2, 3}
+
+
+def test_a_crowded_gpu_gets_bounded_label_values() -> None:
+    from exporter.attribution.matching import MAX_LABEL_CHARS, joined_label_value
+
+    pods = {f"train-worker-{n:03d}" for n in range(500)}
+    value = joined_label_value(pods)
+    assert len(value) <= MAX_LABEL_CHARS
+    shown = value.split(",")
+    assert shown[-1] == f"+{500 - (len(shown) - 1)}" and shown[:-1] == sorted(pods)[: len(shown) - 1]
+    assert joined_label_value({"b", "a"}) == "a,b" and joined_label_value(()) == ""
+    assert joined_label_value({"x" * 300}) == "x" * MAX_LABEL_CHARS
