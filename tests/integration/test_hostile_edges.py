@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -304,6 +305,17 @@ def test_non_ascii_numbers_and_garbage_requests_are_answered_and_logged_without_
                     raw.settimeout(5)
                     with contextlib.suppress(OSError):
                         raw.recv(1024)
+        # A request pipelined behind an Upgrade: the first is answered and the connection closed
+        # (never left waiting), so the client sends the second again on a new connection.
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as raw:
+            raw.sendall(
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            received = b""
+            while chunk := raw.recv(4096):  # ends at EOF; a hang would raise socket.timeout
+                received += chunk
+            assert received.startswith(b"HTTP/1.1 200") and b"connection: close" in received.lower()
         time.sleep(0.5)  # the log lines of the last requests are written after their answers
         log = daemon.stderr()
         assert "Traceback" not in log
@@ -386,5 +398,47 @@ def test_a_fifo_in_the_state_dir_holds_nothing_back(tmp_path: Path) -> None:
         daemon.process.terminate()
         assert daemon.process.wait(10) == 0
         assert time.monotonic() - started < 3.0
+    finally:
+        stop(daemon.process)  # type: ignore[arg-type]
+
+
+# --- running out of address space ----------------------------------------------------------------
+
+
+def _vm_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+def test_running_out_of_address_space_is_survived_and_recovered_from(tmp_path: Path) -> None:
+    """RLIMIT_AS lowered to what the running daemon already uses: no new thread, arena or mapping can
+    be made. The daemon must live through it and be whole again once the limit is raised."""
+    prlimit = shutil.which("prlimit")
+    assert prlimit is not None, "prlimit (util-linux) is needed"
+    daemon = start_daemon(tmp_path, "--fast.interval=100ms", "--read-timeout=500ms")
+    base = f"http://127.0.0.1:{daemon.port}"
+    pid = daemon.process.pid
+    try:
+        with httpx.Client(timeout=10) as client:
+            wait_ready(daemon, client, base)
+            assert _vm_bytes(pid) < 512 << 20  # a 60 MB daemon does not reserve a gigabyte of address space
+            squeezed = _vm_bytes(pid) + (1 << 20)
+            subprocess.run([prlimit, f"--pid={pid}", f"--as={squeezed}:unlimited"], check=True, timeout=10)
+            time.sleep(3)  # cycles, scrapes and sampler reads under the limit
+            for _ in range(3):
+                with contextlib.suppress(httpx.HTTPError):
+                    client.get(f"{base}/metrics")
+            assert daemon.process.poll() is None, daemon.stderr()[-3000:]
+            subprocess.run([prlimit, f"--pid={pid}", "--as=unlimited:unlimited"], check=True, timeout=10)
+
+            def whole() -> bool:
+                answer = client.get(f"{base}/metrics")
+                ups = [v for _labels, v in series(answer.text, "amdgpu_up")] if answer.status_code == 200 else []
+                ready = client.get(f"{base}/readyz").status_code == 200
+                return ready and len(ups) == 8 and all(v == 1.0 for v in ups)
+
+            wait_for(whole, "every device up and the daemon ready again", daemon, timeout=30)
     finally:
         stop(daemon.process)  # type: ignore[arg-type]
