@@ -144,8 +144,11 @@ class Reloader:
         try:
             settings = reload_settings(self.settings)
             rules = rules_of(settings)
-        except (ConfigError, RulesConfigError) as error:
-            log.error("reload_failed", error=str(error), kept="the running config and rules")
+        except Exception as error:  # nothing a file holds may end the daemon: keep what runs
+            detail = (
+                str(error) if isinstance(error, ConfigError | RulesConfigError) else f"{type(error).__name__}: {error}"
+            )
+            log.error("reload_failed", error=detail, kept="the running config and rules")
             return
         changed = changed_options(self.settings, settings)
         self.pipeline.replace_rules(rules)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter import boundedfile
 from exporter.attribution.matching import device_ref_matches
 from exporter.attribution.schedule import Scheduled
 from exporter.model import ByLocation, DeviceRef, ProcessUsage
@@ -162,9 +163,8 @@ def attribute(
 
 def _read(path: str) -> bytes | None:
     try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_FILE_BYTES)
-    except OSError:
+        return boundedfile.read_bytes(path, "KFD file", MAX_FILE_BYTES)
+    except boundedfile.FileReadError:  # the process exited while being read, or not a regular file
         return None
 
 
