@@ -16,9 +16,14 @@ if [[ ! $job_id =~ ^[0-9]+$ ]]; then
     exit 0
 fi
 [ -d "$state_dir" ] || exit 0
+if [ -L "$state_dir" ] || [ "$(stat -c %u -- "$state_dir" 2>/dev/null)" != "$(id -u)" ]; then
+    echo "amdgpu-exporter epilog: $state_dir is a symbolic link or not owned by uid $(id -u); nothing removed" >&2
+    exit 0
+fi
 
 shopt -s nullglob
 for file in "$state_dir"/*."$job_id" "$state_dir"/.tmp."$job_id".*; do
+    # A directory planted under a record's name is not ours to remove (rm -f refuses it anyway).
     rm -f -- "$file" || echo "amdgpu-exporter epilog: cannot remove $file" >&2
 done
 exit 0

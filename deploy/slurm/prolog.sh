@@ -3,7 +3,7 @@
 #
 # slurmd runs it as root at allocation time (slurm.conf: PrologFlags=Alloc) with the job's
 # environment. For every GPU of the job it writes one JSON file, atomically (write a temporary file
-# in the same directory, then rename), to
+# in the same directory, then rename over the name, never into a directory or link planted there), to
 #     $AMDGPU_EXPORTER_SLURM_STATE_DIR/<gpu index>.<job id>      (default /run/amdgpu-exporter/slurm)
 # which `amdgpu-exporter --slurm.state-dir` reads. The epilog removes the job's files.
 #
@@ -25,9 +25,15 @@ warn() {
     return 0
 }
 
-# A JSON string: backslash and quote escaped, control characters dropped.
+# A JSON string: backslash and quote escaped, control characters dropped. A value that is not
+# UTF-8 (a partition or account name in another encoding) has every non-ASCII byte replaced by
+# U+FFFD, so the file stays valid UTF-8 JSON (and without iconv every non-ASCII byte is).
 json_string() {
     local text=$1
+    if ! printf '%s' "$text" | iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1; then
+        local LC_ALL=C
+        text=${text//[$'\200'-$'\377']/$'\357\277\275'}
+    fi
     text=${text//\\/\\\\}
     text=${text//\"/\\\"}
     text=${text//[$'\001'-$'\037']/}
@@ -65,6 +71,12 @@ if ! mkdir -p -m 0755 -- "$state_dir" 2>/dev/null; then
     warn "cannot create $state_dir; job $job_id not recorded"
     exit 0
 fi
+# The directory must be our own, not a link planted by someone who could write its parent: root's
+# rename would otherwise put the record wherever the link points.
+if [ -L "$state_dir" ] || [ "$(stat -c %u -- "$state_dir" 2>/dev/null)" != "$(id -u)" ]; then
+    warn "$state_dir is a symbolic link or not owned by uid $(id -u); job $job_id not recorded"
+    exit 0
+fi
 
 started_at=$(date +%s)
 while read -r index; do
@@ -81,7 +93,7 @@ while read -r index; do
         warn "cannot write in $state_dir; job $job_id GPU $index not recorded"
         continue
     fi
-    if printf '%s\n' "$body" >"$tmp" && chmod 0644 "$tmp" && mv -f -- "$tmp" "$state_dir/$index.$job_id"; then
+    if printf '%s\n' "$body" >"$tmp" && chmod 0644 "$tmp" && mv -fT -- "$tmp" "$state_dir/$index.$job_id"; then
         :
     else
         rm -f -- "$tmp"

@@ -183,7 +183,10 @@ class KubernetesAttribution(ScheduledAttribution):
         self.resource_prefixes = tuple(resource_prefixes)
         self.dra_driver_prefixes = tuple(dra_driver_prefixes)
         self._client = PodResourcesClient(socket_path)
-        super().__init__(SOURCE, self._read_claims, interval, keep_for, clock, describe=socket_path)
+        # The call has its own deadline; the read's is a backstop a little behind it.
+        super().__init__(
+            SOURCE, self._read_claims, interval, keep_for, clock, describe=socket_path, deadline=timeout + 1.0
+        )
 
     def _read_claims(self) -> tuple[Claim, ...]:
         data = self._client.list_raw(self.timeout)

@@ -27,6 +27,8 @@ from exporter.model import (
 
 _BDF = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _XCP = re.compile(r"^amdgpu_xcp[._](\d{1,3})$", re.IGNORECASE)
+# A label value longer than this is cut (a pod name is at most 253; a joined list is counted past it).
+MAX_LABEL_CHARS = 128
 _CARD = re.compile(r"^card(\d+)$")
 
 
@@ -77,7 +79,8 @@ def resolve(refs: Sequence[DeviceRef], reports: Iterable[AttributionReport]) -> 
         for claim in report.claims:
             for ref in refs:
                 if device_ref_matches(ref, claim.device, physical):
-                    allocation = Allocation(ref.gpu, report.source, claim.device_id, claim.resource, claim.labels)
+                    labels = tuple((name, value[:MAX_LABEL_CHARS]) for name, value in claim.labels)
+                    allocation = Allocation(ref.gpu, report.source, claim.device_id, claim.resource, labels)
                     if allocation not in found:
                         found.add(allocation)
                         result.append(allocation)
@@ -93,6 +96,9 @@ def labels_by_gpu(
     An unallocated device gets "" for each (its series keep one stable label set). A device held by
     several holders at once (a shared DRA claim, an oversubscribed Slurm GPU) gets each label's distinct
     values sorted and joined with ","; amdgpu_allocation_info keeps one series per holder for joins.
+    A joined value is at most MAX_LABEL_CHARS long: the holders that do not fit are counted ("+496"),
+    so 500 pods on one GPU cannot make every series of it kilobytes long (Prometheus' label length
+    limits would then fail the whole scrape).
     """
     values: dict[int, dict[str, set[str]]] = {gpu: {name: set() for name in label_names} for gpu in gpus}
     for allocation in allocations:
@@ -104,10 +110,26 @@ def labels_by_gpu(
                 per_gpu[name].add(value)
     return MappingProxyType(
         {
-            gpu: MappingProxyType({name: ",".join(sorted(found)) for name, found in per_gpu.items()})
+            gpu: MappingProxyType({name: joined_label_value(found) for name, found in per_gpu.items()})
             for gpu, per_gpu in values.items()
         }
     )
+
+
+def joined_label_value(values: Iterable[str]) -> str:
+    """Sorted and comma-joined within MAX_LABEL_CHARS; what does not fit is counted as "+N"."""
+    ordered = sorted({value[:MAX_LABEL_CHARS] for value in values})
+    shown: list[str] = []
+    length = -1  # no comma before the first value
+    for index, value in enumerate(ordered):
+        rest = len(ordered) - index - 1
+        if length + 1 + len(value) + (len(f",+{rest}") if rest else 0) > MAX_LABEL_CHARS:
+            break
+        shown.append(value)
+        length += 1 + len(value)
+    if len(shown) < len(ordered):
+        shown.append(f"+{len(ordered) - len(shown)}")
+    return ",".join(shown)
 
 
 def card_index(card: str) -> int | None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter import boundedfile
 from exporter.attribution.matching import device_ref_matches
 from exporter.attribution.schedule import Scheduled
 from exporter.model import ByLocation, DeviceRef, ProcessUsage
@@ -162,9 +163,8 @@ def attribute(
 
 def _read(path: str) -> bytes | None:
     try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_FILE_BYTES)
-    except OSError:
+        return boundedfile.read_bytes(path, "KFD file", MAX_FILE_BYTES)
+    except boundedfile.FileReadError:  # the process exited while being read, or not a regular file
         return None
 
 
@@ -235,8 +235,10 @@ class ProcessCollector(Scheduled[ProcessReport]):
         procfs_root: str = "/proc",
         interval: float = 5.0,
         clock: Callable[[], float] = time.time,
+        deadline: float = 5.0,
     ) -> None:
-        super().__init__(SOURCE, interval, ProcessReport(up=False, error="not read yet"), clock, sysfs_root)
+        first = ProcessReport(up=False, error="not read yet")
+        super().__init__(SOURCE, interval, first, clock, sysfs_root, deadline)
         self.sysfs_root = sysfs_root
         self.procfs_root = procfs_root
 
@@ -246,5 +248,8 @@ class ProcessCollector(Scheduled[ProcessReport]):
             locations, compute_units = read_topology(self.sysfs_root)
         except OSError as error:
             where = os.path.join(self.sysfs_root, "class/kfd/kfd/proc")
-            return ProcessReport(False, taken_at=now, error=f"cannot list {where}: {error.strerror}")
+            return self._down(now, previous, f"cannot list {where}: {error.strerror}")
         return ProcessReport(True, usages, locations, compute_units, now)
+
+    def _down(self, now: float, previous: ProcessReport, error: str) -> ProcessReport:
+        return ProcessReport(False, taken_at=now, error=error)

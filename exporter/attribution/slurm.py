@@ -18,10 +18,13 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
+from exporter import boundedfile
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.log import get_logger
 from exporter.model import ByGpuIndex, Claim
 
 SOURCE = "slurm"
+log = get_logger("exporter.attribution.slurm")
 LABELS = ("job_id", "job_user", "job_partition")
 DEFAULT_STATE_DIR = "/run/amdgpu-exporter/slurm"
 MAX_FILE_BYTES = 64 * 1024  # a state file is a few hundred bytes; anything larger is not one
@@ -41,8 +44,10 @@ def parse_state_file(name: str, data: bytes) -> Claim | None:
     if ours is None and dme is None:
         return None
     try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        # Bytes that are not UTF-8 (a partition or user name in another encoding) become U+FFFD:
+        # the job keeps its GPUs' labels instead of vanishing.
+        record = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):
         return None
@@ -75,8 +80,10 @@ def claims_from_files(files: Iterable[tuple[str, bytes]]) -> tuple[Claim, ...]:
     return tuple(sorted(claims, key=lambda c: (c.device_id.zfill(4), c.labels)))
 
 
-def read_state_dir(path: str) -> tuple[Claim, ...]:
-    """The claims of a state directory. A missing or unreadable directory raises AttributionReadError."""
+def read_state_files(path: str) -> list[tuple[str, bytes]]:
+    """(name, content) of every file of the state directory named like a state file. Each is read
+    through the bounded reader: a FIFO, device or directory standing for one is skipped, never
+    waited on. A missing or unreadable directory raises AttributionReadError."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
@@ -90,11 +97,15 @@ def read_state_dir(path: str) -> tuple[Claim, ...]:
         if not (_OURS.match(name) or _DME.match(name)):
             continue
         try:
-            with open(os.path.join(path, name), "rb") as handle:
-                files.append((name, handle.read(MAX_FILE_BYTES)))
-        except OSError:  # removed by an epilog between listdir and open, or not a file
+            files.append((name, boundedfile.read_bytes(os.path.join(path, name), "Slurm state file", MAX_FILE_BYTES)))
+        except boundedfile.FileReadError:  # removed by an epilog since listdir, too large, or not a file
             continue
-    return claims_from_files(files)
+    return files
+
+
+def read_state_dir(path: str) -> tuple[Claim, ...]:
+    """The claims of a state directory."""
+    return claims_from_files(read_state_files(path))
 
 
 class SlurmAttribution(ScheduledAttribution):
@@ -108,4 +119,17 @@ class SlurmAttribution(ScheduledAttribution):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = state_dir
-        super().__init__(SOURCE, lambda: read_state_dir(state_dir), interval, keep_for, clock, describe=state_dir)
+        self._unusable: set[tuple[str, bytes]] = set()
+        super().__init__(SOURCE, self._read_claims, interval, keep_for, clock, describe=state_dir)
+
+    def _read_claims(self) -> tuple[Claim, ...]:
+        files = read_state_files(self.state_dir)
+        unusable = {(name, data) for name, data in files if parse_state_file(name, data) is None}
+        for name, _data in sorted(unusable - self._unusable):  # each bad file (and each new content) once
+            log.warning(
+                "slurm_state_file_unusable",
+                file=os.path.join(self.state_dir, name),
+                reason="not a JSON object whose SLURM_JOB_ID matches its name",
+            )
+        self._unusable = unusable
+        return claims_from_files(files)

@@ -63,8 +63,8 @@ class AttributionSources:
     def inputs(self) -> AttributionInputs:
         return AttributionInputs(
             label_names=self._label_names,
-            reports=tuple(source.report for source in self._scheduled),
-            processes=self._processes.report if self._processes is not None else None,
+            reports=tuple(source.current() for source in self._scheduled),
+            processes=self._processes.current() if self._processes is not None else None,
             process_top=self._top,
         )
 

@@ -3,11 +3,12 @@
 bcrypt is deliberately slow (tens of ms at cost 10): paid on every scrape it would cost more
 than the scrape. A credential that verified once is remembered as a keyed digest (never the
 password) and later requests compare digests in constant time. Unverified attempts run on two
-checker threads with a bounded queue, so guessing cannot stall the loop, and each client address
-may have one check waiting at a time: the queue is first come, first served, so anonymous traffic
-from any number of addresses delays a real scraper's first check by at most one check per address
-and never locks it out. An unknown user is checked against the costliest configured hash, so a
-wrong user and a wrong password take the same time (no user probing).
+checker threads, so guessing cannot stall the loop. Each client address may have one check waiting
+at a time, and an address whose last check failed (within FAILED_MEMORY seconds) waits behind every
+address without such a failure: anonymous traffic from any number of addresses cannot hold a real
+scraper's first check back for more than the checks already running. The order depends on the
+address's history only, never on the user name. An unknown user is checked against the costliest
+configured hash, so a wrong user and a wrong password take the same time (no user probing).
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import base64
 import binascii
 import concurrent.futures
 import hashlib
+import heapq
 import hmac
+import itertools
 import os
 import threading
+import time
 
 import bcrypt
 
 _CACHE_LIMIT = 1024
 _QUEUE_LIMIT = 256
-_PER_CLIENT_LIMIT = 1
+_CHECKERS = 2
+FAILED_MEMORY = 300.0  # seconds an address's failed check puts it behind the others
 
 
 def parse_basic_authorization(header: bytes | None) -> tuple[str, bytes] | None:
@@ -62,9 +67,12 @@ class BasicAuthVerifier:
         self._key = os.urandom(32)
         self._verified: dict[str, bytes] = {}  # user -> keyed digest of (hash, password) that verified
         self._lock = threading.Lock()
-        self._pending = 0
-        self._pending_by_client: dict[str, int] = {}
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
+        self._waiting_clients: set[str] = set()
+        self._failed_at: dict[str, float] = {}  # client address -> monotonic time of its last failed check
+        self._free_checkers = _CHECKERS
+        self._turns: list[tuple[int, int, asyncio.Future[None]]] = []  # (behind, arrival, wake-up), a heap
+        self._arrivals = itertools.count()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=_CHECKERS, thread_name_prefix="bcrypt")
         self.bcrypt_calls = 0
 
     @property
@@ -102,18 +110,49 @@ class BasicAuthVerifier:
     async def check(self, user: str, password: bytes, client: str = "") -> bool:
         if self.cached(user, password):
             return True
-        if self._pending >= _QUEUE_LIMIT or self._pending_by_client.get(client, 0) >= _PER_CLIENT_LIMIT:
+        if client in self._waiting_clients or len(self._waiting_clients) >= _QUEUE_LIMIT:
             raise Overloaded
-        self._pending += 1
-        self._pending_by_client[client] = self._pending_by_client.get(client, 0) + 1
+        self._waiting_clients.add(client)
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self.check_slow, user, password)
+            await self._my_turn(client)
+            try:
+                loop = asyncio.get_running_loop()
+                ok = await loop.run_in_executor(self._executor, self.check_slow, user, password)
+            finally:
+                self._next_turn()
         finally:
-            self._pending -= 1
-            left = self._pending_by_client.pop(client) - 1
-            if left:
-                self._pending_by_client[client] = left
+            self._waiting_clients.discard(client)
+        if ok:
+            self._failed_at.pop(client, None)
+        else:
+            if len(self._failed_at) >= _CACHE_LIMIT:
+                self._failed_at.clear()
+            self._failed_at[client] = time.monotonic()
+        return ok
+
+    async def _my_turn(self, client: str) -> None:
+        """Wait for a free checker: addresses without a recent failure first, then in arrival order."""
+        if self._free_checkers and not self._turns:
+            self._free_checkers -= 1
+            return
+        failed = self._failed_at.get(client)
+        behind = int(failed is not None and time.monotonic() - failed < FAILED_MEMORY)
+        wake = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._turns, (behind, next(self._arrivals), wake))
+        try:
+            await wake
+        except asyncio.CancelledError:
+            if wake.done() and not wake.cancelled():
+                self._next_turn()  # handed a checker just as it was cancelled: pass it on
+            raise
+
+    def _next_turn(self) -> None:
+        while self._turns:
+            _behind, _arrival, wake = heapq.heappop(self._turns)
+            if not wake.done():
+                wake.set_result(None)
+                return
+        self._free_checkers += 1
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

@@ -234,7 +234,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             try:
                 self.parser.feed_data(bytes(piece))
             except httptools.HttpParserUpgrade:
-                # No upgrades (WebSocket, h2c) here: the request is answered as plain HTTP/1.1.
+                # No upgrades (WebSocket, h2c) here: the request is answered as plain HTTP/1.1 and the
+                # connection closed after it, since the parser reads nothing past an upgrade: a
+                # request pipelined behind it would otherwise wait for an answer forever.
+                if self.cycle is not None:
+                    self.cycle.keep_alive = False
                 return
             except httptools.HttpParserError as error:
                 if self._too_many:

@@ -71,7 +71,12 @@ class MetricsEndpoint:
             # thread, so other requests keep being served meanwhile.
             loop = asyncio.get_running_loop()
             try:
-                body = await loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+                try:
+                    rendering = loop.run_in_executor(self._renderer, rendered.body, openmetrics, gzip_ok)
+                except RuntimeError:  # no thread can be started (RLIMIT_AS, RLIMIT_NPROC): render here, slower
+                    body = rendered.body(openmetrics, gzip_ok)
+                else:
+                    body = await rendering
             except Exception as error:  # a rendering bug: a 500 and a failing readiness, never stale bytes
                 if self.health.failed("render", f"{type(error).__name__}: {error}"):
                     log.exception("stage_failed", stage="render")

@@ -265,3 +265,61 @@ def test_labels_for_every_device_and_shared_devices_joined() -> None:
     assert labels[0] == {"pod": "", "namespace": "", "container": ""}
     assert labels[2] == {"pod": "y,z", "namespace": "ns", "container": "c"}
     assert set(labels) == {0, 1, 2, 3}
+
+
+def test_a_crowded_gpu_gets_bounded_label_values() -> None:
+    from exporter.attribution.matching import MAX_LABEL_CHARS, joined_label_value
+
+    pods = {f"train-worker-{n:03d}" for n in range(500)}
+    value = joined_label_value(pods)
+    assert len(value) <= MAX_LABEL_CHARS
+    shown = value.split(",")
+    assert shown[-1] == f"+{500 - (len(shown) - 1)}" and shown[:-1] == sorted(pods)[: len(shown) - 1]
+    assert joined_label_value({"b", "a"}) == "a,b" and joined_label_value(()) == ""
+    assert joined_label_value({"x" * 300}) == "x" * MAX_LABEL_CHARS
+
+
+def test_a_hung_read_marks_the_source_down_at_once_and_holds_one_thread() -> None:
+    import threading
+
+    from exporter.attribution.schedule import ScheduledAttribution
+    from exporter.model import ByGpuIndex, Claim
+
+    release = threading.Event()
+    started: list[int] = []
+    claim = Claim(ByGpuIndex(0), "0", (("job_id", "1"),), "slurm")
+
+    def read() -> tuple[Claim, ...]:
+        started.append(1)
+        if len(started) == 2:  # the second read hangs (a FIFO, a hard-mounted directory)
+            release.wait(30)
+        return (claim,)
+
+    now = [100.0]
+    source = ScheduledAttribution("slurm", read, interval=1.0, keep_for=0.0, clock=lambda: now[0], deadline=0.2)
+    assert source.read_once().claims == (claim,)
+    now[0] += 1
+    late = source.read_once()
+    assert not late.up and late.claims == () and "no answer within 0.2 s" in late.error
+    now[0] += 5
+    still = source.read_once()  # the hung read has not returned: no second reader is started
+    assert not still.up and "has not returned for 5 s" in still.error and len(started) == 2
+    release.set()
+    deadline = threading.Event()
+    while any(t.name == "slurm-read" for t in threading.enumerate()) and not deadline.wait(0.01):
+        pass
+    assert source.read_once().up and len(started) == 3
+
+
+def test_a_report_older_than_its_age_limit_is_not_served_as_current() -> None:
+    from exporter.attribution.schedule import ScheduledAttribution
+    from exporter.model import ByGpuIndex, Claim
+
+    claim = Claim(ByGpuIndex(0), "0", (("job_id", "1"),), "slurm")
+    now = [100.0]
+    source = ScheduledAttribution("slurm", lambda: (claim,), interval=1.0, keep_for=0.0, clock=lambda: now[0])
+    source.read_once()
+    assert source.current().up
+    now[0] += source.max_age + 1  # the schedule thread stalled or died: nothing read since
+    stale = source.current()
+    assert not stale.up and stale.claims == () and "no report for" in stale.error
