@@ -275,13 +275,20 @@ def test_snapshot_exits_within_the_read_timeout_with_a_stuck_read(tmp_path: Path
     root, simulator = tree(tmp_path)
     hung = simulator.truth()[0].identity
     hang(Path(hung.device_dir) / "gpu_metrics")
+    # What starting the command costs on this machine now (a busy CI machine: seconds), measured
+    # the same way, so the bound below is about the hung read, not about the load.
+    started = time.monotonic()
+    subprocess.run([EXPORTER, "--version"], capture_output=True, timeout=30, check=True)
+    start_cost = time.monotonic() - started
     started = time.monotonic()
     result = subprocess.run(
         [EXPORTER, "snapshot", "--json", f"--path.sysfs={root}", "--read-timeout=1s"], capture_output=True, timeout=30
     )
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    assert took < 1.0 + 1.0 + 1.0, f"{took:.1f} s (read timeout 1 s, plus a second, plus interpreter start)"
+    assert took < 2 * start_cost + 1.0 + 1.0, (
+        f"{took:.1f} s (start {start_cost:.1f} s, read timeout 1 s, plus a second)"
+    )
     devices = {d["identity"]["pci_bus_id"]: d for d in json.loads(result.stdout)["devices"]}
     assert devices[hung.pci_bus_id]["up"] is False
     assert sum(d["up"] for d in devices.values()) == 3
@@ -460,7 +467,10 @@ def test_energy_counter_stays_monotonic_across_a_u32_wrap_in_prometheus(tmp_path
 
             assert query('resets(amdgpu_energy_joules_total{gpu="0"}[1m])') == 0
             rate = query('rate(amdgpu_energy_joules_total{gpu="0"}[15s])')
-            assert rate == pytest.approx(watts, rel=0.1), "rate() across the wrap is the power, not a reset"
+            # A wrap taken for a reset would count the whole counter (~65,000 J) in the window: a
+            # rate in the thousands of watts. Scrape and write jitter on a loaded machine move an
+            # honest rate by tens of percent, not by that.
+            assert 0.5 * watts < rate < 1.5 * watts, f"rate() across the wrap is the power, not a reset: {rate}"
             increase = query('max_over_time(amdgpu_energy_joules_total{gpu="0"}[1m])'
                              ' - min_over_time(amdgpu_energy_joules_total{gpu="0"}[1m])')  # fmt: skip
             assert 10 * watts < increase < 25 * watts
