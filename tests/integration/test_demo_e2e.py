@@ -208,7 +208,7 @@ def test_no_gpu_is_one_clear_sentence(tmp_path: Path) -> None:
         (["--source=cuda"], "--source"),
         (["--demo", "--demo.fleet=3xH100"], "demo.fleet"),
         (["--rules.file=/nonexistent/rules.yaml"], "rules"),
-        (["--config.file=/nonexistent.yaml"], "cannot read config file"),
+        (["--config.file=/nonexistent.yaml"], "config file /nonexistent.yaml: cannot read it"),
     ],
 )
 def test_bad_input_is_one_clear_sentence(args: list[str], needle: str) -> None:
