@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.sources.gpu_metrics.layouts import C_TYPES, V1_1
 from exporter.sources.rocm_smi import convert
 
+
+def table(**fields: int | list[int]) -> str:
+    """An rsmi_gpu_metrics_t as the worker sends it (hex): the given fields, all-ones elsewhere."""
+    raw = bytearray(b"\xff" * V1_1.size)
+    for field in V1_1.fields:
+        if field.name in fields:
+            value = fields[field.name]
+            values = value if isinstance(value, list) else [value]
+            struct.pack_into(f"<{field.count}{C_TYPES[field.ctype][0]}", raw, field.offset, *values)
+    return raw.hex()
+
+
+METRICS = {
+    "temperature_vrgfx": 39,
+    "temperature_vrsoc": 38,
+    "current_gfxclk": 1650,
+    "current_socclk": 1090,
+    "current_uclk": 1600,
+    "current_vclk0": 0,
+    "pcie_link_width": 16,
+    "pcie_link_speed": 160,
+    "temperature_hbm": [45, 46, 0xFFFF, 47],
+}
 # One every-cycle read and one slow read of an MI250X primary die as the worker returns them.
 CYCLE = {
     "temperatures": {"edge": {"current": 41000}, "junction": {"current": 47000}, "memory": {"current": 44000}},
-    "gpu_metrics": {
-        "temperature_vrgfx": 39,
-        "temperature_vrsoc": 38,
-        "temperature_vrmem": 0xFFFF,
-        "average_mm_activity": 0xFFFF,
-        "current_gfxclk": 1650,
-        "current_socclk": 1090,
-        "current_uclk": 1600,
-        "current_vclk0": 0,
-        "current_dclk0": 0xFFFF,
-        "pcie_link_width": 16,
-        "pcie_link_speed": 160,
-        "temperature_hbm": [45, 46, 0xFFFF, 47],
-    },
+    "gpu_metrics": table(**METRICS),  # type: ignore[arg-type]
     "energy": {"ticks": 1 << 20, "resolution_uj": 15.3, "timestamp_ns": 5},
     "power_average": 301_500_000,
     "busy_percent": 37,
@@ -127,8 +140,8 @@ def test_pcie_link_current_from_gpu_metrics_max_from_dpm_levels() -> None:
 
 
 def test_pcie_esm_code_is_left_out_and_the_dpm_level_used() -> None:
-    metrics = dict(CYCLE["gpu_metrics"])  # type: ignore[call-overload]
-    readings = {**CYCLE, "gpu_metrics": {**metrics, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
+    metrics = {**METRICS, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}
+    readings = {**CYCLE, "gpu_metrics": table(**metrics)}  # type: ignore[arg-type]
     sample = make(readings)
     # ESM code 172 is not a rate: the marked pp_dpm_pcie level (index 0) stands instead
     assert sample.pcie_link_transfers_per_second == 16e9
@@ -236,10 +249,7 @@ _readings = st.fixed_dictionaries(
             st.sampled_from(["edge", "junction", "memory"]),
             st.dictionaries(st.sampled_from(["current", "critical", "emergency"]), st.integers(-(2**63), 2**63 - 1)),
         ),
-        "gpu_metrics": st.dictionaries(
-            st.sampled_from(["temperature_vrgfx", "current_gfxclk", "pcie_link_speed", "pcie_link_width"]),
-            st.integers(0, 0xFFFF),
-        ),
+        "gpu_metrics": st.binary(max_size=2 * V1_1.size).map(bytes.hex),
         "power_average": st.integers(0, 2**64 - 1),
         "busy_percent": st.integers(0, 2**32 - 1),
         "energy": st.fixed_dictionaries({"ticks": st.integers(0, 2**64 - 1)}),

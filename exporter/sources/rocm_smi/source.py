@@ -45,10 +45,14 @@ from exporter.sources.rocm_smi.supervisor import (
     WorkerUnavailable,
 )
 from exporter.sources.rocm_smi.worker import device_folders_by_bdf
+from exporter.sources.sysfs import SysfsSource
 
 log = get_logger("exporter.sources.rocm_smi")
 
 _ATTEMPTS = 3  # a read survives two worker deaths (another device's crash, a hang restart)
+# Without a fallback, the library's background reader of pcie_bw (a 1 s kernel sleep per read)
+# refreshes each device this often.
+_PCIE_THROUGHPUT_PERIOD = 30.0
 
 
 @dataclass(slots=True)
@@ -64,15 +68,12 @@ class RocmSmiSource(Source):
 
     def __init__(
         self,
-        fallback: Source | None = None,
+        fallback: SysfsSource | None = None,
         *,
         call_timeout: float = 1.5,
-        slow_interval: float | None = None,
-        pcie_throughput_period: float = 30.0,
         hang_backoff_initial: float = 1.0,
         hang_backoff_max: float = 10.0,
         restart_backoff_max: float = 60.0,
-        library_path: str | None = None,
         worker_prefix: Sequence[str] = (),
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
@@ -85,13 +86,11 @@ class RocmSmiSource(Source):
         host without a usable library, and reports the reason itself)."""
         self.fallback = fallback
         self.call_timeout = call_timeout
-        self.slow_interval = slow_interval if slow_interval is not None else getattr(fallback, "slow_interval", 10.0)
-        self.pcie_throughput_period = pcie_throughput_period
+        self.slow_interval = fallback.slow_interval if fallback is not None else 10.0
         self.hang_backoff_initial = hang_backoff_initial
         self.hang_backoff_max = hang_backoff_max
         self.guard_gpu_metrics = guard_gpu_metrics
         self.supervisor = Supervisor(
-            library_path=library_path,
             worker_prefix=worker_prefix,
             shm_dir=shm_dir,
             backoff_max=restart_backoff_max,
@@ -107,16 +106,9 @@ class RocmSmiSource(Source):
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
 
-    # The worker's answers -> the data model (the amd-smi source has its own).
+    # The worker's answers -> a Sample (the amd-smi source has its own).
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    identity_from_library = staticmethod(convert.identity_from_library)
-    merge_identity = staticmethod(convert.merge_identity)
     library_name = "librocm_smi64"  # for messages
-
-    @property
-    def worker_restarts(self) -> int:
-        """Workers started after the first (crashes, hang recoveries): amdgpu_exporter_worker_restarts_total."""
-        return self.supervisor.restarts
 
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
@@ -150,7 +142,7 @@ class RocmSmiSource(Source):
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
-            library = self.identity_from_library(
+            library = convert.identity_from_library(
                 ident or {},
                 pci_bus_id=bdf,
                 card=str(device.get("card", "")),
@@ -159,7 +151,7 @@ class RocmSmiSource(Source):
                 peer_bus_ids=peers,
             )
             base = by_bdf.get(bdf)
-            merged[bdf] = self.merge_identity(base, library) if base is not None else _standalone(library)
+            merged[bdf] = convert.merge_identity(base, library) if base is not None else _standalone(library)
         for bdf, identity in by_bdf.items():
             if bdf not in merged:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
@@ -222,7 +214,7 @@ class RocmSmiSource(Source):
             if index is None:
                 return self._without_library(device, "not_found", f"{bdf} is not enumerated by librocm_smi64")
             hung = self._hung.get(bdf)
-            if hung is not None and hung.generation == worker.generation:
+            if hung is not None and self._is_hung(bdf, worker):
                 # Its stuck call still holds a worker thread (and the card's mutex): only a new
                 # worker frees it. Restart when the backoff allows, else report it down.
                 if restarted or time.monotonic() < hung.since + self._hang_delay(hung.kills):
@@ -252,7 +244,7 @@ class RocmSmiSource(Source):
                 "device": index,
                 "skip": sorted(self._skipped_calls(bdf)),
                 "slow": slow,
-                "pcie_throughput_period": self.pcie_throughput_period if self.fallback is None else 0,
+                "pcie_throughput_period": _PCIE_THROUGHPUT_PERIOD if self.fallback is None else 0,
                 "guard_gpu_metrics": self.guard_gpu_metrics,
             },
         )
@@ -423,32 +415,27 @@ def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
 
 
 # -- auto selection ---------------------------------------------------------------------------
-def probe_rocm_smi(
-    sysfs_root: str,
-    *,
-    library_path: str | None = None,
-    worker_prefix: Sequence[str] = (),
-    timeout: float = 10.0,
-) -> tuple[bool, str]:
-    """Can the rocm_smi source serve this host? Runs the library in a throwaway worker.
-
-    Self-check: rsmi_init succeeds and enumerates at least one GPU; every GPU it enumerates is an
-    amdgpu card under `sysfs_root` with the same unique_id there; one full read of each succeeds
-    (an abort on one call is handled as in service: blamed, skipped, counted in the reason).
-    Returns (ok, reason) for the log and amdgpu_exporter_build_info.
-    """
-    if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
-        return False, f"librocm_smi64 reads /sys only, and the sysfs root is {sysfs_root}"
-    path = library_path or find_library()
+def probe_rocm_smi(sysfs_root: str, *, worker_prefix: Sequence[str] = (), timeout: float = 10.0) -> tuple[bool, str]:
+    """Can the rocm_smi source serve this host? Runs the library in a throwaway worker (self_check)."""
+    path = find_library()
     if path is None:
         return False, "librocm_smi64 not found ($ROCM_PATH/lib, /opt/rocm/lib, /usr/lib ...)"
-    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
-    return self_check(source, path, sysfs_root)
+    return self_check(RocmSmiSource, path, sysfs_root, worker_prefix, timeout)
 
 
-def self_check(source: RocmSmiSource, name: str, sysfs_root: str) -> tuple[bool, str]:
-    """Discover through `source`, then read every device once and compare its unique_id with sysfs'.
-    Closes `source`. `name` (the library) starts every reason."""
+def self_check(
+    kind: type[RocmSmiSource], name: str, sysfs_root: str, worker_prefix: Sequence[str], timeout: float
+) -> tuple[bool, str]:
+    """Can a source of `kind` serve this host? `name` (the library) starts every reason.
+
+    Self-check in a throwaway worker: the library starts and enumerates at least one GPU; every GPU
+    it enumerates is an amdgpu card under `sysfs_root` with the same unique_id there; one full read
+    of each succeeds (an abort on one call is handled as in service: blamed, skipped, counted in the
+    reason). Returns (ok, reason) for the log and amdgpu_exporter_build_info.
+    """
+    if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
+        return False, f"{kind.library_name} reads /sys only, and the sysfs root is {sysfs_root}"
+    source = kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
     try:
         try:
             devices = source.discover()
