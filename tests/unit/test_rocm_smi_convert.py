@@ -66,7 +66,7 @@ SLOW = {
 
 
 def make(readings: dict = CYCLE, slow: dict = SLOW, **kwargs: object) -> Sample:
-    return convert.sample_from_readings(readings, slow, timestamp=12.5, secondary_die=False, **kwargs)  # type: ignore[arg-type]
+    return convert.sample_from_readings(readings, slow, 12.5, **kwargs)  # type: ignore[arg-type]
 
 
 def test_temperatures_take_hwmon_sensors_and_gpu_metrics_extras_in_celsius() -> None:
@@ -105,10 +105,15 @@ def test_power_caps_and_units() -> None:
     assert sample.power_cap_max_watts is None  # a cap of 0 is no cap
 
 
-def test_second_die_shows_no_power_or_energy() -> None:
-    sample = convert.sample_from_readings(CYCLE, SLOW, timestamp=1.0, secondary_die=True)
+def test_second_die_shows_no_power_or_energy_and_a_partition_not_the_sockets_busy() -> None:
+    die1 = DeviceIdentity("0000:43:00.0", "card2", "", die=1)
+    sample = convert.for_device(make(), die1, 3)
     assert sample.power_watts is None and sample.energy_joules is None
-    assert sample.power_cap_watts == pytest.approx(560.0)
+    assert sample.power_cap_watts == pytest.approx(560.0) and sample.xgmi_error_events == 3
+    assert dict(sample.busy) == {"gfx": 0.37, "memory": 0.12}
+    partition0 = DeviceIdentity("0000:43:00.0", "card2", "", compute_partition="CPX")
+    sample = convert.for_device(make(), partition0, None)
+    assert sample.power_watts == pytest.approx(301.5) and dict(sample.busy) == {"memory": 0.12}
 
 
 def test_busy_memory_and_voltage() -> None:
@@ -161,7 +166,7 @@ def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
 
 
 def test_missing_readings_give_an_empty_sample() -> None:
-    sample = convert.sample_from_readings({}, {}, timestamp=3.0, secondary_die=False)
+    sample = convert.sample_from_readings({}, {}, 3.0)
     assert sample == Sample(timestamp=3.0)
 
 
@@ -257,12 +262,10 @@ _readings = st.fixed_dictionaries(
 )
 
 
-@given(_readings, st.booleans())
-def test_any_worker_reading_converts_without_error(readings: dict, secondary: bool) -> None:
-    sample = convert.sample_from_readings(readings, readings, timestamp=0.0, secondary_die=secondary)
+@given(_readings)
+def test_any_worker_reading_converts_without_error(readings: dict) -> None:
+    sample = convert.sample_from_readings(readings, readings, 0.0)
     assert all(isinstance(v, float) for v in sample.temperatures.values())
-    if secondary:
-        assert sample.power_watts is None
 
 
 def test_identity_merge_keeps_the_fallbacks_links_when_the_library_reports_none() -> None:

@@ -111,21 +111,10 @@ def xgmi(readings: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def sample_from_readings(
-    readings: Mapping[str, Any],
-    slow: Mapping[str, Any],
-    *,
-    timestamp: float,
-    secondary_die: bool,
-    xgmi_error_events: int | None = None,
-) -> Sample:
+def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
     """One Sample from an every-cycle read plus the latest slow read of the same device."""
     current_clocks, max_clocks = clocks(readings, slow)
-    power = number((readings.get("power") or {}).get("socket_power"))
     energy_ticks = number((readings.get("energy") or {}).get("energy_accumulator"))
-    energy = energy_ticks * ENERGY_TICK_JOULES if energy_ticks is not None else None
-    if secondary_die:
-        power = energy = None  # the second die of an MI250X reads 0 W and 0 J
     activity = readings.get("activity") or {}
     busy = numbers({"gfx": number(activity.get("gfx_activity")), "memory": number(activity.get("umc_activity"))})
     caps = slow.get("power_cap") or {}
@@ -142,10 +131,10 @@ def sample_from_readings(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings)),
         temperature_thresholds=frozen_map(thresholds(slow)),
-        power_watts=power,
+        power_watts=number((readings.get("power") or {}).get("socket_power")),
         power_cap_watts=cap_watts(caps.get("power_cap")),
         power_cap_max_watts=cap_watts(caps.get("max_power_cap")),
-        energy_joules=energy,
+        energy_joules=energy_ticks * ENERGY_TICK_JOULES if energy_ticks is not None else None,
         busy=frozen_map({engine: percent / 100 for engine, percent in busy.items()}),
         memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
@@ -153,7 +142,6 @@ def sample_from_readings(
         clocks_max_hertz=frozen_map(max_clocks),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
         throttle_residency_seconds=frozen_map({k: ticks * 1e-3 for k, ticks in residency.items()}),
-        xgmi_error_events=xgmi_error_events,
         ecc_errors=frozen_map(ecc),
         **pcie(readings, slow),
         **xgmi(readings),

@@ -203,23 +203,11 @@ def retired_pages(slow: Mapping[str, Any]) -> int | None:
     return int(by_status.get(_RETIRED, 0))
 
 
-def sample_from_readings(
-    readings: Mapping[str, Any],
-    slow: Mapping[str, Any],
-    *,
-    timestamp: float,
-    secondary_die: bool,
-    xgmi_error_events: int | None = None,
-) -> Sample:
+def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
     """One Sample from an every-cycle read plus the latest slow read of the same device."""
     metrics = gpu_metrics_table(readings)
     current_clocks, max_clocks = clocks(metrics, slow)
     microwatts = number(readings.get("power_average"))
-    power = microwatts / 1e6 if microwatts is not None else None
-    energy = energy_joules(readings)
-    if secondary_die:
-        # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
-        power = energy = None
     voltages = {}
     if readings.get("vddgfx_mv") is not None:
         voltages["gfx"] = readings["vddgfx_mv"] / 1000.0
@@ -227,10 +215,10 @@ def sample_from_readings(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings, metrics)),
         temperature_thresholds=frozen_map(thresholds(slow)),
-        power_watts=power,
+        power_watts=microwatts / 1e6 if microwatts is not None else None,
         power_cap_watts=cap_watts(slow.get("power_cap")),
         power_cap_max_watts=cap_watts(slow.get("power_cap_max")),
-        energy_joules=energy,
+        energy_joules=energy_joules(readings),
         busy=frozen_map(busy(readings, metrics)),
         memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
@@ -240,11 +228,23 @@ def sample_from_readings(
         voltages_volts=frozen_map(voltages),
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
-        xgmi_error_events=xgmi_error_events,
         ecc_errors=frozen_map(ecc(slow)),
         ras_retired_pages=retired_pages(slow),
         **pcie_link(metrics, slow),
     )
+
+
+def for_device(sample: Sample, device: DeviceIdentity, xgmi_error_events: int | None) -> Sample:
+    """What either library's sample of `device` shows, by rules of the device rather than the library."""
+    changes: dict[str, Any] = {"xgmi_error_events": xgmi_error_events}
+    if device.die > 0:
+        # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
+        changes |= {"power_watts": None, "energy_joules": None}
+    if device.compute_partition not in ("", "SPX"):
+        # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
+        # not partition 0's own (its xcp_stats block), which only the fallback reads.
+        changes["busy"] = frozen_map({k: v for k, v in sample.busy.items() if k not in ("gfx", "media")})
+    return dataclasses.replace(sample, **changes)
 
 
 _MAPPING_FIELDS = tuple(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
+from exporter.model import DeviceIdentity, Sample, SourceStats
 from exporter.sources.base import Source, SourceError
 from exporter.sources.identity import KNOWN_DEVICES, assign_packages
 from exporter.sources.rocm_smi import convert
@@ -272,18 +272,7 @@ class RocmSmiSource(Source):
                 xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
         elif bdf in self._xgmi_errors:
             xgmi = self._xgmi_errors[bdf]
-        library = self.sample_from_readings(
-            readings,
-            slow,
-            timestamp=time.time(),
-            secondary_die=device.die > 0,
-            xgmi_error_events=xgmi,
-        )
-        if device.compute_partition not in ("", "SPX"):
-            # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
-            # not partition 0's own (its xcp_stats block), which only the fallback reads.
-            own = {k: v for k, v in library.busy.items() if k not in ("gfx", "media")}
-            library = replace(library, busy=frozen_map(own))
+        library = convert.for_device(self.sample_from_readings(readings, slow, time.time()), device, xgmi)
         if self.fallback is None:
             return library
         try:
