@@ -26,14 +26,10 @@ from exporter.sources.rocm_smi.convert import (
     number,
     numbers,
 )
+from exporter.sources.sysfs.partitions import RESIDENCY_LABELS, RESIDENCY_TICK_SECONDS
 
-_RESIDENCIES = {
-    "prochot": "prochot_residency_acc",
-    "ppt": "ppt_residency_acc",
-    "socket_thermal": "socket_thm_residency_acc",
-    "vr_thermal": "vr_thm_residency_acc",
-    "hbm_thermal": "hbm_thm_residency_acc",
-}
+# the throttle `reason` label -> its gpu_metrics residency accumulator (the sysfs source's names)
+_RESIDENCIES = {label: f"{name}_residency_acc" for name, label in RESIDENCY_LABELS.items()}
 
 
 def _int(value: Any) -> int | None:
@@ -141,7 +137,7 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
-        throttle_residency_seconds=frozen_map({k: ticks * 1e-3 for k, ticks in residency.items()}),
+        throttle_residency_seconds=frozen_map({k: ticks * RESIDENCY_TICK_SECONDS for k, ticks in residency.items()}),
         ecc_errors=frozen_map(ecc),
         **pcie(readings, slow),
         **xgmi(readings),

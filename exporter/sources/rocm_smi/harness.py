@@ -21,7 +21,6 @@ import mmap
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -153,7 +152,6 @@ def serve(argv: list[str], open_library: Callable[[Breadcrumbs], Opened]) -> int
     faulthandler.enable(file=crash_fd, all_threads=True)
     crumbs = Breadcrumbs(crumbs_fd)
     dispatcher = Dispatcher(reply_fd)
-    started = time.monotonic()
     try:
         opened = open_library(crumbs)
     except Exception as error:
@@ -163,11 +161,9 @@ def serve(argv: list[str], open_library: Callable[[Breadcrumbs], Opened]) -> int
     dispatcher.send(
         {
             "event": "ready",
-            "pid": os.getpid(),
             "devices": opened.devices,
             "driver_version": opened.driver_version,
             "library_version": opened.library_version,
-            "init_seconds": time.monotonic() - started,
         }
     )
     for line in proto.read_lines(request_fd):

@@ -164,13 +164,12 @@ class RocmSmiSource(Source):
         """identify() on every device in parallel; those lost to a worker crash are asked again
         (skipping the call blamed for it) on the next worker."""
         answers: dict[str, Mapping[str, Any]] = {}
-        wanted = {str(d["pci_bus_id"]) for d in _sockets(worker)}
         deadline = time.monotonic() + max(self.call_timeout * 2, 3.0)
         for _attempt in range(_ATTEMPTS):
             futures = {}
             for device in _sockets(worker):
                 bdf = str(device["pci_bus_id"])
-                if bdf not in wanted or bdf in answers or self._is_hung(bdf, worker):
+                if bdf in answers or self._is_hung(bdf, worker):
                     continue
                 request = {"op": "identify", "device": int(device["index"]), "skip": sorted(self._skipped_calls(bdf))}
                 try:

@@ -251,7 +251,7 @@ class Supervisor:
                 argv,
                 pass_fds=child_fds,
                 env=env,
-                # Nothing the library, pyrsmi or the interpreter prints may reach the terminal:
+                # Nothing the library or the interpreter prints may reach the terminal:
                 # replies, breadcrumbs and crash dumps have their own descriptors.
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
