@@ -1,4 +1,4 @@
-"""The rocm_smi source: librocm_smi64 (through pyrsmi) in a supervised worker process.
+"""The rocm_smi source: librocm_smi64 in a supervised worker process.
 
 The library can abort() the calling process and block forever on a hung file, so it never runs in
 the daemon: worker.py owns it and supervisor.py restarts that process when it dies or
@@ -181,7 +181,7 @@ class RocmSmiSource(Source):
                 try:
                     answers[bdf] = future.result(timeout=max(deadline - time.monotonic(), 0.0))
                 except concurrent.futures.TimeoutError:
-                    self._mark_hung(bdf, worker, future, self._stuck_call(worker, bdf))
+                    self._mark_hung(bdf, worker, future)
                 except WorkerGone:
                     lost = True
                 except RequestFailed as error:
@@ -250,8 +250,7 @@ class RocmSmiSource(Source):
         try:
             return future.result(timeout=max(deadline - time.monotonic(), 0.01)), slow
         except concurrent.futures.TimeoutError:
-            call = self._stuck_call(worker, bdf)
-            self._mark_hung(bdf, worker, future, call)
+            call = self._mark_hung(bdf, worker, future)
             raise SourceError(
                 "timeout", f"{bdf}: librocm_smi64 did not answer in {self.call_timeout} s (in {call or '?'})"
             ) from None
@@ -344,11 +343,10 @@ class RocmSmiSource(Source):
         hung = self._hung.get(bdf)
         return hung is not None and hung.generation == worker.generation
 
-    def _stuck_call(self, worker: Worker, bdf: str) -> str:
+    def _mark_hung(self, bdf: str, worker: Worker, future: concurrent.futures.Future[Any]) -> str:
+        """Note the device hung in this worker; returns the library call it is stuck in ("" unknown)."""
         index = _index_of(worker, bdf)
-        return self.supervisor.in_flight(worker, index) if index is not None else ""
-
-    def _mark_hung(self, bdf: str, worker: Worker, future: concurrent.futures.Future[Any], call: str) -> None:
+        call = self.supervisor.in_flight(worker, index) if index is not None else ""
         with self._lock:
             previous = self._hung.get(bdf)
             kills = previous.kills if previous is not None else 0
@@ -359,11 +357,11 @@ class RocmSmiSource(Source):
             # The stuck call returned after all: the device can be asked again in this worker.
             if not done.cancelled() and not isinstance(done.exception(), WorkerGone):
                 with self._lock:
-                    hung = self._hung.get(bdf)
-                    if hung is not None and hung.generation == worker.generation:
-                        hung.generation = -1
+                    if self._is_hung(bdf, worker):
+                        self._hung[bdf].generation = -1
 
         future.add_done_callback(late_answer)
+        return call
 
     def _recovered(self, bdf: str) -> None:
         with self._lock:
