@@ -1,6 +1,7 @@
 """Our ctypes declarations for librocm_smi64, per library version, and where to find the library.
 
-A library writes its own struct layouts into the buffers a caller passes, so a declaration is used
+pyrsmi 0.2.0 loads the library; every call we make is declared here, on the handle it loaded. A
+library writes its own struct layouts into the buffers a caller passes, so a declaration is used
 only with the library version it was written for: the worker asks rsmi_version_get first and
 refuses a version without a known ABI (LibraryAbi below). Known: 1.0.0 (ROCm 5.2, Debian bookworm
 5.2.3), 7.2.0 (ROCm 6.1, trixie 6.1.2) and 7.6.0 (ROCm 6.4, sid 6.4.1), measured in the test
@@ -18,8 +19,9 @@ from ctypes import POINTER, Structure, c_bool, c_char_p, c_float, c_int, c_int64
 from dataclasses import dataclass
 
 # -- where the library lives ------------------------------------------------------------------
-# Debian and Ubuntu ship only the versioned name /usr/lib/librocm_smi64.so.1 (no -dev symlink at
-# run time), so the versioned names are tried in every folder.
+# pyrsmi 0.2.0 only tries $ROCM_PATH/lib/librocm_smi64.so (default /opt/rocm). Debian and Ubuntu
+# ship only the versioned name /usr/lib/librocm_smi64.so.1 (no -dev symlink at run time), so we
+# search the usual places ourselves and the supervisor points ROCM_PATH at a folder linking to it.
 LIBRARY_NAMES = ("librocm_smi64.so", "librocm_smi64.so.1", "librocm_smi64.so.5", "librocm_smi64.so.6")
 SEARCH_DIRS = (
     "/opt/rocm/lib",

@@ -1,4 +1,4 @@
-"""The rocm_smi source: librocm_smi64 in a supervised worker process.
+"""The rocm_smi source: librocm_smi64 (through pyrsmi) in a supervised worker process.
 
 The library can abort() the calling process and block forever on a hung file, so it never runs in
 the daemon: worker.py owns it and supervisor.py restarts that process when it dies or

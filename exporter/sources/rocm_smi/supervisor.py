@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -112,9 +113,9 @@ class Supervisor:
         worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
         self.worker_module = worker_module
-        # The worker finds librocm_smi64 the same way; the amd-smi worker's `amdsmi` module finds
-        # libamd_smi itself.
+        # The amd-smi worker's `amdsmi` module finds libamd_smi itself.
         self.library = find_library() if worker_module == ROCM_SMI_WORKER else worker_module
+        self._rocm_path: tempfile.TemporaryDirectory[str] | None = None  # see _spawn
         self.worker_prefix = list(worker_prefix)
         self.shm_dir = shm_dir
         self.backoff_max = backoff_max
@@ -227,6 +228,8 @@ class Supervisor:
                     _kill(current.process)
                 self._wait_for_cleanup(current)
             self._reap()
+            if self._rocm_path is not None:
+                self._rocm_path.cleanup()
 
     def _wait_for_cleanup(self, worker: Worker | None) -> None:
         if worker is not None and worker.reader is not None and worker.reader is not threading.current_thread():
@@ -245,13 +248,22 @@ class Supervisor:
         # The folder that holds the `exporter` package, so `python -m` finds it in any cwd.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env = {**os.environ, "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        if self.worker_module == ROCM_SMI_WORKER and self.library is not None:
+            # pyrsmi loads $ROCM_PATH/lib/librocm_smi64.so only, and Debian ships only the versioned
+            # name: the worker's ROCM_PATH is a folder whose lib/ links to the library found.
+            if self._rocm_path is None:
+                self._rocm_path = tempfile.TemporaryDirectory(prefix="amdgpu-exporter-rocm-")
+                lib_dir = os.path.join(self._rocm_path.name, "lib")
+                os.mkdir(lib_dir)
+                os.symlink(os.path.realpath(self.library), os.path.join(lib_dir, "librocm_smi64.so"))
+            env["ROCM_PATH"] = self._rocm_path.name
         started = time.monotonic()
         try:
             process = subprocess.Popen(
                 argv,
                 pass_fds=child_fds,
                 env=env,
-                # Nothing the library or the interpreter prints may reach the terminal:
+                # Nothing the library, pyrsmi or the interpreter prints may reach the terminal:
                 # replies, breadcrumbs and crash dumps have their own descriptors.
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

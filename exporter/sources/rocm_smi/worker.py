@@ -1,4 +1,4 @@
-"""The rocm_smi worker: librocm_smi64 (through our ctypes declarations) in the worker harness.
+"""The rocm_smi worker: librocm_smi64 (loaded by pyrsmi) in the worker harness.
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
 (tests/integration/test_rocm_smi_*.py show both on a simulated tree); the harness (harness.py)
@@ -11,6 +11,8 @@ Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUM
 from __future__ import annotations
 
 import ctypes
+import io
+import logging
 import os
 import sys
 import threading
@@ -29,31 +31,41 @@ GPU_METRICS_CALLS = frozenset({"gpu_metrics", "energy"})
 
 
 def load_library() -> tuple[ctypes.CDLL, tuple[int, int, int], rc.LibraryAbi]:
-    """Load librocm_smi64 (found as the daemon finds it), check its version, initialise it.
+    """Load librocm_smi64 through pyrsmi (from $ROCM_PATH/lib, which the supervisor sets), check its
+    version, initialise it.
 
     The version is checked before rsmi_init and before any call that fills a struct: a library
     whose layouts we do not know is never handed a buffer.
     """
-    path = rc.find_library()
-    if path is None:
-        raise RuntimeError("librocm_smi64 not found")
-    lib = ctypes.CDLL(path)
+    # pyrsmi.rocml runs `rocminfo` at import (for UUIDs we never use: a second or more of HSA
+    # start-up on a ROCm host) and checks the driver with a shell, whose "No such file" would reach
+    # the terminal on a host without amdgpu: both are replaced before they run.
+    import pyrsmi.util
+
+    pyrsmi.util.get_device_uuids = list
+    from pyrsmi import rocml
+
+    rocml._driver_initialized = _driver_initialized
+    rocml._load_rocm_library()
+    lib = rocml.rocm_lib
     try:
         version = rc.library_version(lib)
         abi = rc.abi_for(version)
     except (AttributeError, ValueError) as error:
         raise RuntimeError(str(error)) from None
     rc.declare(lib, abi)
-    if not _driver_initialized():
-        raise RuntimeError(f"the amdgpu driver is not loaded ({SYS}/module/amdgpu/initstate is not live)")
-    status = lib.rsmi_init(0)
-    if status != rc.RSMI_STATUS_SUCCESS:
-        raise RuntimeError(f"rsmi_init failed: {rc.status_name(status)}{init_failure_hint(SYS)}")
+    # pyrsmi logs the rsmi_init status instead of raising it: kept for the error, never printed.
+    pyrsmi_log = io.StringIO()
+    logging.basicConfig(stream=pyrsmi_log, format=" (%(message)s)")
+    try:
+        rocml.smi_initialize()
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}{pyrsmi_log.getvalue().rstrip()}{init_failure_hint(SYS)}") from None
     return lib, version, abi
 
 
 def _driver_initialized() -> bool:
-    """True when the amdgpu module has finished loading."""
+    """True when the amdgpu module has finished loading (what pyrsmi's shell check asks)."""
     try:
         with open(os.path.join(SYS, "module", "amdgpu", "initstate"), encoding="ascii", errors="replace") as f:
             return "live" in f.read()
