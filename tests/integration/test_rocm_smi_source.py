@@ -153,7 +153,7 @@ def test_library_and_sysfs_sources_agree_with_the_simulator_truth(tmp_path: Path
         assert differences(device.sample, ours[bdf]) == {}, bdf
         assert differences(theirs[bdf], ours[bdf]) == {}, bdf
     # the library really served them: one worker, no restart, nothing re-routed
-    assert source.supervisor.starts == 1 and source.worker_restarts == 0
+    assert source.supervisor.starts == 1 and source.supervisor.restarts == 0
     assert all(source.unsafe_calls(d.pci_bus_id) == {} for d in devices)
 
 
@@ -198,12 +198,12 @@ def test_mi300x_aborts_cost_one_restart_and_are_served_through_sysfs(tmp_path: P
     # The library's pp_dpm parser asserts on the "S:" line (get_multiplier_from_str) and aborts in
     # rsmi_dev_gpu_clk_freq_get. The worker died, the call was blamed, the read retried.
     assert all(isinstance(s, Sample) for s in first.values()), first
-    assert source.worker_restarts >= 1
+    assert source.supervisor.restarts >= 1
     assert "aborted in clock:gfx" in source.unsafe_calls(mi300x)["clock:gfx"]
-    restarts = source.worker_restarts
+    restarts = source.supervisor.restarts
     with_pcie_bw = {t.identity.pci_bus_id for t in truth if t.sample.pcie_bandwidth_upper_bound_bytes_per_second}
     samples = read_until_pcie_bandwidth(source, devices, with_pcie_bw)
-    assert source.worker_restarts == restarts  # blamed once, skipped from then on
+    assert source.supervisor.restarts == restarts  # blamed once, skipped from then on
     for device in truth:
         assert differences(device.sample, samples[device.identity.pci_bus_id]) == {}, device.identity.pci_bus_id
 
@@ -228,7 +228,7 @@ def test_unguarded_gpu_metrics_abort_is_blamed_on_its_call(tmp_path: Path, closi
     crashed = r"librocm_smi64 (aborted|signal:SIG[A-Z]+) in {} \(worker \d+\)"
     assert re.fullmatch(crashed.format("gpu_metrics"), unsafe["gpu_metrics"]), unsafe
     assert re.fullmatch(crashed.format("energy"), unsafe["energy"]), unsafe
-    assert source.supervisor.crashes == 2 and source.worker_restarts >= 1
+    assert source.supervisor.crashes == 2 and source.supervisor.restarts >= 1
     assert "gpu_metrics" not in source.unsafe_calls(truth[0].identity.pci_bus_id)  # the MI210 is innocent
     samples = read_all(source, devices)
     assert (
@@ -255,7 +255,7 @@ def test_faithful_mi300x_fails_rsmi_init_and_is_served_through_sysfs(tmp_path: P
         time.sleep(0.25)
     assert all(isinstance(s, Sample) for s in samples.values())
     assert differences(truth[-1].sample, samples[truth[-1].identity.pci_bus_id], skip=("timestamp",)) == {}
-    assert source.supervisor.starts >= 2 and source.worker_restarts == source.supervisor.starts - 1
+    assert source.supervisor.starts >= 2 and source.supervisor.restarts == source.supervisor.starts - 1
 
 
 def test_probe_passes_on_a_good_tree_and_refuses_another_root(tmp_path: Path) -> None:
@@ -329,7 +329,7 @@ def test_a_hung_file_takes_down_one_gcd_only_and_it_comes_back(tmp_path: Path, c
     assert energy is not None and first_energy is not None and energy > first_energy  # the others kept updating
     assert threading.active_count() == threads  # no thread leak across the cycles
     assert len(_children()) == processes == 1  # one worker; every killed one was reaped
-    assert source.worker_restarts >= 2  # stuck calls were cleared by restarts, backing off
+    assert source.supervisor.restarts >= 2  # stuck calls were cleared by restarts, backing off
     path.unlink()
     path.write_bytes(content)  # the GPU answers again
     deadline = time.monotonic() + 10

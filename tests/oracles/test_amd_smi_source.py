@@ -57,7 +57,7 @@ def test_amd_smi_source_equals_sysfs(tree: tuple[Simulator, Path], prefix: Chroo
             # figure exists yet at this read depends on timing, not on the source.
             skip = ("timestamp", "pcie_bandwidth_bytes_per_second", "pcie_bandwidth_upper_bound_bytes_per_second")
             assert _differences(sample, ours[key], skip=skip) == {}, key
-        assert source.supervisor.starts == 1 and source.worker_restarts == 0
+        assert source.supervisor.starts == 1 and source.supervisor.restarts == 0
     finally:
         source.close()
         sysfs.close()

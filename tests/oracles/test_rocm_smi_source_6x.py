@@ -89,7 +89,7 @@ def test_rocm_smi_6x_source_equals_sysfs(tree: tuple[Simulator, Path], prefix: t
                 )
                 == {}
             ), key
-        assert source.supervisor.starts == 1 and source.worker_restarts == 0
+        assert source.supervisor.starts == 1 and source.supervisor.restarts == 0
     finally:
         source.close()
         sysfs.close()

@@ -52,7 +52,7 @@ def _readings() -> tuple[dict, dict]:
 
 def test_a_sample_in_si_units() -> None:
     readings, slow = _readings()
-    sample = convert.sample_from_readings(readings, slow, timestamp=1.0, secondary_die=False)
+    sample = convert.sample_from_readings(readings, slow, 1.0)
     assert dict(sample.temperatures) == {
         "edge": 46.0,
         "junction": 60.0,
@@ -76,9 +76,3 @@ def test_a_sample_in_si_units() -> None:
     assert dict(sample.throttle_residency_seconds) == {"ppt": 1.5}
     assert dict(sample.ecc_errors) == {("umc", "correctable"): 2, ("umc", "uncorrectable"): 0}
     assert dict(sample.voltages_volts) == {"gfx": 0.94} and sample.pcie_replays == 5
-
-
-def test_the_second_die_shows_no_power_or_energy() -> None:
-    readings, slow = _readings()
-    sample = convert.sample_from_readings(readings, slow, timestamp=1.0, secondary_die=True)
-    assert sample.power_watts is None and sample.energy_joules is None

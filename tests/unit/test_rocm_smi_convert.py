@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.sources.gpu_metrics.layouts import C_TYPES, V1_1
 from exporter.sources.rocm_smi import convert
 
+
+def table(**fields: int | list[int]) -> str:
+    """An rsmi_gpu_metrics_t as the worker sends it (hex): the given fields, all-ones elsewhere."""
+    raw = bytearray(b"\xff" * V1_1.size)
+    for field in V1_1.fields:
+        if field.name in fields:
+            value = fields[field.name]
+            values = value if isinstance(value, list) else [value]
+            struct.pack_into(f"<{field.count}{C_TYPES[field.ctype][0]}", raw, field.offset, *values)
+    return raw.hex()
+
+
+METRICS = {
+    "temperature_vrgfx": 39,
+    "temperature_vrsoc": 38,
+    "current_gfxclk": 1650,
+    "current_socclk": 1090,
+    "current_uclk": 1600,
+    "current_vclk0": 0,
+    "pcie_link_width": 16,
+    "pcie_link_speed": 160,
+    "temperature_hbm": [45, 46, 0xFFFF, 47],
+}
 # One every-cycle read and one slow read of an MI250X primary die as the worker returns them.
 CYCLE = {
     "temperatures": {"edge": {"current": 41000}, "junction": {"current": 47000}, "memory": {"current": 44000}},
-    "gpu_metrics": {
-        "temperature_vrgfx": 39,
-        "temperature_vrsoc": 38,
-        "temperature_vrmem": 0xFFFF,
-        "average_mm_activity": 0xFFFF,
-        "current_gfxclk": 1650,
-        "current_socclk": 1090,
-        "current_uclk": 1600,
-        "current_vclk0": 0,
-        "current_dclk0": 0xFFFF,
-        "pcie_link_width": 16,
-        "pcie_link_speed": 160,
-        "temperature_hbm": [45, 46, 0xFFFF, 47],
-    },
+    "gpu_metrics": table(**METRICS),  # type: ignore[arg-type]
     "energy": {"ticks": 1 << 20, "resolution_uj": 15.3, "timestamp_ns": 5},
     "power_average": 301_500_000,
     "busy_percent": 37,
@@ -53,7 +66,7 @@ SLOW = {
 
 
 def make(readings: dict = CYCLE, slow: dict = SLOW, **kwargs: object) -> Sample:
-    return convert.sample_from_readings(readings, slow, timestamp=12.5, secondary_die=False, **kwargs)  # type: ignore[arg-type]
+    return convert.sample_from_readings(readings, slow, 12.5, **kwargs)  # type: ignore[arg-type]
 
 
 def test_temperatures_take_hwmon_sensors_and_gpu_metrics_extras_in_celsius() -> None:
@@ -92,10 +105,15 @@ def test_power_caps_and_units() -> None:
     assert sample.power_cap_max_watts is None  # a cap of 0 is no cap
 
 
-def test_second_die_shows_no_power_or_energy() -> None:
-    sample = convert.sample_from_readings(CYCLE, SLOW, timestamp=1.0, secondary_die=True)
+def test_second_die_shows_no_power_or_energy_and_a_partition_not_the_sockets_busy() -> None:
+    die1 = DeviceIdentity("0000:43:00.0", "card2", "", die=1)
+    sample = convert.for_device(make(), die1, 3)
     assert sample.power_watts is None and sample.energy_joules is None
-    assert sample.power_cap_watts == pytest.approx(560.0)
+    assert sample.power_cap_watts == pytest.approx(560.0) and sample.xgmi_error_events == 3
+    assert dict(sample.busy) == {"gfx": 0.37, "memory": 0.12}
+    partition0 = DeviceIdentity("0000:43:00.0", "card2", "", compute_partition="CPX")
+    sample = convert.for_device(make(), partition0, None)
+    assert sample.power_watts == pytest.approx(301.5) and dict(sample.busy) == {"memory": 0.12}
 
 
 def test_busy_memory_and_voltage() -> None:
@@ -127,8 +145,8 @@ def test_pcie_link_current_from_gpu_metrics_max_from_dpm_levels() -> None:
 
 
 def test_pcie_esm_code_is_left_out_and_the_dpm_level_used() -> None:
-    metrics = dict(CYCLE["gpu_metrics"])  # type: ignore[call-overload]
-    readings = {**CYCLE, "gpu_metrics": {**metrics, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}}
+    metrics = {**METRICS, "pcie_link_speed": 0x80 + 44, "pcie_link_width": 0xFFFF}
+    readings = {**CYCLE, "gpu_metrics": table(**metrics)}  # type: ignore[arg-type]
     sample = make(readings)
     # ESM code 172 is not a rate: the marked pp_dpm_pcie level (index 0) stands instead
     assert sample.pcie_link_transfers_per_second == 16e9
@@ -148,7 +166,7 @@ def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
 
 
 def test_missing_readings_give_an_empty_sample() -> None:
-    sample = convert.sample_from_readings({}, {}, timestamp=3.0, secondary_die=False)
+    sample = convert.sample_from_readings({}, {}, 3.0)
     assert sample == Sample(timestamp=3.0)
 
 
@@ -236,10 +254,7 @@ _readings = st.fixed_dictionaries(
             st.sampled_from(["edge", "junction", "memory"]),
             st.dictionaries(st.sampled_from(["current", "critical", "emergency"]), st.integers(-(2**63), 2**63 - 1)),
         ),
-        "gpu_metrics": st.dictionaries(
-            st.sampled_from(["temperature_vrgfx", "current_gfxclk", "pcie_link_speed", "pcie_link_width"]),
-            st.integers(0, 0xFFFF),
-        ),
+        "gpu_metrics": st.binary(max_size=2 * V1_1.size).map(bytes.hex),
         "power_average": st.integers(0, 2**64 - 1),
         "busy_percent": st.integers(0, 2**32 - 1),
         "energy": st.fixed_dictionaries({"ticks": st.integers(0, 2**64 - 1)}),
@@ -247,12 +262,10 @@ _readings = st.fixed_dictionaries(
 )
 
 
-@given(_readings, st.booleans())
-def test_any_worker_reading_converts_without_error(readings: dict, secondary: bool) -> None:
-    sample = convert.sample_from_readings(readings, readings, timestamp=0.0, secondary_die=secondary)
+@given(_readings)
+def test_any_worker_reading_converts_without_error(readings: dict) -> None:
+    sample = convert.sample_from_readings(readings, readings, 0.0)
     assert all(isinstance(v, float) for v in sample.temperatures.values())
-    if secondary:
-        assert sample.power_watts is None
 
 
 def test_identity_merge_keeps_the_fallbacks_links_when_the_library_reports_none() -> None:

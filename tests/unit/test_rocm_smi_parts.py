@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.sources.gpu_metrics.layouts import V1_1
 from exporter.sources.rocm_smi import library as rc
 from exporter.sources.rocm_smi import protocol as proto
 from exporter.sources.rocm_smi.mutex import FUTEX_OWNER_DIED, owned_by, parse_mutex
@@ -18,14 +19,13 @@ from exporter.sources.rocm_smi.worker import gpu_metrics_header, gpu_metrics_uns
 from tests.realtools import ROCM_SMI_LIBRARY, require_file
 
 
-def test_gpu_metrics_struct_matches_the_5_2_3_header_layout() -> None:
-    assert ctypes.sizeof(rc.RsmiGpuMetrics) == rc.GPU_METRICS_STRUCT_SIZE == 96
-    assert rc.RsmiGpuMetrics.energy_accumulator.offset == 24
-    assert rc.RsmiGpuMetrics.throttle_status.offset == 68
-    assert rc.RsmiGpuMetrics.temperature_hbm.offset == 88
-    assert ctypes.sizeof(rc.RsmiFrequencies) == 8 + 8 * 32
-    assert ctypes.sizeof(rc.RsmiPcieBandwidth) == ctypes.sizeof(rc.RsmiFrequencies) + 4 * 32
+def test_5_2_3_layouts_match_its_header() -> None:
+    # rsmi_gpu_metrics_t of 5.2.3 is the kernel's gpu_metrics_v1_1, which convert.py reads it as
+    assert rc.GPU_METRICS_STRUCT_SIZE == V1_1.size == 96
+    assert ctypes.sizeof(rc.ABI_5_2.frequencies) == 8 + 8 * 32
+    assert ctypes.sizeof(rc.ABI_5_2.pcie_bandwidth) == ctypes.sizeof(rc.ABI_5_2.frequencies) + 4 * 32
     assert ctypes.sizeof(rc.RsmiErrorCount) == 16
+    assert ctypes.sizeof(rc.RetiredPage) == 24
 
 
 def test_every_declared_signature_exists_in_the_installed_library() -> None:
@@ -33,6 +33,11 @@ def test_every_declared_signature_exists_in_the_installed_library() -> None:
     rc.declare(lib)
     for name in rc.SIGNATURES:
         assert getattr(lib, name).restype is ctypes.c_uint32
+
+
+def test_status_names_follow_rsmi_status_t() -> None:
+    assert (rc.status_name(0), rc.status_name(8), rc.status_name(17)) == ("success", "init_error", "refcount_overflow")
+    assert rc.status_name(0xFFFFFFFF) == "status 4294967295"
 
 
 def test_library_search_tries_rocm_path_first_and_the_debian_name() -> None:
@@ -52,14 +57,6 @@ def test_find_library_returns_the_first_existing_candidate(tmp_path: Path) -> No
     assert rc.find_library({"ROCM_PATH": str(tmp_path)}) == str(lib / "librocm_smi64.so.1")
     (lib / "librocm_smi64.so").symlink_to(real.name)
     assert rc.find_library({"ROCM_PATH": str(tmp_path)}) == str(lib / "librocm_smi64.so")
-
-
-def test_pyrsmi_gets_a_rocm_path_whose_lib_holds_the_library(tmp_path: Path) -> None:
-    from exporter.sources.rocm_smi.supervisor import prepare_rocm_path
-
-    folder = prepare_rocm_path("/usr/lib/librocm_smi64.so.1", str(tmp_path / "rocm"))
-    assert os.readlink(os.path.join(folder, "lib", "librocm_smi64.so")) == "/usr/lib/librocm_smi64.so.1"
-    assert prepare_rocm_path("/usr/lib/librocm_smi64.so.1", folder) == folder  # idempotent
 
 
 def test_breadcrumbs_round_trip_and_blame_the_aborting_thread() -> None:
@@ -177,10 +174,11 @@ def test_init_failure_hint_names_a_card_without_vddgfx(tmp_path: Path) -> None:
 
 def test_6x_layouts_match_the_6x_headers() -> None:
     """Sizes and offsets from docs/notes-rocm-smi-6.md (computed from the 6.1.2 / 6.4.1 headers)."""
-    assert ctypes.sizeof(rc.RsmiFrequencies6) == 280
-    assert rc.RsmiFrequencies6.num_supported.offset == 4 and rc.RsmiFrequencies6.current.offset == 8
-    assert rc.RsmiFrequencies6.frequency.offset == 16
-    assert ctypes.sizeof(rc.RsmiPcieBandwidth6) == 416 and rc.RsmiPcieBandwidth6.lanes.offset == 280
+    frequencies, bandwidth = rc.ABI_6.frequencies, rc.ABI_6.pcie_bandwidth
+    assert ctypes.sizeof(frequencies) == 280
+    assert frequencies.num_supported.offset == 4 and frequencies.current.offset == 8  # type: ignore[attr-defined]
+    assert frequencies.frequency.offset == 16  # type: ignore[attr-defined]
+    assert ctypes.sizeof(bandwidth) == 416 and bandwidth.lanes.offset == 280  # type: ignore[attr-defined]
     assert ctypes.sizeof(rc.RsmiVersion) == 24
     # 6.x renumbered the firmware blocks: MES, MES_KIQ after MEC2, the rest up by two
     expected = {"asd": 0, "mec": 5, "mec2": 6, "mes": 7, "mes_kiq": 8, "pfp": 9, "smc": 16, "sos": 17, "vcn": 22}

@@ -26,14 +26,10 @@ from exporter.sources.rocm_smi.convert import (
     number,
     numbers,
 )
+from exporter.sources.sysfs.partitions import RESIDENCY_LABELS, RESIDENCY_TICK_SECONDS
 
-_RESIDENCIES = {
-    "prochot": "prochot_residency_acc",
-    "ppt": "ppt_residency_acc",
-    "socket_thermal": "socket_thm_residency_acc",
-    "vr_thermal": "vr_thm_residency_acc",
-    "hbm_thermal": "hbm_thm_residency_acc",
-}
+# the throttle `reason` label -> its gpu_metrics residency accumulator (the sysfs source's names)
+_RESIDENCIES = {label: f"{name}_residency_acc" for name, label in RESIDENCY_LABELS.items()}
 
 
 def _int(value: Any) -> int | None:
@@ -111,21 +107,10 @@ def xgmi(readings: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def sample_from_readings(
-    readings: Mapping[str, Any],
-    slow: Mapping[str, Any],
-    *,
-    timestamp: float,
-    secondary_die: bool,
-    xgmi_error_events: int | None = None,
-) -> Sample:
+def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
     """One Sample from an every-cycle read plus the latest slow read of the same device."""
     current_clocks, max_clocks = clocks(readings, slow)
-    power = number((readings.get("power") or {}).get("socket_power"))
     energy_ticks = number((readings.get("energy") or {}).get("energy_accumulator"))
-    energy = energy_ticks * ENERGY_TICK_JOULES if energy_ticks is not None else None
-    if secondary_die:
-        power = energy = None  # the second die of an MI250X reads 0 W and 0 J
     activity = readings.get("activity") or {}
     busy = numbers({"gfx": number(activity.get("gfx_activity")), "memory": number(activity.get("umc_activity"))})
     caps = slow.get("power_cap") or {}
@@ -142,18 +127,17 @@ def sample_from_readings(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings)),
         temperature_thresholds=frozen_map(thresholds(slow)),
-        power_watts=power,
+        power_watts=number((readings.get("power") or {}).get("socket_power")),
         power_cap_watts=cap_watts(caps.get("power_cap")),
         power_cap_max_watts=cap_watts(caps.get("max_power_cap")),
-        energy_joules=energy,
+        energy_joules=energy_ticks * ENERGY_TICK_JOULES if energy_ticks is not None else None,
         busy=frozen_map({engine: percent / 100 for engine, percent in busy.items()}),
         memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
-        throttle_residency_seconds=frozen_map({k: ticks * 1e-3 for k, ticks in residency.items()}),
-        xgmi_error_events=xgmi_error_events,
+        throttle_residency_seconds=frozen_map({k: ticks * RESIDENCY_TICK_SECONDS for k, ticks in residency.items()}),
         ecc_errors=frozen_map(ecc),
         **pcie(readings, slow),
         **xgmi(readings),

@@ -20,22 +20,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from exporter.sources.rocm_smi import harness
-from exporter.sources.rocm_smi.harness import Breadcrumbs, Opened
+from exporter.sources.rocm_smi.harness import Breadcrumbs, DeviceReader, Opened
+from exporter.sources.rocm_smi.library import ECC_BLOCKS as ECC_BLOCK_NAMES
 
 # our name -> amdsmi enum member names
 TEMPERATURES = {"edge": "EDGE", "junction": "HOTSPOT", "memory": "VRAM"}
 THRESHOLDS = {"critical": "CRITICAL", "emergency": "EMERGENCY"}
 MEMORY_POOLS = {"vram": "VRAM", "visible_vram": "VIS_VRAM", "gtt": "GTT"}
 CLOCKS = {"gfx": "GFX", "memory": "MEM", "fabric": "DF", "soc": "SOC", "video": "VCLK0", "decode": "DCLK0"}
-ECC_BLOCKS = {
-    "umc": "UMC",
-    "sdma": "SDMA",
-    "gfx": "GFX",
-    "mmhub": "MMHUB",
-    "pcie_bif": "PCIE_BIF",
-    "hdp": "HDP",
-    "xgmi_wafl": "XGMI_WAFL",
-}
+# the RAS blocks librocm_smi64 reads, by the same names (AmdSmiGpuBlock spells them in capitals)
+ECC_BLOCKS = {block: block.upper() for block in ECC_BLOCK_NAMES}
 # amdsmi firmware ids whose version the library reports as the kernel's plain number -> our block.
 # (Dotted versions such as VCN's "01.11.00.1D" or PM's "00.85.107.00" mix hex and decimal bytes:
 # those blocks are left to the sysfs fallback rather than guessed.)
@@ -139,7 +133,7 @@ class AmdSmiDeviceReader:
             "failed": calls.failed,
         }
 
-    def read(self, skip: frozenset[str], slow: bool, guard: bool, pcie_throughput_period: float) -> dict[str, Any]:
+    def read(self, skip: frozenset[str], request: Mapping[str, Any]) -> dict[str, Any]:
         # Nothing to guard: libamd_smi reads every gpu_metrics version. pcie_bw is the fallback's.
         smi, h = self.smi, self.handle
         calls = Calls(self.crumbs, self.index, skip)
@@ -167,7 +161,7 @@ class AmdSmiDeviceReader:
         }
         metrics = calls.get("gpu_metrics", smi.amdsmi_get_gpu_metrics_info, h) or {}
         out["gpu_metrics"] = {name: metrics.get(name) for name in GPU_METRICS_FIELDS}
-        if slow:
+        if request.get("slow"):
             out.update(self._read_slow(calls))
         out["failed"] = calls.failed
         return out
@@ -213,8 +207,9 @@ def open_library(crumbs: Breadcrumbs) -> Opened:
     smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
     version = smi.amdsmi_get_lib_version()
     devices: list[dict[str, Any]] = []
-    readers: dict[int, AmdSmiDeviceReader] = {}
-    for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
+    readers: dict[int, DeviceReader] = {}
+    handles = smi.amdsmi_get_processor_handles()
+    for index, handle in enumerate(handles):
         calls = Calls(crumbs, index)
         partition = (calls.get("kfd_info", smi.amdsmi_get_gpu_kfd_info, handle) or {}).get("current_partition_id")
         bdf = str(calls.get("bdf", smi.amdsmi_get_gpu_device_bdf, handle) or "").strip().lower()
@@ -223,8 +218,8 @@ def open_library(crumbs: Breadcrumbs) -> Opened:
         )
         readers[index] = AmdSmiDeviceReader(smi, crumbs, index, handle)
     driver = ""
-    if readers:
-        info = Calls(crumbs, 0).get("driver_info", smi.amdsmi_get_gpu_driver_info, readers[0].handle)
+    if handles:
+        info = Calls(crumbs, 0).get("driver_info", smi.amdsmi_get_gpu_driver_info, handles[0])
         driver = str((info or {}).get("driver_version") or "")
     return Opened(devices, readers, driver, f"{version.get('major')}.{version.get('minor')}.{version.get('release')}")
 

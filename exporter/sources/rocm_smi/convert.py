@@ -14,10 +14,12 @@ amd-smi converter uses them too.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.sources.gpu_metrics.layouts import C_TYPES, V1_1
 from exporter.sources.rocm_smi.library import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
 
 _U16_NONE = 0xFFFF
@@ -34,6 +36,21 @@ _METRICS_CLOCKS = {
     "decode": "current_dclk0",
 }
 _RETIRED = "0"  # rsmi_memory_page_status_t RSMI_MEM_PAGE_STATUS_RESERVED
+
+
+def gpu_metrics_table(readings: Mapping[str, Any]) -> dict[str, Any]:
+    """The worker's rsmi_gpu_metrics_t bytes (hex) -> kernel field name -> value (a list for arrays).
+
+    The library converts every table it accepts into the kernel's gpu_metrics_v1_1 layout.
+    """
+    raw = bytes.fromhex(readings.get("gpu_metrics") or "")
+    if len(raw) < V1_1.size:
+        return {}
+    table = {}
+    for field in V1_1.fields:
+        values = struct.unpack_from(f"<{field.count}{C_TYPES[field.ctype][0]}", raw, field.offset)
+        table[field.name] = list(values) if field.count > 1 else values[0]
+    return table
 
 
 def number(value: Any) -> float | None:
@@ -82,10 +99,10 @@ def cap_watts(microwatts: Any) -> float | None:
     return value / 1e6 if value else None
 
 
-def temperatures(readings: Mapping[str, Any]) -> dict[str, float]:
+def temperatures(readings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, float]:
     """Sensor -> °C: hwmon sensors through rsmi_dev_temp_metric_get, the rest from gpu_metrics."""
     result = {sensor: m["current"] / 1000.0 for sensor, m in readings.get("temperatures", {}).items() if "current" in m}
-    return result | metrics_temperatures(readings.get("gpu_metrics") or {})
+    return result | metrics_temperatures(metrics)
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
@@ -108,16 +125,10 @@ def energy_joules(readings: Mapping[str, Any]) -> float | None:
     return ticks * ENERGY_TICK_JOULES
 
 
-def busy(readings: Mapping[str, Any]) -> dict[str, float]:
-    result: dict[str, float] = {}
-    if readings.get("busy_percent") is not None:
-        result["gfx"] = readings["busy_percent"] / 100.0
-    if readings.get("memory_busy_percent") is not None:
-        result["memory"] = readings["memory_busy_percent"] / 100.0
-    media = _metric((readings.get("gpu_metrics") or {}).get("average_mm_activity"))
-    if media is not None:
-        result["media"] = media / 100.0
-    return result
+def busy(readings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, float]:
+    percent = {"gfx": readings.get("busy_percent"), "memory": readings.get("memory_busy_percent")}
+    percent["media"] = _metric(metrics.get("average_mm_activity"))
+    return {engine: value / 100.0 for engine, value in percent.items() if value is not None}
 
 
 def _current_level(levels: list[int], current: int) -> int | None:
@@ -136,7 +147,7 @@ def gfx_levels(slow: Mapping[str, Any]) -> tuple[float, ...] | None:
     return (levels[0], levels[-1]) if len(levels) <= 3 else tuple(levels)
 
 
-def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+def clocks(metrics: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
     """(current, max) Hz per domain: DPM tables on the slow schedule, gpu_metrics every read."""
     current: dict[str, float] = {}
     maximum: dict[str, float] = {}
@@ -148,10 +159,10 @@ def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[s
         level = _current_level(levels, int(table.get("current", -1)))
         if level is not None:
             current[domain] = float(level)
-    return current | metrics_clocks(readings.get("gpu_metrics") or {}), maximum
+    return current | metrics_clocks(metrics), maximum
 
 
-def pcie_link(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
+def pcie_link(metrics: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
     """Current link from gpu_metrics (else the marked pp_dpm_pcie level), max from pp_dpm_pcie."""
     result: dict[str, Any] = {}
     levels = slow.get("pcie_levels") or {}
@@ -165,7 +176,7 @@ def pcie_link(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str,
     if 0 <= index < min(len(rates), len(lanes)):
         result["pcie_link_transfers_per_second"] = float(rates[index])
         result["pcie_link_width"] = lanes[index]
-    return result | metrics_pcie_link(readings.get("gpu_metrics") or {})
+    return result | metrics_pcie_link(metrics)
 
 
 def pcie_bandwidth(readings: Mapping[str, Any]) -> float | None:
@@ -192,34 +203,23 @@ def retired_pages(slow: Mapping[str, Any]) -> int | None:
     return int(by_status.get(_RETIRED, 0))
 
 
-def sample_from_readings(
-    readings: Mapping[str, Any],
-    slow: Mapping[str, Any],
-    *,
-    timestamp: float,
-    secondary_die: bool,
-    xgmi_error_events: int | None = None,
-) -> Sample:
+def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
     """One Sample from an every-cycle read plus the latest slow read of the same device."""
-    current_clocks, max_clocks = clocks(readings, slow)
+    metrics = gpu_metrics_table(readings)
+    current_clocks, max_clocks = clocks(metrics, slow)
     microwatts = number(readings.get("power_average"))
-    power = microwatts / 1e6 if microwatts is not None else None
-    energy = energy_joules(readings)
-    if secondary_die:
-        # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
-        power = energy = None
     voltages = {}
     if readings.get("vddgfx_mv") is not None:
         voltages["gfx"] = readings["vddgfx_mv"] / 1000.0
     return Sample(
         timestamp=timestamp,
-        temperatures=frozen_map(temperatures(readings)),
+        temperatures=frozen_map(temperatures(readings, metrics)),
         temperature_thresholds=frozen_map(thresholds(slow)),
-        power_watts=power,
+        power_watts=microwatts / 1e6 if microwatts is not None else None,
         power_cap_watts=cap_watts(slow.get("power_cap")),
         power_cap_max_watts=cap_watts(slow.get("power_cap_max")),
-        energy_joules=energy,
-        busy=frozen_map(busy(readings)),
+        energy_joules=energy_joules(readings),
+        busy=frozen_map(busy(readings, metrics)),
         memory_used_bytes=frozen_map(numbers(readings.get("memory_used"))),
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
@@ -228,11 +228,23 @@ def sample_from_readings(
         voltages_volts=frozen_map(voltages),
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
-        xgmi_error_events=xgmi_error_events,
         ecc_errors=frozen_map(ecc(slow)),
         ras_retired_pages=retired_pages(slow),
-        **pcie_link(readings, slow),
+        **pcie_link(metrics, slow),
     )
+
+
+def for_device(sample: Sample, device: DeviceIdentity, xgmi_error_events: int | None) -> Sample:
+    """What either library's sample of `device` shows, by rules of the device rather than the library."""
+    changes: dict[str, Any] = {"xgmi_error_events": xgmi_error_events}
+    if device.die > 0:
+        # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
+        changes |= {"power_watts": None, "energy_joules": None}
+    if device.compute_partition not in ("", "SPX"):
+        # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
+        # not partition 0's own (its xcp_stats block), which only the fallback reads.
+        changes["busy"] = frozen_map({k: v for k, v in sample.busy.items() if k not in ("gfx", "media")})
+    return dataclasses.replace(sample, **changes)
 
 
 _MAPPING_FIELDS = tuple(
@@ -260,6 +272,15 @@ def overlay(fallback: Sample, library: Sample) -> Sample:
     return Sample(**changes)
 
 
+# What identify() answers as text, under the DeviceIdentity field's own name.
+_IDENTITY_TEXTS = (
+    "unique_id", "device_id", "product", "serial", "vbios", "xgmi_hive_id", "gpu_metrics_version",
+    "compute_partition", "memory_partition",
+)  # fmt: skip
+# What the library reads over the fallback's values when it has one.
+_LIBRARY_FIRST = ("unique_id", "device_id", "serial", "vbios", "driver_version", "xgmi_hive_id")
+
+
 def identity_from_library(
     ident: Mapping[str, Any],
     *,
@@ -271,23 +292,16 @@ def identity_from_library(
 ) -> DeviceIdentity:
     """A DeviceIdentity from the worker's identify() answer (no fallback to fill the rest)."""
     numa = ident.get("numa_node")
+    texts: dict[str, Any] = {name: str(ident.get(name, "")) for name in _IDENTITY_TEXTS}
     return DeviceIdentity(
         pci_bus_id=pci_bus_id,
         card=card,
         device_dir=device_dir,
-        unique_id=str(ident.get("unique_id", "")),
-        device_id=str(ident.get("device_id", "")),
-        product=str(ident.get("product", "")),
-        serial=str(ident.get("serial", "")),
-        vbios=str(ident.get("vbios", "")),
         driver_version=driver_version,
-        xgmi_hive_id=str(ident.get("xgmi_hive_id", "")),
         numa_node=numa if isinstance(numa, int) and 0 <= numa < 1 << 31 else None,
         firmware=frozen_map({block: f"0x{int(v):08x}" for block, v in ident.get("firmware", {}).items()}),
         topology=direct_links(ident.get("links", ()), peer_bus_ids),
-        gpu_metrics_version=str(ident.get("gpu_metrics_version", "")),
-        compute_partition=str(ident.get("compute_partition", "")),
-        memory_partition=str(ident.get("memory_partition", "")),
+        **texts,
     )
 
 
@@ -322,14 +336,9 @@ def merge_identity(fallback: DeviceIdentity, library: DeviceIdentity) -> DeviceI
         topology = fallback.topology
     return dataclasses.replace(
         fallback,
-        unique_id=library.unique_id or fallback.unique_id,
-        device_id=library.device_id or fallback.device_id,
         product=fallback.product or library.product,
-        serial=library.serial or fallback.serial,
-        vbios=library.vbios or fallback.vbios,
-        driver_version=library.driver_version or fallback.driver_version,
-        xgmi_hive_id=library.xgmi_hive_id or fallback.xgmi_hive_id,
         numa_node=library.numa_node if library.numa_node is not None else fallback.numa_node,
         firmware=frozen_map({**fallback.firmware, **library.firmware}),
         topology=topology,
+        **{name: getattr(library, name) or getattr(fallback, name) for name in _LIBRARY_FIRST},
     )

@@ -21,8 +21,7 @@ import mmap
 import os
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,8 +82,8 @@ class Calls:
 class DeviceReader(Protocol):
     def identify(self, skip: frozenset[str]) -> dict[str, Any]: ...
 
-    def read(self, skip: frozenset[str], slow: bool, guard: bool, pcie_throughput_period: float) -> dict[str, Any]:
-        """One read. `guard=False` lets the library see a table it aborts on (tests of crash handling)."""
+    def read(self, skip: frozenset[str], request: Mapping[str, Any]) -> dict[str, Any]:
+        """One read: the slow fields too when request["slow"]; the request's other options are the adapter's."""
         ...
 
 
@@ -143,21 +142,8 @@ def _handle(reader: DeviceReader, request: dict[str, Any]) -> dict[str, Any]:
     if op == "identify":
         return reader.identify(skip)
     if op == "read":
-        guard = bool(request.get("guard_gpu_metrics", True))
-        period = float(request.get("pcie_throughput_period") or 0)
-        return reader.read(skip, bool(request.get("slow")), guard, period)
+        return reader.read(skip, request)
     raise ValueError(f"unknown op {op!r}")
-
-
-def _read_lines(fd: int) -> Iterator[bytes]:
-    buffer = b""
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        yield from (line for line in lines if line)
 
 
 def serve(argv: list[str], open_library: Callable[[Breadcrumbs], Opened]) -> int:
@@ -166,7 +152,6 @@ def serve(argv: list[str], open_library: Callable[[Breadcrumbs], Opened]) -> int
     faulthandler.enable(file=crash_fd, all_threads=True)
     crumbs = Breadcrumbs(crumbs_fd)
     dispatcher = Dispatcher(reply_fd)
-    started = time.monotonic()
     try:
         opened = open_library(crumbs)
     except Exception as error:
@@ -176,14 +161,12 @@ def serve(argv: list[str], open_library: Callable[[Breadcrumbs], Opened]) -> int
     dispatcher.send(
         {
             "event": "ready",
-            "pid": os.getpid(),
             "devices": opened.devices,
             "driver_version": opened.driver_version,
             "library_version": opened.library_version,
-            "init_seconds": time.monotonic() - started,
         }
     )
-    for line in _read_lines(request_fd):
+    for line in proto.read_lines(request_fd):
         try:
             request = proto.decode(line)
         except ValueError:

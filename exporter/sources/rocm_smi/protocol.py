@@ -13,8 +13,10 @@ which /dev/shm/rocm_smi_card* mutexes a killed worker still held (see mutex.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +83,18 @@ def decode(line: bytes) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ValueError("a message must be a JSON object")
     return message
+
+
+def read_lines(fd: int) -> Iterator[bytes]:
+    """The non-empty lines read from `fd` until end of file (or a read error, which ends it too)."""
+    buffer = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from (line for line in lines if line)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
+from exporter.model import DeviceIdentity, Sample, SourceStats
 from exporter.sources.base import Source, SourceError
 from exporter.sources.identity import KNOWN_DEVICES, assign_packages
 from exporter.sources.rocm_smi import convert
@@ -45,10 +45,14 @@ from exporter.sources.rocm_smi.supervisor import (
     WorkerUnavailable,
 )
 from exporter.sources.rocm_smi.worker import device_folders_by_bdf
+from exporter.sources.sysfs import SysfsSource
 
 log = get_logger("exporter.sources.rocm_smi")
 
 _ATTEMPTS = 3  # a read survives two worker deaths (another device's crash, a hang restart)
+# Without a fallback, the library's background reader of pcie_bw (a 1 s kernel sleep per read)
+# refreshes each device this often.
+_PCIE_THROUGHPUT_PERIOD = 30.0
 
 
 @dataclass(slots=True)
@@ -64,15 +68,12 @@ class RocmSmiSource(Source):
 
     def __init__(
         self,
-        fallback: Source | None = None,
+        fallback: SysfsSource | None = None,
         *,
         call_timeout: float = 1.5,
-        slow_interval: float | None = None,
-        pcie_throughput_period: float = 30.0,
         hang_backoff_initial: float = 1.0,
         hang_backoff_max: float = 10.0,
         restart_backoff_max: float = 60.0,
-        library_path: str | None = None,
         worker_prefix: Sequence[str] = (),
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
@@ -85,13 +86,11 @@ class RocmSmiSource(Source):
         host without a usable library, and reports the reason itself)."""
         self.fallback = fallback
         self.call_timeout = call_timeout
-        self.slow_interval = slow_interval if slow_interval is not None else getattr(fallback, "slow_interval", 10.0)
-        self.pcie_throughput_period = pcie_throughput_period
+        self.slow_interval = fallback.slow_interval if fallback is not None else 10.0
         self.hang_backoff_initial = hang_backoff_initial
         self.hang_backoff_max = hang_backoff_max
         self.guard_gpu_metrics = guard_gpu_metrics
         self.supervisor = Supervisor(
-            library_path=library_path,
             worker_prefix=worker_prefix,
             shm_dir=shm_dir,
             backoff_max=restart_backoff_max,
@@ -107,16 +106,9 @@ class RocmSmiSource(Source):
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
 
-    # The worker's answers -> the data model (the amd-smi source has its own).
+    # The worker's answers -> a Sample (the amd-smi source has its own).
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    identity_from_library = staticmethod(convert.identity_from_library)
-    merge_identity = staticmethod(convert.merge_identity)
     library_name = "librocm_smi64"  # for messages
-
-    @property
-    def worker_restarts(self) -> int:
-        """Workers started after the first (crashes, hang recoveries): amdgpu_exporter_worker_restarts_total."""
-        return self.supervisor.restarts
 
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
@@ -150,7 +142,7 @@ class RocmSmiSource(Source):
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
-            library = self.identity_from_library(
+            library = convert.identity_from_library(
                 ident or {},
                 pci_bus_id=bdf,
                 card=str(device.get("card", "")),
@@ -159,7 +151,7 @@ class RocmSmiSource(Source):
                 peer_bus_ids=peers,
             )
             base = by_bdf.get(bdf)
-            merged[bdf] = self.merge_identity(base, library) if base is not None else _standalone(library)
+            merged[bdf] = convert.merge_identity(base, library) if base is not None else _standalone(library)
         for bdf, identity in by_bdf.items():
             if bdf not in merged:
                 self._log_once(bdf, "not_enumerated", "rocm_smi_device_not_enumerated", served_by="fallback")
@@ -172,13 +164,12 @@ class RocmSmiSource(Source):
         """identify() on every device in parallel; those lost to a worker crash are asked again
         (skipping the call blamed for it) on the next worker."""
         answers: dict[str, Mapping[str, Any]] = {}
-        wanted = {str(d["pci_bus_id"]) for d in _sockets(worker)}
         deadline = time.monotonic() + max(self.call_timeout * 2, 3.0)
         for _attempt in range(_ATTEMPTS):
             futures = {}
             for device in _sockets(worker):
                 bdf = str(device["pci_bus_id"])
-                if bdf not in wanted or bdf in answers or self._is_hung(bdf, worker):
+                if bdf in answers or self._is_hung(bdf, worker):
                     continue
                 request = {"op": "identify", "device": int(device["index"]), "skip": sorted(self._skipped_calls(bdf))}
                 try:
@@ -190,7 +181,7 @@ class RocmSmiSource(Source):
                 try:
                     answers[bdf] = future.result(timeout=max(deadline - time.monotonic(), 0.0))
                 except concurrent.futures.TimeoutError:
-                    self._mark_hung(bdf, worker, future, self._stuck_call(worker, bdf))
+                    self._mark_hung(bdf, worker, future)
                 except WorkerGone:
                     lost = True
                 except RequestFailed as error:
@@ -222,7 +213,7 @@ class RocmSmiSource(Source):
             if index is None:
                 return self._without_library(device, "not_found", f"{bdf} is not enumerated by librocm_smi64")
             hung = self._hung.get(bdf)
-            if hung is not None and hung.generation == worker.generation:
+            if hung is not None and self._is_hung(bdf, worker):
                 # Its stuck call still holds a worker thread (and the card's mutex): only a new
                 # worker frees it. Restart when the backoff allows, else report it down.
                 if restarted or time.monotonic() < hung.since + self._hang_delay(hung.kills):
@@ -252,15 +243,14 @@ class RocmSmiSource(Source):
                 "device": index,
                 "skip": sorted(self._skipped_calls(bdf)),
                 "slow": slow,
-                "pcie_throughput_period": self.pcie_throughput_period if self.fallback is None else 0,
+                "pcie_throughput_period": _PCIE_THROUGHPUT_PERIOD if self.fallback is None else 0,
                 "guard_gpu_metrics": self.guard_gpu_metrics,
             },
         )
         try:
             return future.result(timeout=max(deadline - time.monotonic(), 0.01)), slow
         except concurrent.futures.TimeoutError:
-            call = self._stuck_call(worker, bdf)
-            self._mark_hung(bdf, worker, future, call)
+            call = self._mark_hung(bdf, worker, future)
             raise SourceError(
                 "timeout", f"{bdf}: librocm_smi64 did not answer in {self.call_timeout} s (in {call or '?'})"
             ) from None
@@ -280,18 +270,7 @@ class RocmSmiSource(Source):
                 xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
         elif bdf in self._xgmi_errors:
             xgmi = self._xgmi_errors[bdf]
-        library = self.sample_from_readings(
-            readings,
-            slow,
-            timestamp=time.time(),
-            secondary_die=device.die > 0,
-            xgmi_error_events=xgmi,
-        )
-        if device.compute_partition not in ("", "SPX"):
-            # A partitioned socket: the library's gfx/media busy (gpu_busy_percent) is the socket's,
-            # not partition 0's own (its xcp_stats block), which only the fallback reads.
-            own = {k: v for k, v in library.busy.items() if k not in ("gfx", "media")}
-            library = replace(library, busy=frozen_map(own))
+        library = convert.for_device(self.sample_from_readings(readings, slow, time.time()), device, xgmi)
         if self.fallback is None:
             return library
         try:
@@ -364,11 +343,10 @@ class RocmSmiSource(Source):
         hung = self._hung.get(bdf)
         return hung is not None and hung.generation == worker.generation
 
-    def _stuck_call(self, worker: Worker, bdf: str) -> str:
+    def _mark_hung(self, bdf: str, worker: Worker, future: concurrent.futures.Future[Any]) -> str:
+        """Note the device hung in this worker; returns the library call it is stuck in ("" unknown)."""
         index = _index_of(worker, bdf)
-        return self.supervisor.in_flight(worker, index) if index is not None else ""
-
-    def _mark_hung(self, bdf: str, worker: Worker, future: concurrent.futures.Future[Any], call: str) -> None:
+        call = self.supervisor.in_flight(worker, index) if index is not None else ""
         with self._lock:
             previous = self._hung.get(bdf)
             kills = previous.kills if previous is not None else 0
@@ -379,11 +357,11 @@ class RocmSmiSource(Source):
             # The stuck call returned after all: the device can be asked again in this worker.
             if not done.cancelled() and not isinstance(done.exception(), WorkerGone):
                 with self._lock:
-                    hung = self._hung.get(bdf)
-                    if hung is not None and hung.generation == worker.generation:
-                        hung.generation = -1
+                    if self._is_hung(bdf, worker):
+                        self._hung[bdf].generation = -1
 
         future.add_done_callback(late_answer)
+        return call
 
     def _recovered(self, bdf: str) -> None:
         with self._lock:
@@ -423,32 +401,27 @@ def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
 
 
 # -- auto selection ---------------------------------------------------------------------------
-def probe_rocm_smi(
-    sysfs_root: str,
-    *,
-    library_path: str | None = None,
-    worker_prefix: Sequence[str] = (),
-    timeout: float = 10.0,
-) -> tuple[bool, str]:
-    """Can the rocm_smi source serve this host? Runs the library in a throwaway worker.
-
-    Self-check: rsmi_init succeeds and enumerates at least one GPU; every GPU it enumerates is an
-    amdgpu card under `sysfs_root` with the same unique_id there; one full read of each succeeds
-    (an abort on one call is handled as in service: blamed, skipped, counted in the reason).
-    Returns (ok, reason) for the log and amdgpu_exporter_build_info.
-    """
-    if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
-        return False, f"librocm_smi64 reads /sys only, and the sysfs root is {sysfs_root}"
-    path = library_path or find_library()
+def probe_rocm_smi(sysfs_root: str, *, worker_prefix: Sequence[str] = (), timeout: float = 10.0) -> tuple[bool, str]:
+    """Can the rocm_smi source serve this host? Runs the library in a throwaway worker (self_check)."""
+    path = find_library()
     if path is None:
         return False, "librocm_smi64 not found ($ROCM_PATH/lib, /opt/rocm/lib, /usr/lib ...)"
-    source = RocmSmiSource(None, library_path=path, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
-    return self_check(source, path, sysfs_root)
+    return self_check(RocmSmiSource, path, sysfs_root, worker_prefix, timeout)
 
 
-def self_check(source: RocmSmiSource, name: str, sysfs_root: str) -> tuple[bool, str]:
-    """Discover through `source`, then read every device once and compare its unique_id with sysfs'.
-    Closes `source`. `name` (the library) starts every reason."""
+def self_check(
+    kind: type[RocmSmiSource], name: str, sysfs_root: str, worker_prefix: Sequence[str], timeout: float
+) -> tuple[bool, str]:
+    """Can a source of `kind` serve this host? `name` (the library) starts every reason.
+
+    Self-check in a throwaway worker: the library starts and enumerates at least one GPU; every GPU
+    it enumerates is an amdgpu card under `sysfs_root` with the same unique_id there; one full read
+    of each succeeds (an abort on one call is handled as in service: blamed, skipped, counted in the
+    reason). Returns (ok, reason) for the log and amdgpu_exporter_build_info.
+    """
+    if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
+        return False, f"{kind.library_name} reads /sys only, and the sysfs root is {sysfs_root}"
+    source = kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
     try:
         try:
             devices = source.discover()

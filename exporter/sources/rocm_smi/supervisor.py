@@ -38,6 +38,11 @@ log = get_logger("exporter.sources.rocm_smi")
 
 _CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
 _MAX_UNREAPED = 2
+_START_TIMEOUT = 10.0  # seconds a worker may take from exec to "ready"
+_BACKOFF_INITIAL = 0.5
+_HEALTHY_AFTER = 60.0  # a worker that served this long before dying restarts without delay
+ROCM_SMI_WORKER = "exporter.sources.rocm_smi.worker"
+AMD_SMI_WORKER = "exporter.sources.amd_smi.worker"
 
 
 class WorkerError(Exception):
@@ -62,12 +67,10 @@ class RequestFailed(WorkerError):
 
 @dataclass(frozen=True, slots=True)
 class CrashReport:
-    generation: int
     pid: int
     reason: str  # "aborted" | "signal:SIGSEGV" | "exited:3" | "killed"
     blamed: tuple[tuple[int, str], ...]  # (device index, library call) in flight at the crash
     devices: tuple[Mapping[str, Any], ...]  # the dead worker's enumeration (index -> BDF)
-    mutex_actions: tuple[str, ...]
 
 
 @dataclass(eq=False)
@@ -77,12 +80,10 @@ class Worker:
     request_fd: int
     reply_fd: int
     crumbs: mmap.mmap
-    crumbs_fd: int
     crash_fd: int
     started_at: float
     devices: tuple[Mapping[str, Any], ...] = ()
     driver_version: str = ""
-    library_version: str = ""  # rsmi_version_get, e.g. "7.6.0"
     pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     killed_by_us: str = ""
@@ -100,57 +101,32 @@ class Worker:
         return not self.ended.is_set()
 
 
-def prepare_rocm_path(library: str, folder: str) -> str:
-    """A ROCM_PATH folder whose lib/librocm_smi64.so links to `library` (pyrsmi's only lookup)."""
-    lib_dir = os.path.join(folder, "lib")
-    os.makedirs(lib_dir, exist_ok=True)
-    link = os.path.join(lib_dir, "librocm_smi64.so")
-    if os.path.islink(link) and os.readlink(link) == library:
-        return folder
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(library, link)
-    return folder
-
-
-ROCM_SMI_WORKER = "exporter.sources.rocm_smi.worker"
-AMD_SMI_WORKER = "exporter.sources.amd_smi.worker"
-
-
 class Supervisor:
     def __init__(
         self,
         *,
-        library_path: str | None = None,
         worker_prefix: Sequence[str] = (),
         shm_dir: str = "/dev/shm",
-        start_timeout: float = 10.0,
-        backoff_initial: float = 0.5,
         backoff_max: float = 10.0,
-        healthy_after: float = 60.0,
         on_crash: Callable[[CrashReport], None] | None = None,
         quiet: bool = False,
         worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
-        # The amd-smi worker imports the `amdsmi` module, which finds libamd_smi itself: it needs
-        # neither a librocm_smi64 path nor ROCM_PATH.
         self.worker_module = worker_module
-        self.library_path = library_path or (find_library() if worker_module == ROCM_SMI_WORKER else worker_module)
+        # The amd-smi worker's `amdsmi` module finds libamd_smi itself.
+        self.library = find_library() if worker_module == ROCM_SMI_WORKER else worker_module
+        self._rocm_path: tempfile.TemporaryDirectory[str] | None = None  # see _spawn
         self.worker_prefix = list(worker_prefix)
         self.shm_dir = shm_dir
-        self.start_timeout = start_timeout
-        self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self.healthy_after = healthy_after
         self.on_crash = on_crash
         # A probe expects workers that cannot start: their events go to debug, not warning.
         self._warn = log.debug if quiet else log.warning
-        self.restarts = 0  # workers started after the first
+        self.starts = 0
         self.crashes = 0  # workers that died on their own (abort, signal, exit)
         self.mutexes_repaired = 0  # card mutexes a dead worker held, repaired or removed
-        self.starts = 0
         self.last_error = ""
-        self.library_version = ""  # as the last worker that started reported it
+        self.library_version = ""  # as the last worker that started reported it, e.g. "7.6.0"
         self._lock = threading.RLock()  # worker lifecycle; never taken by a reader thread
         self._backoff_lock = threading.Lock()
         self._worker: Worker | None = None
@@ -159,26 +135,27 @@ class Supervisor:
         self._next_start = 0.0
         self._ids = itertools.count(1)
         self._generations = itertools.count(1)
-        self._rocm_path_dir: tempfile.TemporaryDirectory[str] | None = None
         self._closed = False
 
-    # -- lifecycle -------------------------------------------------------------------------
     @property
-    def worker(self) -> Worker | None:
-        return self._worker if self._worker is not None and self._worker.alive else None
+    def restarts(self) -> int:
+        """Workers started after the first (crashes, hang recoveries)."""
+        return max(self.starts - 1, 0)
+
+    # -- lifecycle -------------------------------------------------------------------------
 
     def ensure_worker(self, deadline: float | None = None) -> Worker:
         """The serving worker, starting one if none runs and the backoff allows it.
 
         A start takes ~0.1-0.3 s. A caller whose deadline ends first gets WorkerUnavailable
-        ("worker_starting") and the start carries on for the next caller, up to `start_timeout`.
+        ("worker_starting") and the start carries on for the next caller, up to _START_TIMEOUT.
         """
         with self._lock:
             current = self._worker
             if current is None or not current.alive:
                 if self._closed:
                     raise WorkerUnavailable("closed", "the rocm_smi source is closed")
-                if self.library_path is None:
+                if self.library is None:
                     raise WorkerUnavailable("library_missing", "librocm_smi64 not found")
                 self._wait_for_cleanup(current)
                 now = time.monotonic()
@@ -191,15 +168,15 @@ class Supervisor:
                     raise WorkerUnavailable("worker_unkillable", "earlier workers are stuck in the kernel")
                 current = self._spawn()
         now = time.monotonic()
-        left = current.started_at + self.start_timeout - now
+        left = current.started_at + _START_TIMEOUT - now
         wait = left if deadline is None else min(left, deadline - now)
         try:
             event = current.ready.result(timeout=max(wait, 0.0))
         except concurrent.futures.TimeoutError:
-            if time.monotonic() >= current.started_at + self.start_timeout:
+            if time.monotonic() >= current.started_at + _START_TIMEOUT:
                 self._give_up_start(current)
                 raise WorkerUnavailable("worker_start_timeout", self.last_error) from None
-            raise WorkerUnavailable("worker_starting", "the librocm_smi64 worker is still starting") from None
+            raise WorkerUnavailable("worker_starting", "the worker is still starting") from None
         except WorkerGone as gone:
             self._wait_for_cleanup(current)
             raise WorkerUnavailable("worker_start_failed", f"the worker died while starting: {gone}") from gone
@@ -251,29 +228,12 @@ class Supervisor:
                     _kill(current.process)
                 self._wait_for_cleanup(current)
             self._reap()
-            if self._rocm_path_dir is not None:
-                self._rocm_path_dir.cleanup()
-                self._rocm_path_dir = None
+            if self._rocm_path is not None:
+                self._rocm_path.cleanup()
 
     def _wait_for_cleanup(self, worker: Worker | None) -> None:
         if worker is not None and worker.reader is not None and worker.reader is not threading.current_thread():
             worker.ended.wait(timeout=5.0)
-
-    def _environment(self) -> dict[str, str]:
-        assert self.library_path is not None
-        env = dict(os.environ)
-        env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
-        if self.worker_module != ROCM_SMI_WORKER:
-            return env
-        lib_dir, name = os.path.split(self.library_path)
-        if name == "librocm_smi64.so" and os.path.basename(lib_dir) == "lib":
-            folder = os.path.dirname(lib_dir)  # already where pyrsmi looks: $ROCM_PATH/lib/librocm_smi64.so
-        else:
-            if self._rocm_path_dir is None:
-                self._rocm_path_dir = tempfile.TemporaryDirectory(prefix="amdgpu-exporter-rocm-")
-            folder = prepare_rocm_path(os.path.realpath(self.library_path), self._rocm_path_dir.name)
-        env["ROCM_PATH"] = folder
-        return env
 
     def _spawn(self) -> Worker:
         """Start a worker process; the reader thread resolves worker.ready with its first message."""
@@ -284,19 +244,25 @@ class Supervisor:
         os.ftruncate(crumbs_fd, proto.BREADCRUMB_BYTES)
         crash_fd = os.memfd_create("rocm-smi-crash-log")
         child_fds = (request_r, reply_w, crumbs_fd, crash_fd)
-        argv = [
-            *self.worker_prefix,
-            sys.executable,
-            "-m",
-            self.worker_module,
-            *(str(fd) for fd in child_fds),
-        ]
+        argv = [*self.worker_prefix, sys.executable, "-m", self.worker_module, *(str(fd) for fd in child_fds)]
+        # The folder that holds the `exporter` package, so `python -m` finds it in any cwd.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env = {**os.environ, "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        if self.worker_module == ROCM_SMI_WORKER and self.library is not None:
+            # pyrsmi loads $ROCM_PATH/lib/librocm_smi64.so only, and Debian ships only the versioned
+            # name: the worker's ROCM_PATH is a folder whose lib/ links to the library found.
+            if self._rocm_path is None:
+                self._rocm_path = tempfile.TemporaryDirectory(prefix="amdgpu-exporter-rocm-")
+                lib_dir = os.path.join(self._rocm_path.name, "lib")
+                os.mkdir(lib_dir)
+                os.symlink(os.path.realpath(self.library), os.path.join(lib_dir, "librocm_smi64.so"))
+            env["ROCM_PATH"] = self._rocm_path.name
         started = time.monotonic()
         try:
             process = subprocess.Popen(
                 argv,
                 pass_fds=child_fds,
-                env=self._environment(),
+                env=env,
                 # Nothing the library, pyrsmi or the interpreter prints may reach the terminal:
                 # replies, breadcrumbs and crash dumps have their own descriptors.
                 stdin=subprocess.DEVNULL,
@@ -311,20 +277,19 @@ class Supervisor:
             raise WorkerUnavailable("worker_start_failed", str(error)) from error
         os.close(request_r)
         os.close(reply_w)
+        crumbs = mmap.mmap(crumbs_fd, proto.BREADCRUMB_BYTES)
+        os.close(crumbs_fd)
         os.set_blocking(request_w, False)  # a wedged worker must not block the daemon's writes
         worker = Worker(
             generation=generation,
             process=process,
             request_fd=request_w,
             reply_fd=reply_r,
-            crumbs=mmap.mmap(crumbs_fd, proto.BREADCRUMB_BYTES),
-            crumbs_fd=crumbs_fd,
+            crumbs=crumbs,
             crash_fd=crash_fd,
             started_at=started,
         )
         self.starts += 1
-        if self.starts > 1:
-            self.restarts += 1
         worker.pending[0] = worker.ready
         worker.reader = threading.Thread(
             target=self._read_replies, args=(worker,), name=f"rocm-smi-reader-{generation}", daemon=True
@@ -340,7 +305,7 @@ class Supervisor:
             self.last_error = message
             self._consecutive_failures += 1
             failures = self._consecutive_failures
-            delay = 0.0 if failures <= 1 else min(self.backoff_initial * 2 ** (failures - 2), self.backoff_max)
+            delay = 0.0 if failures <= 1 else min(_BACKOFF_INITIAL * 2 ** (failures - 2), self.backoff_max)
             self._next_start = time.monotonic() + delay
         self._warn("rocm_smi_worker_down", error=message, retry_in=round(delay, 2))
 
@@ -373,19 +338,9 @@ class Supervisor:
         return future
 
     def _read_replies(self, worker: Worker) -> None:
-        buffer = b""
         try:
-            while True:
-                try:
-                    chunk = os.read(worker.reply_fd, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    break
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    self._deliver(worker, line)
+            for line in proto.read_lines(worker.reply_fd):
+                self._deliver(worker, line)
         finally:
             self._worker_ended(worker)
 
@@ -402,16 +357,15 @@ class Supervisor:
         if message.get("event") == "ready":
             worker.devices = tuple(message.get("devices", ()))
             worker.driver_version = str(message.get("driver_version", ""))
-            worker.library_version = str(message.get("library_version", ""))
-            self.library_version = worker.library_version
+            self.library_version = str(message.get("library_version", ""))
             log.info(
                 "rocm_smi_worker_started",
-                library_version=worker.library_version,
+                library_version=self.library_version,
                 pid=worker.pid,
                 generation=worker.generation,
                 devices=len(worker.devices),
                 seconds=round(time.monotonic() - worker.started_at, 3),
-                library=self.library_path,
+                library=self.library,
             )
         elif "event" in message:
             worker.init_error = str(message.get("message", "rsmi_init failed"))
@@ -449,14 +403,7 @@ class Supervisor:
         dead_tids = {crumb.tid for crumb in crumbs} | {process.pid}
         mutex_actions = repair_abandoned_mutexes(self.shm_dir, dead_tids) if code is not None else []
         self.mutexes_repaired += len([action for action in mutex_actions if not action.startswith("could not")])
-        report = CrashReport(
-            generation=worker.generation,
-            pid=process.pid,
-            reason=reason,
-            blamed=tuple((crumb.device, crumb.call) for crumb in blamed),
-            devices=worker.devices,
-            mutex_actions=tuple(mutex_actions),
-        )
+        report = CrashReport(process.pid, reason, tuple((crumb.device, crumb.call) for crumb in blamed), worker.devices)
         lived = time.monotonic() - worker.started_at
         # A worker we killed on purpose is replaced at once (the caller backs off its kills); one that
         # died on its own, failed rsmi_init or never became ready backs off.
@@ -464,7 +411,7 @@ class Supervisor:
             self._note_failure(worker.init_error or f"worker {process.pid} failed to start: {reason}")
         elif worker.devices and not worker.killed_by_us:
             self.crashes += 1
-            self._note_failure(f"worker {process.pid} ended: {reason}", reset=lived >= self.healthy_after)
+            self._note_failure(f"worker {process.pid} ended: {reason}", reset=lived >= _HEALTHY_AFTER)
         if reason != "killed" or mutex_actions:
             (self._warn if not worker.devices else log.warning)(
                 "rocm_smi_worker_ended",
@@ -488,7 +435,7 @@ class Supervisor:
                 future.set_exception(
                     WorkerGone("worker_" + reason.split(":")[0], f"worker {process.pid} ended: {reason}")
                 )
-        for fd in (worker.request_fd, worker.reply_fd, worker.crumbs_fd, worker.crash_fd):
+        for fd in (worker.request_fd, worker.reply_fd, worker.crash_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
         worker.crumbs.close()
@@ -497,8 +444,3 @@ class Supervisor:
 def _kill(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
         process.kill()
-
-
-def _package_root() -> str:
-    """The folder that holds the `exporter` package, so `python -m` finds it in any cwd."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -1,8 +1,9 @@
-"""The rocm_smi worker: librocm_smi64 (through pyrsmi) in the worker harness (harness.py).
+"""The rocm_smi worker: librocm_smi64 (loaded by pyrsmi) in the worker harness.
 
 The Debian build of the library calls abort() on several inputs and blocks forever on a hung file
-(tests/integration/test_rocm_smi_*.py show both on a simulated tree); the harness makes that cost
-this process. Values are returned raw, in the library's units; convert.py turns them into a Sample.
+(tests/integration/test_rocm_smi_*.py show both on a simulated tree); the harness (harness.py)
+makes that cost this process. Values are returned raw, in the library's units; convert.py turns
+them into a Sample.
 
 Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUMB_FD CRASH_LOG_FD
 """
@@ -10,13 +11,14 @@ Run as: python -m exporter.sources.rocm_smi.worker REQUEST_FD REPLY_FD BREADCRUM
 from __future__ import annotations
 
 import ctypes
+import io
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from ctypes import byref, c_float, c_int, c_int64, c_uint16, c_uint32, c_uint64
+from ctypes import byref, c_float, c_int, c_uint32, c_uint64
 from typing import Any
 
 from exporter.sources.rocm_smi import library as rc
@@ -29,36 +31,36 @@ GPU_METRICS_CALLS = frozenset({"gpu_metrics", "energy"})
 
 
 def load_library() -> tuple[ctypes.CDLL, tuple[int, int, int], rc.LibraryAbi]:
-    """Load librocm_smi64 through pyrsmi, check its version, initialise it. ROCM_PATH is set by the daemon.
+    """Load librocm_smi64 through pyrsmi (from $ROCM_PATH/lib, which the supervisor sets), check its
+    version, initialise it.
 
     The version is checked before rsmi_init and before any call that fills a struct: a library
     whose layouts we do not know is never handed a buffer.
-
-    pyrsmi.rocml runs `rocminfo` at import (to list UUIDs we never use): on a ROCm host that is a
-    second or more of HSA start-up in every worker start, so its helper is replaced first.
     """
+    # pyrsmi.rocml runs `rocminfo` at import (for UUIDs we never use: a second or more of HSA
+    # start-up on a ROCm host) and checks the driver with a shell, whose "No such file" would reach
+    # the terminal on a host without amdgpu: both are replaced before they run.
     import pyrsmi.util
 
     pyrsmi.util.get_device_uuids = list
     from pyrsmi import rocml
 
-    # pyrsmi checks the driver with a shell (`cat /sys/module/amdgpu/initstate | grep live`), whose
-    # "No such file" reaches the terminal on a host without amdgpu: read the file ourselves.
     rocml._driver_initialized = _driver_initialized
     rocml._load_rocm_library()
     lib = rocml.rocm_lib
-    if lib is None:
-        raise RuntimeError("pyrsmi could not load librocm_smi64")
     try:
         version = rc.library_version(lib)
         abi = rc.abi_for(version)
     except (AttributeError, ValueError) as error:
         raise RuntimeError(str(error)) from None
+    rc.declare(lib, abi)
+    # pyrsmi logs the rsmi_init status instead of raising it: kept for the error, never printed.
+    pyrsmi_log = io.StringIO()
+    logging.basicConfig(stream=pyrsmi_log, format=" (%(message)s)")
     try:
         rocml.smi_initialize()
     except RuntimeError as error:
-        raise RuntimeError(f"{error}{_PYRSMI_LOG.last()}{init_failure_hint(SYS)}") from None
-    rc.declare(lib, abi)
+        raise RuntimeError(f"{error}{pyrsmi_log.getvalue().rstrip()}{init_failure_hint(SYS)}") from None
     return lib, version, abi
 
 
@@ -71,46 +73,23 @@ def _driver_initialized() -> bool:
         return False
 
 
-class _LastMessage(logging.Handler):
-    """Keeps pyrsmi's last error message (it logs the rsmi_init status instead of raising it)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.message = ""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.message = record.getMessage()
-
-    def last(self) -> str:
-        return f" ({self.message})" if self.message else ""
-
-
-_PYRSMI_LOG = _LastMessage()
-
-
 def init_failure_hint(sys_dir: str) -> str:
     """Name the known cause of an rsmi_init failure, if the tree shows it.
 
     5.2.x requires in0_label (vddgfx) in every amdgpu hwmon folder and reads every temp label as
     edge/junction/mem; MI300X kernels have no in0 at all, so one MI300X fails init for the node.
     """
-    drm = os.path.join(sys_dir, "class", "drm")
-    try:
-        cards = sorted(name for name in os.listdir(drm) if name.startswith("card") and name[4:].isdigit())
-    except OSError:
-        return ""
-    for card in cards:
-        hwmon_root = os.path.join(drm, card, "device", "hwmon")
+    for card, folder in sorted(device_folders_by_bdf(sys_dir).values()):
+        hwmon_root = os.path.join(folder, "hwmon")
         try:
-            folders = os.listdir(hwmon_root)
+            hwmons = os.listdir(hwmon_root)
         except OSError:
             continue
-        for folder in folders:
-            if not os.path.exists(os.path.join(hwmon_root, folder, "in0_label")):
-                return (
-                    f"; {card}'s hwmon has no in0_label: librocm_smi64 5.2.x needs a vddgfx sensor on every GPU "
-                    "(MI300X has none)"
-                )
+        if any(not os.path.exists(os.path.join(hwmon_root, hwmon, "in0_label")) for hwmon in hwmons):
+            return (
+                f"; {card}'s hwmon has no in0_label: librocm_smi64 5.2.x needs a vddgfx sensor on every GPU "
+                "(MI300X has none)"
+            )
     return ""
 
 
@@ -139,32 +118,24 @@ def enumerate_devices(lib: ctypes.CDLL, crumbs: Breadcrumbs) -> list[dict[str, A
 def device_folders_by_bdf(sys_dir: str) -> dict[str, tuple[str, str]]:
     """BDF -> (card name, resolved device folder)."""
     drm = os.path.join(sys_dir, "class", "drm")
-    folders = {}
     try:
-        names = os.listdir(drm)
+        names = [name for name in os.listdir(drm) if name.startswith("card") and name[4:].isdigit()]
     except OSError:
         return {}
+    folders = {}
     for name in names:
-        if name.startswith("card") and name[4:].isdigit():
-            folder = os.path.realpath(os.path.join(drm, name, "device"))
-            folders[os.path.basename(folder).lower()] = (name, folder)
+        folder = os.path.realpath(os.path.join(drm, name, "device"))
+        folders[os.path.basename(folder).lower()] = (name, folder)
     return folders
 
 
 def gpu_metrics_header(device_dir: str) -> tuple[int, int, int] | None:
     """(structure_size, format_revision, content_revision) read by us, before the library does."""
-    if not device_dir:
-        return None
     try:
-        fd = os.open(os.path.join(device_dir, "gpu_metrics"), os.O_RDONLY | os.O_CLOEXEC)
+        with open(os.path.join(device_dir, "gpu_metrics"), "rb", buffering=0) as handle:
+            head = handle.read(4096)
     except OSError:
         return None
-    try:
-        head = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     if len(head) < 4:
         return None
     return int.from_bytes(head[0:2], "little"), head[2], head[3]
@@ -195,35 +166,37 @@ class DeviceReader:
         self.index = index
         self.device_dir = device_dir
         self.peers = peers
-        self.pcie_throughput: PcieThroughputReader | None = None
+        self.pcie_reader: threading.Thread | None = None
+        self.pcie_throughput: dict[str, int] | None = None
+        self.metrics_header: tuple[int, int, int] | None = None
         self.metrics_checked = False
-        self.metrics_unsafe = ""
-        self.metrics_version = ""
 
-    def _check_metrics(self) -> None:
-        # Once per worker: the library caches the header for its lifetime too.
-        if not self.metrics_checked:
-            header = self.crumbs.call(self.index, "gpu_metrics_header", gpu_metrics_header, self.device_dir)
-            self.metrics_unsafe = gpu_metrics_unsafe_reason(header)
-            self.metrics_version = f"{header[1]}.{header[2]}" if header is not None else ""
-            self.metrics_checked = True
+    def _check_metrics(self) -> str:
+        """Why gpu_metrics must not be asked for ("" when safe). Once per worker: the library
+        caches the header for its lifetime too."""
+        if not self.metrics_checked and self.device_dir:
+            self.metrics_header = self.crumbs.call(
+                self.index, "gpu_metrics_header", gpu_metrics_header, self.device_dir
+            )
+        self.metrics_checked = True
+        return gpu_metrics_unsafe_reason(self.metrics_header)
 
-    def identify(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def identify(self, skip: frozenset[str]) -> dict[str, Any]:
         calls = RsmiCalls(self.crumbs, self.index, skip)
         f, dev = self.lib, self.index
-        ident: dict[str, Any] = {}
         unique = calls.get("unique_id", f.rsmi_dev_unique_id_get, dev)
-        ident["unique_id"] = f"{unique:016x}" if unique is not None else ""
-        ident["product"] = calls.text("name", f.rsmi_dev_name_get, dev)
-        ident["serial"] = calls.text("serial", f.rsmi_dev_serial_number_get, dev)
-        ident["vbios"] = calls.text("vbios", f.rsmi_dev_vbios_version_get, dev)
-        device_id = calls.get("device_id", f.rsmi_dev_id_get, dev, ctype=c_uint16)
-        if device_id is not None:
-            ident["device_id"] = f"0x{device_id:04x}"
+        device_id = calls.get("device_id", f.rsmi_dev_id_get, dev)
         hive = calls.get("xgmi_hive_id", f.rsmi_dev_xgmi_hive_id_get, dev)
-        ident["xgmi_hive_id"] = str(hive) if hive else ""
-        ident["numa_node"] = calls.get("numa_affinity", f.rsmi_topo_numa_affinity_get, dev, ctype=c_uint32)
-        ident["firmware"] = calls.each("firmware", self.abi.firmware_blocks, f.rsmi_dev_firmware_version_get)
+        ident: dict[str, Any] = {
+            "unique_id": f"{unique:016x}" if unique is not None else "",
+            "product": calls.text("name", f.rsmi_dev_name_get, dev),
+            "serial": calls.text("serial", f.rsmi_dev_serial_number_get, dev),
+            "vbios": calls.text("vbios", f.rsmi_dev_vbios_version_get, dev),
+            "device_id": f"0x{device_id:04x}" if device_id is not None else "",
+            "xgmi_hive_id": str(hive) if hive else "",
+            "numa_node": calls.get("numa_affinity", f.rsmi_topo_numa_affinity_get, dev),
+            "firmware": calls.each("firmware", self.abi.firmware_blocks, f.rsmi_dev_firmware_version_get),
+        }
         if self.abi.partitions:
             ident["compute_partition"] = calls.text("compute_partition", f.rsmi_dev_compute_partition_get, dev)
             ident["memory_partition"] = calls.text("memory_partition", f.rsmi_dev_memory_partition_get, dev)
@@ -234,65 +207,54 @@ class DeviceReader:
                 weight = calls.get(f"link_weight:{peer}", f.rsmi_topo_get_link_weight, dev, peer)
                 links.append({"peer": peer, "type": kind.value, "hops": hops.value, "weight": weight})
         ident["links"] = links
-        self._check_metrics()
-        ident["gpu_metrics_unsafe"] = self.metrics_unsafe
-        ident["gpu_metrics_version"] = self.metrics_version
+        ident["gpu_metrics_unsafe"] = self._check_metrics()
+        header = self.metrics_header
+        ident["gpu_metrics_version"] = f"{header[1]}.{header[2]}" if header is not None else ""
         return ident
 
-    def read(self, skip: frozenset[str], slow: bool, guard: bool, pcie_throughput_period: float) -> dict[str, Any]:
-        self._check_metrics()
-        calls = RsmiCalls(self.crumbs, self.index, skip | GPU_METRICS_CALLS if self.metrics_unsafe and guard else skip)
+    def read(self, skip: frozenset[str], request: Mapping[str, Any]) -> dict[str, Any]:
+        unsafe = self._check_metrics()
+        guarded = unsafe and request.get("guard_gpu_metrics", True)
+        calls = RsmiCalls(self.crumbs, self.index, skip | GPU_METRICS_CALLS if guarded else skip)
         f, dev = self.lib, self.index
         out: dict[str, Any] = {}
-        metrics = {"current": rc.TEMP_CURRENT, **(rc.TEMPERATURE_THRESHOLDS if slow else {})}
+        metrics = {"current": rc.TEMP_CURRENT, **(rc.TEMPERATURE_THRESHOLDS if request.get("slow") else {})}
         temperatures: dict[str, dict[str, int]] = {}
         for sensor, sensor_type in rc.TEMPERATURE_TYPES.items():
             for metric, metric_value in metrics.items():
-                value = calls.get(
-                    f"temperature:{sensor}:{metric}",
-                    f.rsmi_dev_temp_metric_get,
-                    dev,
-                    sensor_type,
-                    metric_value,
-                    ctype=c_int64,
-                )
+                name = f"temperature:{sensor}:{metric}"
+                value = calls.get(name, f.rsmi_dev_temp_metric_get, dev, sensor_type, metric_value)
                 if value is not None:
                     temperatures.setdefault(sensor, {})[metric] = value
         out["temperatures"] = temperatures
         buffer = ctypes.create_string_buffer(rc.GPU_METRICS_BUFFER_SIZE)
         if calls.fill("gpu_metrics", f.rsmi_dev_gpu_metrics_info_get, dev, buffer):
-            table = rc.RsmiGpuMetrics.from_buffer_copy(buffer.raw[: rc.GPU_METRICS_STRUCT_SIZE])
-            out["gpu_metrics"] = {
-                name: list(getattr(table, name)) if name == "temperature_hbm" else getattr(table, name)
-                for name, _type in rc.RsmiGpuMetrics._fields_
-            }
+            out["gpu_metrics"] = buffer.raw[: rc.GPU_METRICS_STRUCT_SIZE].hex()
         ticks, resolution, stamp = c_uint64(), c_float(), c_uint64()
         if calls.fill("energy", f.rsmi_dev_energy_count_get, dev, byref(ticks), byref(resolution), byref(stamp)):
             out["energy"] = {"ticks": ticks.value, "resolution_uj": resolution.value, "timestamp_ns": stamp.value}
         out["power_average"] = calls.get("power_average", f.rsmi_dev_power_ave_get, dev, 0)
-        out["busy_percent"] = calls.get("busy_percent", f.rsmi_dev_busy_percent_get, dev, ctype=c_uint32)
-        out["memory_busy_percent"] = calls.get(
-            "memory_busy_percent", f.rsmi_dev_memory_busy_percent_get, dev, ctype=c_uint32
-        )
+        out["busy_percent"] = calls.get("busy_percent", f.rsmi_dev_busy_percent_get, dev)
+        out["memory_busy_percent"] = calls.get("memory_busy_percent", f.rsmi_dev_memory_busy_percent_get, dev)
         out["memory_used"] = calls.each("memory_used", rc.MEMORY_TYPES, f.rsmi_dev_memory_usage_get)
-        out["vddgfx_mv"] = calls.get(
-            "voltage:vddgfx", f.rsmi_dev_volt_metric_get, dev, rc.RSMI_VOLT_TYPE_VDDGFX, rc.RSMI_VOLT_CURRENT,
-            ctype=c_int64,
-        )  # fmt: skip
-        if slow:
+        vddgfx = (rc.RSMI_VOLT_TYPE_VDDGFX, rc.RSMI_VOLT_CURRENT)
+        out["vddgfx_mv"] = calls.get("voltage:vddgfx", f.rsmi_dev_volt_metric_get, dev, *vddgfx)
+        if request.get("slow"):
             out.update(self._read_slow(calls))
-        if pcie_throughput_period:
-            if self.pcie_throughput is None:
-                self.pcie_throughput = PcieThroughputReader(self, pcie_throughput_period)
-                self.pcie_throughput.start()
-            out["pcie_throughput"] = self.pcie_throughput.latest
+        period = float(request.get("pcie_throughput_period") or 0)
+        if period and self.pcie_reader is None:
+            self.pcie_reader = threading.Thread(
+                target=self._read_pcie_throughput, args=(period,), name=f"pcie_bw:{dev}", daemon=True
+            )
+            self.pcie_reader.start()
+        out["pcie_throughput"] = self.pcie_throughput
         out["failed"] = calls.failed
-        out["gpu_metrics_unsafe"] = self.metrics_unsafe or None
+        out["gpu_metrics_unsafe"] = unsafe or None
         return {key: value for key, value in out.items() if value is not None}
 
     def _read_slow(self, calls: RsmiCalls) -> dict[str, Any]:
         """Values that change rarely or cost a firmware round trip each: read on the slow schedule."""
-        f, dev = self.lib, self.index
+        f, dev, abi = self.lib, self.index, self.abi
         out: dict[str, Any] = {}
         out["power_cap"] = calls.get("power_cap", f.rsmi_dev_power_cap_get, dev, 0)
         high, low = c_uint64(), c_uint64()
@@ -300,7 +262,6 @@ class DeviceReader:
             out["power_cap_max"] = high.value
         out["memory_total"] = calls.each("memory_total", rc.MEMORY_TYPES, f.rsmi_dev_memory_total_get)
         clocks: dict[str, dict[str, Any]] = {}
-        abi = self.abi
         for domain, clock_type in rc.CLOCK_TYPES.items():
             table: Any = abi.frequencies()
             if calls.fill(f"clock:{domain}", f.rsmi_dev_gpu_clk_freq_get, dev, clock_type, byref(table)):
@@ -323,7 +284,7 @@ class DeviceReader:
                 ecc[block] = [counts.correctable_err, counts.uncorrectable_err]
         out["ecc"] = ecc
         out["retired_pages"] = self._retired_pages(calls)
-        out["xgmi_error"] = calls.get("xgmi_error", f.rsmi_dev_xgmi_error_status, dev, ctype=c_int)
+        out["xgmi_error"] = calls.get("xgmi_error", f.rsmi_dev_xgmi_error_status, dev)
         return out
 
     def _retired_pages(self, calls: RsmiCalls) -> dict[str, int] | None:
@@ -332,7 +293,7 @@ class DeviceReader:
         count = c_uint32(0)
         if not calls.fill("retired_pages", f.rsmi_dev_memory_reserved_pages_get, dev, byref(count), None):
             return None
-        records = (RetiredPage * max(count.value, 1))()
+        records = (rc.RetiredPage * max(count.value, 1))()
         if count.value and not calls.fill(
             "retired_pages", f.rsmi_dev_memory_reserved_pages_get, dev, byref(count), records
         ):
@@ -341,6 +302,20 @@ class DeviceReader:
         for record in records[: count.value]:
             by_status[str(record.status)] = by_status.get(str(record.status), 0) + 1
         return by_status
+
+    def _read_pcie_throughput(self, period: float) -> None:
+        """rsmi_dev_pci_throughput_get, off the request path: the kernel sleeps 1 s per read."""
+        while True:
+            started = time.monotonic()
+            sent, received, payload = c_uint64(), c_uint64(), c_uint64()
+            status = self.crumbs.call(
+                self.index, "pcie_throughput", self.lib.rsmi_dev_pci_throughput_get, self.index, byref(sent),
+                byref(received), byref(payload),
+            )  # fmt: skip
+            self.pcie_throughput = (
+                {"sent": sent.value, "received": received.value, "max_payload": payload.value} if status == 0 else None
+            )
+            time.sleep(max(period - (time.monotonic() - started), 0.1))
 
 
 class RsmiCalls(Calls):
@@ -353,9 +328,10 @@ class RsmiCalls(Calls):
             self.failed[name] = int(status)
         return status == rc.RSMI_STATUS_SUCCESS
 
-    def get(self, name: str, function: Callable[..., int], *args: Any, ctype: type = c_uint64) -> int | None:
-        """Call with one trailing out-parameter of `ctype`; its value, or None on failure."""
-        holder = ctype()
+    def get(self, name: str, function: Any, *args: Any) -> int | None:
+        """Call with one trailing out-parameter, of the type its declaration points to; its value,
+        or None on failure."""
+        holder = function.argtypes[-1]._type_()
         return int(holder.value) if self.fill(name, function, *args, byref(holder)) else None
 
     def text(self, name: str, function: Callable[..., int], *args: Any, size: int = 256) -> str:
@@ -375,40 +351,7 @@ class RsmiCalls(Calls):
         return values
 
 
-class RetiredPage(ctypes.Structure):
-    """rsmi_retired_page_record_t."""
-
-    _fields_ = (("page_address", c_uint64), ("page_size", c_uint64), ("status", c_int))
-
-
-class PcieThroughputReader(threading.Thread):
-    """Reads rsmi_dev_pci_throughput_get off the request path: the kernel sleeps 1 s per read."""
-
-    def __init__(self, device: DeviceReader, period: float) -> None:
-        super().__init__(name=f"pcie_bw:{device.index}", daemon=True)
-        self.device, self.period = device, period
-        self.latest: dict[str, int] | None = None
-
-    def run(self) -> None:
-        device = self.device
-        while True:
-            started = time.monotonic()
-            sent, received, payload = c_uint64(), c_uint64(), c_uint64()
-            status = device.crumbs.call(
-                device.index, "pcie_throughput", device.lib.rsmi_dev_pci_throughput_get, device.index, byref(sent),
-                byref(received), byref(payload),
-            )  # fmt: skip
-            self.latest = (
-                {"sent": sent.value, "received": received.value, "max_payload": payload.value} if status == 0 else None
-            )
-            time.sleep(max(self.period - (time.monotonic() - started), 0.1))
-
-
 def open_library(crumbs: Breadcrumbs) -> Opened:
-    # pyrsmi reports every failed call through the root logger; the statuses reach the daemon in
-    # replies, so keep only its last message (for an rsmi_init failure) and print nothing.
-    logging.getLogger().addHandler(_PYRSMI_LOG)
-    logging.getLogger().setLevel(logging.ERROR)
     lib, version, abi = load_library()
     devices = enumerate_devices(lib, crumbs)
     indexes = [d["index"] for d in devices]
