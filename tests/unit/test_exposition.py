@@ -111,8 +111,8 @@ def test_values_labels_and_absence() -> None:
 
 def test_openmetrics_and_gzip_forms_carry_the_same_samples() -> None:
     rendered = render(_snapshot())
-    assert gzip.decompress(rendered.text_gzip) == rendered.text
-    assert gzip.decompress(rendered.openmetrics_gzip) == rendered.openmetrics
+    assert gzip.decompress(rendered.body(openmetrics=False, gzipped=True)) == rendered.text
+    assert gzip.decompress(rendered.body(openmetrics=True, gzipped=True)) == rendered.openmetrics
     assert rendered.openmetrics.endswith(b"# EOF\n")
     om_families = list(parse_openmetrics(rendered.openmetrics.decode()))
     text_families = list(parse_text(rendered.text.decode()))
