@@ -27,13 +27,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from exporter.alerting.clockdown import Ceiling, next_ceiling, set_ceiling_command, undo_command
 from exporter.alerting.rules import ClockDown, Rule
-from exporter.alerting.texts import clock_down_text, render_template, restore_text
+from exporter.alerting.texts import advice_fields, clock_down_text, render_template, restore_text
 from exporter.model import AlertState, DeviceState, Snapshot
 
 TransitionKind = Literal["pending", "firing", "resolved", "clock_down_step", "restore_advice_expired"]
@@ -69,11 +69,7 @@ class Transition:
             fields["clock_down_ratio"] = self.clock_down_ratio
             fields["suggested_gfx_clock_max_hertz"] = self.suggested_gfx_clock_max_hertz
         if self.suggestion:
-            fields["suggestion"] = self.suggestion
-            if self.suggested_command:
-                fields["suggested_command"] = self.suggested_command
-            if self.undo_command:
-                fields["undo_command"] = self.undo_command
+            fields.update(advice_fields(self.suggestion, self.suggested_command, self.undo_command))
         return fields
 
 
@@ -165,9 +161,7 @@ class _Context:
 
     @property
     def gfx_clock(self) -> float | None:
-        sample = self.device.sample
-        hertz = sample.clocks_hertz.get("gfx") if sample is not None else None
-        return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
+        return _gfx(self.device.sample.clocks_hertz if self.device.sample is not None else {})
 
     @property
     def gfx_levels(self) -> tuple[float, ...]:
@@ -176,9 +170,13 @@ class _Context:
 
     @property
     def gfx_clock_max(self) -> float | None:
-        sample = self.device.sample
-        hertz = sample.clocks_max_hertz.get("gfx") if sample is not None else None
-        return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
+        return _gfx(self.device.sample.clocks_max_hertz if self.device.sample is not None else {})
+
+
+def _gfx(clocks: Mapping[str, float]) -> float | None:
+    """The gfx clock of a sample's clocks, when it is a real one."""
+    hertz = clocks.get("gfx")
+    return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
 
 
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:

@@ -19,6 +19,7 @@ from exporter.model import AlertState, DeviceState
 SUGGESTION_PREFIX = "Suggestion only (the exporter never changes the GPU): "
 COMMAND_MARKER = "Command: "
 UNDO_MARKER = "Undo: "
+ADVICE = ("suggestion", "suggested_command", "undo_command")  # the advice fields of an alert, in order
 # The most characters a filled summary / description / suggestion template may have (rule files are
 # rejected at load when one can be longer: a `{value:>200000000}` would cost 200 MB every cycle).
 MAX_TEMPLATE_OUTPUT = 2000
@@ -44,6 +45,11 @@ TEMPLATE_FIELDS: Mapping[str, Any] = {
     "pool": "vram",
     "domain": "gfx",
 }
+
+
+def advice_fields(suggestion: str, command: str, undo: str) -> dict[str, str]:
+    """An alert's advice as annotations or log fields, each only when there is one."""
+    return {name: text for name, text in zip(ADVICE, (suggestion, command, undo), strict=True) if text}
 
 
 def format_duration(seconds: float) -> str:
@@ -153,11 +159,5 @@ def alert_annotations(
         )
         summary = render_template(rule.summary or default_summary, rule, device, state.value, node=node)
         description = render_template(rule.description or default_description, rule, device, state.value, node=node)
-    annotations = {"summary": summary, "description": description}
-    if state.suggestion:
-        annotations["suggestion"] = state.suggestion
-    if state.suggested_command:
-        annotations["suggested_command"] = state.suggested_command
-    if state.undo_command:
-        annotations["undo_command"] = state.undo_command
-    return annotations
+    advice = advice_fields(state.suggestion, state.suggested_command, state.undo_command)
+    return {"summary": summary, "description": description, **advice}
