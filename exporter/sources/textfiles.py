@@ -143,18 +143,6 @@ def _decimal(text: str, low: int, high: int, what: str) -> int:
     return value
 
 
-def plain_unsigned(raw: bytes) -> int | None:
-    """The common case of a `%u` / `%d` sysfs file, ASCII digits and one newline, as an int.
-
-    None for anything else (a sign, blanks, no newline, an empty file, past 2^64-1): the full parsers
-    judge those. The poll reads several such files per device per cycle; this skips the text path.
-    """
-    if 1 < len(raw) <= 21 and raw[-1] == 10 and raw[:-1].isdigit():
-        value = int(raw[:-1])
-        return value if value <= U64_MAX else None
-    return None
-
-
 def parse_unsigned(text: str | bytes) -> int:
     """`%u` / `%llu` files (mem_info_*, pcie_replay_count, xgmi_error, ...): 0 .. 2^64-1."""
     return _decimal(_stripped(text), 0, U64_MAX, "unsigned integer")
