@@ -255,28 +255,14 @@ class _RuleFileParser:
             clock_down = rule.clock_down
             if clock_down is not None and "for" in fields:
                 # step_interval and restore_after default to the rule's `for`, as they do for the rule.
-                clock_down = dataclasses.replace(
-                    clock_down,
-                    step_interval_seconds=for_seconds
-                    if clock_down.step_interval_seconds == rule.for_seconds
-                    else clock_down.step_interval_seconds,
-                    restore_after_seconds=for_seconds
-                    if clock_down.restore_after_seconds == rule.for_seconds
-                    else clock_down.restore_after_seconds,
+                step, restore = (
+                    for_seconds if seconds == rule.for_seconds else seconds
+                    for seconds in (clock_down.step_interval_seconds, clock_down.restore_after_seconds)
                 )
-            overrides.append(
-                (
-                    asic,
-                    dataclasses.replace(
-                        rule,
-                        threshold=threshold,
-                        clear_threshold=clear,
-                        for_seconds=for_seconds,
-                        severity=self.severity(fields, default=rule.severity),
-                        clock_down=clock_down,
-                    ),
-                )
-            )
+                clock_down = dataclasses.replace(clock_down, step_interval_seconds=step, restore_after_seconds=restore)
+            severity = self.severity(fields, default=rule.severity)
+            override = dataclasses.replace(rule, threshold=threshold, clear_threshold=clear, severity=severity)
+            overrides.append((asic, dataclasses.replace(override, for_seconds=for_seconds, clock_down=clock_down)))
         return tuple(overrides)
 
     def metric_key(self, node: Node, fields: dict[str, tuple[Node, Node]], metric: str, spec: Watchable) -> str | None:
