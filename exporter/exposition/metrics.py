@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from exporter import __version__
-from exporter.model import STAGES, Allocation, DeviceState, FastStats, Histogram, Published, Sample
+from exporter.model import STAGES, Allocation, DeviceState, FastStats, Histogram, HostInfo, Published, Sample, WebStats
 
 Kind = Literal["gauge", "counter", "histogram"]
 LabelledValue = tuple[tuple[str, ...], float]
+Labels = tuple[str, ...]
 Values = Callable[[Published], Iterable[LabelledValue]]
 SampleGetter = Callable[[Sample], Iterable[LabelledValue]]
 # (key, value) pairs as the data holds them: a key is one label value, a tuple of them, or () for a
@@ -44,7 +45,7 @@ class MetricSpec:
     name: str
     help: str
     values: Values
-    labels: tuple[str, ...] = ()
+    labels: Labels = ()
     kind: Kind = "gauge"
     sample_getter: SampleGetter | None = None
     histogram: Callable[[Published], Histogram] | None = None  # for kind "histogram" (values yields nothing)
@@ -98,7 +99,7 @@ def _per_state(get: Callable[[DeviceState], Pairs]) -> Values:
 
 
 def per_device(
-    name: str, help_text: str, get: Callable[[DeviceState], Pairs], labels: tuple[str, ...] = (), kind: Kind = "gauge"
+    name: str, help_text: str, get: Callable[[DeviceState], Pairs], labels: Labels = (), kind: Kind = "gauge"
 ) -> MetricSpec:
     """A family with one group of series per device, up or not; `labels` are those after `gpu`."""
     return MetricSpec(name, help_text, _per_state(get), ("gpu", *labels), kind)
@@ -115,7 +116,7 @@ def device(
     name: str,
     help_text: str,
     field: str | Callable[[Sample], Pairs],
-    labels: tuple[str, ...] = (),
+    labels: Labels = (),
     kind: Kind = "gauge",
 ) -> MetricSpec:
     """A family with one group of series per device that is up, read from its latest sample: `field`
@@ -161,10 +162,7 @@ def _topology(published: Published) -> Pairs:
                 # KFD links every partition to every other one (64 x 63 on a CPX node): they share
                 # their socket's links, so the socket's are exported once, from partition 0 to partition 0.
                 continue
-            peer = gpu_by_device.get(
-                (link.peer_pci_bus_id, link.peer_partition),
-                "cpu" if not link.peer_pci_bus_id else link.peer_pci_bus_id,
-            )
+            peer = gpu_by_device.get((link.peer_pci_bus_id, link.peer_partition), link.peer_pci_bus_id or "cpu")
             yield (state.gpu, peer, link.link_type, link.hops, link.weight), 1
 
 
@@ -173,8 +171,7 @@ def _clock_down_ratio(published: Published) -> Pairs:
     # nothing is suggested) so dashboards and alert expressions do not have to handle absence.
     ratio_by_gpu: dict[int, float] = {}
     for alert in published.alerts:
-        if alert.clock_down_ratio > ratio_by_gpu.get(alert.gpu, 0.0):
-            ratio_by_gpu[alert.gpu] = alert.clock_down_ratio
+        ratio_by_gpu[alert.gpu] = max(alert.clock_down_ratio, ratio_by_gpu.get(alert.gpu, 0.0))
     return [(state.gpu, ratio_by_gpu.get(state.gpu, 0.0)) for state in published.snapshot.devices]
 
 
@@ -183,8 +180,8 @@ def _suggested_ceiling(published: Published) -> Pairs:
     ceiling_by_gpu: dict[int, float] = {}
     for alert in published.alerts:
         hertz = alert.suggested_gfx_clock_max_hertz
-        if hertz is not None and (alert.gpu not in ceiling_by_gpu or hertz < ceiling_by_gpu[alert.gpu]):
-            ceiling_by_gpu[alert.gpu] = hertz
+        if hertz is not None:
+            ceiling_by_gpu[alert.gpu] = min(hertz, ceiling_by_gpu.get(alert.gpu, hertz))
     return sorted(ceiling_by_gpu.items())
 
 
@@ -214,8 +211,22 @@ def _holders(source: str, get: Callable[[Allocation, dict[str, str]], tuple[Any,
     return _cycle(values)
 
 
-def _process_usage(attr: str) -> Values:
-    return _cycle(lambda p: [((u.gpu, u.pid, u.comm), getattr(u, attr)) for u in p.snapshot.attribution.processes])
+def _process_usage(name: str, help_text: str, attr: str, kind: Kind = "gauge") -> MetricSpec:
+    """A family of the top processes on each device (--collector.processes): their ProcessUsage `attr`."""
+    values = _cycle(lambda p: [((u.gpu, u.pid, u.comm), getattr(u, attr)) for u in p.snapshot.attribution.processes])
+    return MetricSpec(name, help_text, values, ("gpu", "pid", "comm"), kind, omit_when_empty=True)
+
+
+def _web(
+    name: str, help_text: str, get: Callable[[WebStats], Pairs], labels: Labels = (), kind: Kind = "gauge"
+) -> MetricSpec:
+    """A family of the HTTP layer's counters: only with --web.config.file."""
+    return MetricSpec(name, help_text, _optional(lambda p: p.stats.web, get), labels, kind, omit_when_empty=True)
+
+
+def _host(name: str, help_text: str, get: Callable[[HostInfo], Pairs], labels: Labels) -> MetricSpec:
+    """A family of the host's software versions: none until they are read."""
+    return MetricSpec(name, help_text, _optional(lambda p: p.stats.host, get), labels, omit_when_empty=True)
 
 
 def _process(name: str, help_text: str, kind: Kind = "gauge") -> MetricSpec:
@@ -230,19 +241,17 @@ def _fast_cycle_durations(published: Published) -> Histogram:
     return windows.stats.cycle_durations if windows is not None else FastStats().cycle_durations
 
 
-def _nothing(published: Published) -> Iterator[LabelledValue]:
-    return iter(())
+def _histogram(name: str, help_text: str, get: Callable[[Published], Histogram]) -> MetricSpec:
+    return MetricSpec(name, help_text, lambda _published: (), kind="histogram", histogram=get)
 
 
 _POLL_NOTE = " Read by the exporter's poll loop, not at scrape time; see amdgpu_sample_timestamp_seconds for its age."
 
 METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec(
+    _histogram(
         "amdgpu_exporter_poll_duration_seconds",
         "Wall time of one poll cycle of all devices.",
-        _nothing,
-        kind="histogram",
-        histogram=lambda published: published.stats.poll_durations,
+        lambda published: published.stats.poll_durations,
     ),
     device(
         "amdgpu_temperature_celsius",
@@ -498,29 +507,23 @@ METRICS: tuple[MetricSpec, ...] = (
         _cycle(lambda p: [((__version__, p.stats.source, p.stats.source_reason), 1)]),
         ("version", "source", "source_reason"),
     ),
-    MetricSpec(
+    _host(
         "amdgpu_driver_info",
         "The host's amdgpu driver (version, initstate), kernel release and ppfeaturemask (always 1).",
-        _optional(
-            lambda p: p.stats.host,
-            lambda host: [((host.driver_version, host.driver_initstate, host.kernel_release, host.ppfeaturemask), 1)],
-        ),
+        lambda host: [((host.driver_version, host.driver_initstate, host.kernel_release, host.ppfeaturemask), 1)],
         ("version", "initstate", "kernel", "ppfeaturemask"),
-        omit_when_empty=True,
     ),
-    MetricSpec(
+    _host(
         "amdgpu_rocm_info",
         "A ROCm install found on the host: version and folder (always 1).",
-        _optional(lambda p: p.stats.host, lambda host: [((version, path), 1) for path, version in host.rocm]),
+        lambda host: [((version, path), 1) for path, version in host.rocm],
         ("version", "path"),
-        omit_when_empty=True,
     ),
-    MetricSpec(
+    _host(
         "amdgpu_smi_library_info",
         "An SMI library found on the host (librocm_smi64, libamd_smi) and the version it reports (always 1).",
-        _optional(lambda p: p.stats.host, lambda host: [(library, 1) for library in host.smi_libraries]),
+        lambda host: [(library, 1) for library in host.smi_libraries],
         ("library", "version"),
-        omit_when_empty=True,
     ),
     MetricSpec(
         "amdgpu_exporter_last_poll_timestamp_seconds",
@@ -546,12 +549,10 @@ METRICS: tuple[MetricSpec, ...] = (
         ("gpu", "reason"),
         kind="counter",
     ),
-    MetricSpec(
+    _histogram(
         "amdgpu_exporter_fast_cycle_duration_seconds",
         "Wall time of one fast-sampler cycle: one gpu_metrics read of every device.",
-        _nothing,
-        kind="histogram",
-        histogram=_fast_cycle_durations,
+        _fast_cycle_durations,
     ),
     MetricSpec(
         "amdgpu_exporter_worker_restarts",
@@ -582,42 +583,34 @@ METRICS: tuple[MetricSpec, ...] = (
         kind="counter",
     ),
     # The HTTP layer (exporter/web), only with --web.config.file.
-    MetricSpec(
+    _web(
         "amdgpu_exporter_web_config_reloads",
         "Reloads of --web.config.file after a change, by result (failure: the last good one was kept).",
-        _optional(
-            lambda p: p.stats.web,
-            lambda web: [("failure", web.config_reload_failures), ("success", web.config_reload_successes)],
-        ),
+        lambda web: [("failure", web.config_reload_failures), ("success", web.config_reload_successes)],
         ("result",),
         kind="counter",
-        omit_when_empty=True,
     ),
-    MetricSpec(
+    _web(
         "amdgpu_exporter_web_config_last_reload_successful",
         "1 if the web configuration on disk is the one in effect, 0 after an invalid edit.",
-        _optional(lambda p: p.stats.web, lambda web: [((), web.config_last_reload_ok)]),
-        omit_when_empty=True,
+        lambda web: [((), web.config_last_reload_ok)],
     ),
-    MetricSpec(
+    _web(
         "amdgpu_exporter_http_rejections",
         "Connections and requests refused by the HTTP layer, by reason.",
-        _optional(lambda p: p.stats.web, lambda web: web.rejections),
+        lambda web: web.rejections,
         ("reason",),
         kind="counter",
-        omit_when_empty=True,
     ),
-    MetricSpec(
+    _web(
         "amdgpu_exporter_http_connections",
         "Open HTTP connections (including TLS handshakes).",
-        _optional(lambda p: p.stats.web, lambda web: [((), web.open_connections)]),
-        omit_when_empty=True,
+        lambda web: [((), web.open_connections)],
     ),
-    MetricSpec(
+    _web(
         "amdgpu_exporter_http_max_connections",
         "Cap on open HTTP connections (from the open-files budget).",
-        _optional(lambda p: p.stats.web, lambda web: [((), web.max_connections)]),
-        omit_when_empty=True,
+        lambda web: [((), web.max_connections)],
     ),
     # Attribution (--kubernetes, --slurm.state-dir, --collector.processes): no family when off.
     MetricSpec(
@@ -643,27 +636,21 @@ METRICS: tuple[MetricSpec, ...] = (
         ("source",),
         omit_when_empty=True,
     ),
-    MetricSpec(
+    _process_usage(
         "amdgpu_process_memory_bytes",
         "VRAM a process has allocated on the device (KFD), for the top processes per device by VRAM.",
-        _process_usage("vram_bytes"),
-        ("gpu", "pid", "comm"),
-        omit_when_empty=True,
+        "vram_bytes",
     ),
-    MetricSpec(
+    _process_usage(
         "amdgpu_process_compute_unit_occupancy_ratio",
         "Share of the device's compute units the process's waves occupy now (KFD cu_occupancy / CUs, 0..1).",
-        _process_usage("cu_occupancy_ratio"),
-        ("gpu", "pid", "comm"),
-        omit_when_empty=True,
+        "cu_occupancy_ratio",
     ),
-    MetricSpec(
+    _process_usage(
         "amdgpu_process_sdma_seconds",
         "Time the process's SDMA (copy engine) queues on the device have been busy (KFD).",
-        _process_usage("sdma_seconds"),
-        ("gpu", "pid", "comm"),
+        "sdma_seconds",
         kind="counter",
-        omit_when_empty=True,
     ),
     # The process collector's families under their conventional names (dashboards and alerts for
     # any Prometheus exporter use them); no series where /proc cannot be read.
