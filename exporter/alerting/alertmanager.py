@@ -211,18 +211,9 @@ class AlertmanagerPusher:
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
             annotations["runbook_url"] = self.runbook_url
-            outbox[key] = OutgoingAlert(
-                labels=alert_labels(
-                    state,
-                    device,
-                    node=self.node,
-                    instance=self.instance,
-                    rule=rule,
-                    workload=self.workload_labels(snapshot, state.gpu),
-                ),
-                annotations=annotations,
-                starts_at=starts_at,
-            )
+            workload = self.workload_labels(snapshot, state.gpu)
+            labels = alert_labels(state, device, node=self.node, instance=self.instance, rule=rule, workload=workload)
+            outbox[key] = OutgoingAlert(labels, annotations, starts_at)
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}
         for key, old in previous.items():
             if key in outbox:

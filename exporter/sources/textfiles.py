@@ -123,21 +123,19 @@ _DECIMAL = re.compile(r"(-?)([0-9]+)")
 
 
 def _decimal(text: str, low: int, high: int, what: str) -> int:
-    if 0 < len(text) <= 20 and text.isascii() and text.isdigit():
-        # The common case, plain ASCII digits, without the regex: a poll parses several per device.
-        value = int(text)
-        if not low <= value <= high:
-            raise _fail(f"{what} out of range [{low}, {high}]", text)
-        return value
-    match = _DECIMAL.fullmatch(text)
-    if match is None:
-        raise _fail(f"not a decimal {what}", text)
-    sign, digits = match.groups()
-    digits = digits.lstrip("0") or "0"
-    # u64/i64 need at most 20 digits; checking length first keeps int() away from huge strings.
-    if len(digits) > 20:
-        raise _fail(f"{what} out of range", text)
-    value = int(sign + digits)
+    number = text
+    # The common case, plain ASCII digits, skips the regex: a poll parses several per device.
+    if not (0 < len(text) <= 20 and text.isascii() and text.isdigit()):
+        match = _DECIMAL.fullmatch(text)
+        if match is None:
+            raise _fail(f"not a decimal {what}", text)
+        sign, digits = match.groups()
+        digits = digits.lstrip("0") or "0"
+        # u64/i64 need at most 20 digits; checking length first keeps int() away from huge strings.
+        if len(digits) > 20:
+            raise _fail(f"{what} out of range", text)
+        number = sign + digits
+    value = int(number)
     if not low <= value <= high:
         raise _fail(f"{what} out of range [{low}, {high}]", text)
     return value
@@ -296,14 +294,8 @@ def parse_pp_dpm_pcie(text: str | bytes) -> tuple[PcieDpmLevel, ...]:
         width = int(width_digits)
         if width not in _PCIE_DPM_WIDTHS:
             raise _fail("not a PCIe link width", line)
-        levels.append(
-            PcieDpmLevel(
-                transfers_per_second=_giga_transfers(speed, line),
-                width=width,
-                current=bool(star),
-                lclk_hertz=None if lclk is None else _mhz(lclk, line),
-            )
-        )
+        lclk_hertz = None if lclk is None else _mhz(lclk, line)
+        levels.append(PcieDpmLevel(_giga_transfers(speed, line), width, bool(star), lclk_hertz))
     return tuple(levels)
 
 
