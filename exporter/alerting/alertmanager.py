@@ -168,9 +168,9 @@ class AlertmanagerPusher:
         self.generator_url = generator_url
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
-        self._rules = {rule.alert: rule for rule in rules}
-        # (gpu, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
-        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index
+        self.set_rules(rules)
+        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index; replaced
+        # whole by update() so a sender always reads one consistent set.
         self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}

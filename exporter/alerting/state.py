@@ -339,9 +339,7 @@ def _rule_suggestion(ctx: _Context) -> str:
     return render_template(ctx.rule.suggestion, ctx.rule, ctx.device, ctx.value, ctx.smi_index)
 
 
-def _transition(
-    ctx: _Context, state: AlertState, kind: TransitionKind, suggestion: str | None = None, command: str | None = None
-) -> Transition:
+def _transition(ctx: _Context, state: AlertState, kind: TransitionKind, suggestion: str | None = None) -> Transition:
     return Transition(
         gpu=state.gpu,
         alert=state.alert,
@@ -350,7 +348,7 @@ def _transition(
         value=ctx.value,
         at=ctx.now,
         suggestion=state.suggestion if suggestion is None else suggestion,
-        suggested_command=state.suggested_command if command is None else command,
+        suggested_command=state.suggested_command,
         undo_command=state.undo_command,
         clock_down_ratio=state.clock_down_ratio,
         suggested_gfx_clock_max_hertz=state.suggested_gfx_clock_max_hertz,

@@ -16,6 +16,7 @@ import glob
 import grp
 import json
 import os
+import pwd
 import sys
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
 
-from exporter.config import Settings
+from exporter.config import ConfigError, Settings
 from exporter.model import DeviceIdentity, DeviceState
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.sources import textfiles as tf
@@ -36,13 +37,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_KERNEL = {"0x740f": (5, 15)}  # MI210
 # The linux default of amdgpu.ppfeaturemask: everything but overdrive (0x4000) and GFX DCS (0x80000).
 DEFAULT_PPFEATUREMASK = 0xFFF7BFFF
-PP_FEATURES = {
-    0x1: "sclk DPM",
-    0x2: "mclk DPM",
-    0x4: "PCIe DPM",
-    0x10: "power containment",
-    0x8000: "GFXOFF",
-}
+PP_FEATURES = {0x1: "sclk DPM", 0x2: "mclk DPM", 0x4: "PCIe DPM", 0x10: "power containment", 0x8000: "GFXOFF"}
 PP_OVERDRIVE = 0x4000
 # The ISA each Instinct ASIC really is, as HSA_OVERRIDE_GFX_VERSION spells it.
 NATIVE_GFX = {"aldebaran": ("gfx90a", "9.0.10"), "aqua_vanjaram": ("gfx942", "9.4.2")}
@@ -158,8 +153,6 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
         except KeyError:
             names.append(str(gid))
     try:
-        import pwd
-
         user = pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         user = str(os.geteuid())
@@ -444,8 +437,6 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
     """Gather, judge, print; 1 when any finding failed. The caller leaves with os._exit."""
     for flag, path in (("--path.procfs", args.path_procfs), ("--path.dev", args.path_dev)):
         if not os.path.isdir(path):
-            from exporter.config import ConfigError
-
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
     from exporter.simulator.demo import sysfs_tree
 
@@ -456,14 +447,8 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
 def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:
     host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
     devices, error = collect_devices(settings, sysfs)
-    facts = Facts(
-        host=host,
-        devices=devices,
-        discovery_error=error,
-        read_timeout=settings.read_timeout,
-        dev=args.path_dev,
-        access=collect_access(args.path_dev, devices),
-    )
+    access = collect_access(args.path_dev, devices)
+    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access)
     findings = judge(facts)
     out.write(render_json(findings, facts) if args.json else render_text(findings))
     out.flush()
