@@ -467,14 +467,10 @@ def _construct_node(constructor: SafeConstructor, node: Node, line: str) -> Any:
         raise ConfigError(f"{line}: cannot read value: {error}") from error
 
 
-def _load_file(path: str) -> dict[str, Any]:
-    return {name: raw for name, (raw, _) in read_config_values(path).items()}
-
-
 def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
     config_file = args.config_file or environ.get("AMDGPU_EXPORTER_CONFIG_FILE", "")
-    from_file = _load_file(config_file) if config_file else {}
+    from_file = {name: raw for name, (raw, _) in read_config_values(config_file).items()} if config_file else {}
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for option in OPTIONS:

@@ -81,7 +81,6 @@ class OutgoingAlert:
         return body
 
 
-# The rule's own cause label (docs/alert-labels.md): the key label of the metric it watches.
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
 
 WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]

@@ -106,21 +106,18 @@ def _check_rule_count(text: str, source: str, loader: Any) -> None:
 
 
 _ALERT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_KEY_LABELS = ("sensor", "engine", "pool", "domain")  # the labels that select what a metric is read for
+_TEMPLATES = ("summary", "description", "suggestion")
 _RULE_KEYS = (
     "alert",
     "metric",
-    "sensor",
-    "engine",
-    "pool",
-    "domain",
+    *_KEY_LABELS,
     "comparison",
     "threshold",
     "for",
     "clear_threshold",
     "severity",
-    "summary",
-    "description",
-    "suggestion",
+    *_TEMPLATES,
     "action",
     "window",
     "asic_overrides",
@@ -194,7 +191,7 @@ class _RuleFileParser:
         clear = self.number(fields, "clear_threshold", default=threshold)
         self.check_clear(_where(fields, "clear_threshold", "threshold"), comparison, threshold, clear)
         severity = self.severity(fields, default="warning")
-        templates = {name: self.template(fields, name) for name in ("summary", "description", "suggestion")}
+        templates = {name: self.template(fields, name) for name in _TEMPLATES}
         clock_down = self.action(fields, metric, for_seconds)
         window = self.string(fields, "window", default="")
         if window and window not in _WINDOW_STATS:
@@ -266,7 +263,7 @@ class _RuleFileParser:
         return tuple(overrides)
 
     def metric_key(self, node: Node, fields: dict[str, tuple[Node, Node]], metric: str, spec: Watchable) -> str | None:
-        for label in ("sensor", "engine", "pool", "domain"):
+        for label in _KEY_LABELS:
             if label in fields and label != spec.key_label:
                 self.fail(fields[label][0], f"metric {metric!r} takes no {label!r}")
         if spec.key_label is None:
