@@ -226,20 +226,16 @@ def _continue_firing(ctx: _Context, state: AlertState) -> tuple[AlertState, Tran
     action = ctx.rule.clock_down
     if action is None:
         return state, None
-    reference = state.reference_gfx_clock_max_hertz
-    if state.suggested_gfx_clock_max_hertz is None:
+    previous, reference = state.suggested_gfx_clock_max_hertz, state.reference_gfx_clock_max_hertz
+    if previous is None:
         # No ceiling could be given when it fired (no clock known yet); try again now.
         reference = reference if reference is not None else ctx.gfx_clock_max
-        ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
-        if ceiling is None:
+    else:
+        last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
+        if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
             return state, None
-        stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
-        return stepped, _transition(ctx, stepped, "clock_down_step")
-    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
-    if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
-        return state, None
-    ceiling = _next_ceiling(ctx, action, previous=state.suggested_gfx_clock_max_hertz, reference=reference)
-    if ceiling is None or ceiling.mhz * 1e6 >= state.suggested_gfx_clock_max_hertz:
+    ceiling = _next_ceiling(ctx, action, previous=previous, reference=reference)
+    if ceiling is None or (previous is not None and ceiling.mhz * 1e6 >= previous):
         return state, None  # at the floor: nothing lower to suggest
     stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
     return stepped, _transition(ctx, stepped, "clock_down_step")

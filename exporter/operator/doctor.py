@@ -364,9 +364,8 @@ def _environment(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Findin
             f"run slowly or compute wrongly (e.g. rocFFT paths); unset it — Instinct parts need no override"
         )
         out.append(Finding("HSA_OVERRIDE_GFX_VERSION", WARN, f"{override} on {isa} ({native})", why))
-    others = {name: value for name, value in env.items() if name != "HSA_OVERRIDE_GFX_VERSION"}
-    if override is not None and not instinct:
-        others["HSA_OVERRIDE_GFX_VERSION"] = override
+    # The override on an Instinct part has its own finding; elsewhere it is one variable among others.
+    others = {name: value for name, value in env.items() if name != "HSA_OVERRIDE_GFX_VERSION" or not instinct}
     if others:
         listed = ", ".join(f"{name}={value}" for name, value in sorted(others.items()))
         out.append(Finding("HIP/HSA environment", OK, listed, "these change which GPUs HIP sees or how it runs"))

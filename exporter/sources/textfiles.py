@@ -225,15 +225,10 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     interrupt raises TextUnavailableError. Aldebaran may mark two levels within 25 MHz of the clock."""
     stripped, lines = _table_lines(text, "pp_dpm table", "clock table")
 
-    deep_sleep: float | None = None
-    fine_grained: float | None = None
+    current_line: dict[str, float] = {}  # the clock of an S: or F: line, by its letter
     prefix = _DPM_PREFIX.fullmatch(lines[0])
     if prefix is not None:
-        hertz = _mhz(prefix.group(2), stripped)
-        if prefix.group(1) == "S":
-            deep_sleep = hertz
-        else:
-            fine_grained = hertz
+        current_line[prefix.group(1)] = _mhz(prefix.group(2), stripped)
         lines = lines[1:]
         if not lines:
             raise _fail(f"{prefix.group(1)}: line without clock levels", stripped)
@@ -254,7 +249,7 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
         if match.group(3) and current is None:
             current = len(levels)
         levels.append(_mhz(match.group(2), stripped))
-    return DpmLevels(tuple(levels), current, deep_sleep, fine_grained)
+    return DpmLevels(tuple(levels), current, current_line.get("S"), current_line.get("F"))
 
 
 # ---- pp_dpm_pcie ---------------------------------------------------------------------------------
