@@ -104,12 +104,11 @@ def evaluate(
             if watched not in values:
                 values[watched] = rule.read(sample, windows.get(device.gpu)) if sample is not None else None
             value = values[watched]
-            if value is None:
+            if value is None or (old is not None and _quiet(old, rule, value)):
+                # No value (no change on missing data), or inactive and staying so: nothing to do (cost
+                # in proportion to what fires).
                 if old is not None:
                     states[key] = old
-                continue
-            if old is not None and _quiet(old, rule, value):
-                states[key] = old  # inactive and staying so: nothing to do (cost in proportion to what fires)
                 continue
             context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, clock, tool)
             state, transition = _step(context, old)

@@ -88,17 +88,15 @@ def families(published: Published) -> Iterator[Metric]:
             yield _histogram_family(spec, spec.histogram(published))
             continue
         family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-        if attribution.label_names and spec.attributed and spec.labels[:1] == ("gpu",):
-            family = family_type(spec.name, spec.help, labels=(*spec.labels, *attribution.label_names))
-            for labels, value in spec.values(published):
-                holder = by_gpu.get(labels[0])
-                if holder is None:
-                    holder = by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
-                family.add_metric((*labels, *holder), value)
-        else:
-            family = family_type(spec.name, spec.help, labels=spec.labels)
-            for labels, value in spec.values(published):
-                family.add_metric(labels, value)
+        attributed = bool(attribution.label_names) and spec.attributed and spec.labels[:1] == ("gpu",)
+        extra = attribution.label_names if attributed else ()
+        family = family_type(spec.name, spec.help, labels=(*spec.labels, *extra))
+        for labels, value in spec.values(published):
+            if attributed:
+                if labels[0] not in by_gpu:
+                    by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
+                labels = (*labels, *by_gpu[labels[0]])
+            family.add_metric(labels, value)
         if family.samples or not spec.omit_when_empty:
             yield family
 

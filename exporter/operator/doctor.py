@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any, TextIO
 
 from exporter.config import ConfigError, Settings
-from exporter.model import DeviceIdentity, DeviceState
+from exporter.model import DeviceIdentity
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.sources import textfiles as tf
 from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
@@ -120,13 +120,10 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
             return (), f"device discovery did not finish within {deadline:g} s"
         if not found:
             return (), ""
-        snapshot = asyncio.run(poller.poll_once())
-        states: Sequence[DeviceState] = snapshot.devices
         out = []
-        for state in states:
-            device_dir = state.identity.device_dir
+        for state in asyncio.run(poller.poll_once()).devices:
             try:
-                link = call_with_deadline(partial(_link, device_dir), settings.read_timeout)
+                link = call_with_deadline(partial(_link, state.identity.device_dir), settings.read_timeout)
             except DeadlineExceeded:
                 link = {}
             out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
