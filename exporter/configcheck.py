@@ -7,7 +7,9 @@ is exactly what `serve` accepts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +88,6 @@ def check_config(path: str) -> str:
 def check_main(command: str, argv: list[str]) -> int:
     """`amdgpu-exporter check-config FILE` / `check-rules FILE`: exit 0 with a summary line, 1 with
     the error (file and line) on stderr, 2 for a wrong command line."""
-    import argparse
-    import sys
-
     what = "config file" if command == "check-config" else "rule file"
     parser = argparse.ArgumentParser(prog=f"amdgpu-exporter {command}", description=f"Check a {what}.")
     parser.add_argument("file", metavar="FILE", help=f"the {what} to check")

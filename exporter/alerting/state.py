@@ -314,8 +314,7 @@ def _with_clock_down(
         undo=undo,
     )
     extra = _rule_suggestion(ctx)
-    if extra:
-        text = f"{text}\n{extra}"
+    text = f"{text}\n{extra}" if extra else text
     return dataclasses.replace(
         state,
         clock_down_ratio=round(ratio, 9),

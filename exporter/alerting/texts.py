@@ -69,13 +69,7 @@ def format_duration(seconds: float) -> str:
 
 
 def clock_down_text(
-    subject: str,
-    *,
-    current_mhz: float | None,
-    max_mhz: float | None,
-    ceiling: Ceiling | None,
-    command: str,
-    undo: str,
+    subject: str, *, current_mhz: float | None, max_mhz: float | None, ceiling: Ceiling | None, command: str, undo: str
 ) -> str:
     """The sentence of a clock-down suggestion; without a ceiling it says why none is given."""
     doing = f"it runs at {current_mhz:.0f} MHz" if current_mhz is not None else "its current clock is not known"

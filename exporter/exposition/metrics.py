@@ -113,11 +113,7 @@ def _sample_field(field: str, keyed: bool) -> Callable[[Sample], Pairs]:
 
 
 def device(
-    name: str,
-    help_text: str,
-    field: str | Callable[[Sample], Pairs],
-    labels: Labels = (),
-    kind: Kind = "gauge",
+    name: str, help_text: str, field: str | Callable[[Sample], Pairs], labels: Labels = (), kind: Kind = "gauge"
 ) -> MetricSpec:
     """A family with one group of series per device that is up, read from its latest sample: `field`
     names the Sample field (a mapping when the family has labels after `gpu`, else one value) or reads it."""

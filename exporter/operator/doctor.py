@@ -138,11 +138,8 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
             return "missing"
         return "ok" if os.access(path, os.R_OK | os.W_OK) else "denied"
 
-    nodes = {os.path.join(dev, "kfd"): state(os.path.join(dev, "kfd"))}
-    for device in devices:
-        if device.render_node:
-            path = os.path.join(dev, "dri", device.render_node)
-            nodes[path] = state(path)
+    renders = [os.path.join(dev, "dri", device.render_node) for device in devices if device.render_node]
+    nodes = {path: state(path) for path in [os.path.join(dev, "kfd"), *renders]}
     names = []
     for gid in sorted(set(os.getgroups()) | {os.getegid()}):
         try:
