@@ -278,8 +278,7 @@ class _RuleFileParser:
             self.fail(node, "missing 'comparison'")
         value_node = fields["comparison"][1]
         raw = self.scalar(value_node)
-        text = raw.strip() if isinstance(raw, str) else raw
-        text = COMPARISON_ALIASES.get(text, text) if isinstance(text, str) else text
+        text = COMPARISON_ALIASES.get(raw.strip(), raw.strip()) if isinstance(raw, str) else raw
         if not isinstance(text, str) or text not in COMPARISONS:
             self.fail(
                 value_node,

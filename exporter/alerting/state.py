@@ -180,15 +180,8 @@ def _gfx(clocks: Mapping[str, float]) -> float | None:
 
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:
     rule, now, clock, value = ctx.rule, ctx.now, ctx.clock, ctx.value
-    if old is None:
-        old = AlertState(
-            gpu=ctx.device.gpu,
-            alert=rule.alert,
-            severity=rule.severity,
-            firing=False,
-            since=now,
-            device_key=ctx.device.identity.key,
-        )
+    if old is None:  # a new state: inactive since now
+        old = AlertState(ctx.device.gpu, rule.alert, rule.severity, False, now, device_key=ctx.device.identity.key)
     state = dataclasses.replace(old, value=value, severity=rule.severity, gpu=ctx.device.gpu)
     if state.firing:
         if rule.clears(value):
