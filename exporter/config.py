@@ -195,6 +195,17 @@ class Option:
     def dest(self) -> str:
         return re.sub(r"[^A-Za-z0-9]", "_", self.name)
 
+    def value(self, raw: Any) -> Any:
+        """The parsed value of a raw one (a repeatable option's: of each item); ValueError or TypeError when bad."""
+        if self.repeatable:
+            items: Sequence[Any] = [raw] if isinstance(raw, str) else list(raw or ())
+            return tuple(self.parse(item) for item in items)
+        return self.parse(raw)
+
+    def where(self, origin: str, config_file: str) -> str:
+        """Where a value from `origin` ("env", "file", else the flag) is given, for an error message."""
+        return {"env": self.env, "file": f"{self.name} in {config_file}"}.get(origin, self.flag)
+
 
 OPTIONS: tuple[Option, ...] = (
     # --- web (issue 14: --web.config.file, TLS, auth, listeners) ---
@@ -346,6 +357,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
 )
+OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -399,21 +411,10 @@ def _help(option: Option) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     for option in OPTIONS:
+        how: dict[str, Any] = {"action": "append" if option.repeatable else "store", "metavar": option.metavar}
         if option.is_flag:
-            parser.add_argument(
-                option.flag,
-                dest=option.dest,
-                action="store_const",
-                const=True,
-                default=None,
-                help=_help(option),
-            )
-        elif option.repeatable:
-            parser.add_argument(
-                option.flag, dest=option.dest, action="append", default=None, metavar=option.metavar, help=_help(option)
-            )
-        else:
-            parser.add_argument(option.flag, dest=option.dest, default=None, metavar=option.metavar, help=_help(option))
+            how = {"action": "store_const", "const": True}
+        parser.add_argument(option.flag, dest=option.dest, default=None, help=_help(option), **how)
     parser.add_argument(
         "--config.file",
         dest="config_file",
@@ -466,14 +467,10 @@ def _construct_node(constructor: SafeConstructor, node: Node, line: str) -> Any:
         raise ConfigError(f"{line}: cannot read value: {error}") from error
 
 
-def _load_file(path: str) -> dict[str, Any]:
-    return {name: raw for name, (raw, _) in read_config_values(path).items()}
-
-
 def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
     config_file = args.config_file or environ.get("AMDGPU_EXPORTER_CONFIG_FILE", "")
-    from_file = _load_file(config_file) if config_file else {}
+    from_file = {name: raw for name, (raw, _) in read_config_values(config_file).items()} if config_file else {}
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for option in OPTIONS:
@@ -487,21 +484,10 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             raw, origin = from_file[option.name], "file"
         if raw is None:
             raw, origin = option.default, "default"
-        where = {
-            "flag": option.flag,
-            "env": option.env,
-            "file": f"{option.name} in {config_file}",
-            "default": "",
-        }
         try:
-            if option.repeatable:
-                items: Sequence[Any] = [raw] if isinstance(raw, str) else list(raw or ())
-                value: Any = tuple(option.parse(item) for item in items)
-            else:
-                value = option.parse(raw)
+            values[option.dest] = option.value(raw)
         except (ValueError, TypeError) as error:
-            raise ConfigError(f"{where[origin] or option.name}: {error}") from error
-        values[option.dest] = value
+            raise ConfigError(f"{option.where(origin, config_file)}: {error}") from error
         origins[option.name] = origin
     if values["fast_interval"] and values["window"] < 2 * values["fast_interval"]:
         raise ConfigError(
@@ -515,10 +501,9 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
 
 def _check_paths(settings: Settings, config_file: str) -> None:
     """Folders and files must exist before anything is started (--demo makes its own /sys)."""
-    origin = settings.origins.get("path.sysfs", "default")
-    where = {"flag": "--path.sysfs", "env": "AMDGPU_EXPORTER_PATH_SYSFS", "file": f"path.sysfs in {config_file}"}
     if not settings.demo and not os.path.isdir(settings.path_sysfs):
+        where = OPTION_BY_NAME["path.sysfs"].where(settings.origins.get("path.sysfs", ""), config_file)
         what = "is not a folder" if os.path.exists(settings.path_sysfs) else "is missing (no such folder)"
-        raise ConfigError(f"{where.get(origin, '--path.sysfs')}: {settings.path_sysfs} {what}")
+        raise ConfigError(f"{where}: {settings.path_sysfs} {what}")
     if settings.rules_file and not os.path.isfile(settings.rules_file):
         raise ConfigError(f"--rules.file: {settings.rules_file} is missing (no such file)")

@@ -7,15 +7,16 @@ is exactly what `serve` accepts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
 from exporter.alerting.rules import Rule
-from exporter.config import OPTIONS, ConfigError, Option, Settings, read_config_values
+from exporter.config import OPTION_BY_NAME, OPTIONS, ConfigError, Option, Settings, read_config_values
 
-_BY_NAME = {option.name: option for option in OPTIONS}
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
 RELOADABLE = ("rules.file", "log.level")
 
@@ -26,15 +27,12 @@ def read_config_file(path: str) -> dict[str, Any]:
     Read by config.read_config_values, the reader `serve` uses, and each value parsed by the same
     Option: what `check-config` and a reload accept is exactly what start-up accepts.
     """
-    return {name: _parse(_BY_NAME[name], raw, line) for name, (raw, line) in read_config_values(path).items()}
+    return {name: _parse(OPTION_BY_NAME[name], raw, line) for name, (raw, line) in read_config_values(path).items()}
 
 
 def _parse(option: Option, raw: Any, line: str) -> Any:
     try:
-        if option.repeatable:
-            items = [raw] if isinstance(raw, str) else list(raw or ())
-            return tuple(option.parse(item) for item in items)
-        return option.parse(raw)
+        return option.value(raw)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{line}: {option.name}: {error}") from error
 
@@ -90,9 +88,6 @@ def check_config(path: str) -> str:
 def check_main(command: str, argv: list[str]) -> int:
     """`amdgpu-exporter check-config FILE` / `check-rules FILE`: exit 0 with a summary line, 1 with
     the error (file and line) on stderr, 2 for a wrong command line."""
-    import argparse
-    import sys
-
     what = "config file" if command == "check-config" else "rule file"
     parser = argparse.ArgumentParser(prog=f"amdgpu-exporter {command}", description=f"Check a {what}.")
     parser.add_argument("file", metavar="FILE", help=f"the {what} to check")

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from exporter.alerting.rules import Rule
-from exporter.alerting.texts import alert_annotations
+from exporter.alerting.texts import ADVICE, advice_fields, alert_annotations
 from exporter.alerting.watch import WATCHABLE
 from exporter.log import get_logger
 from exporter.model import AlertmanagerStats, AlertState, DeviceState, Snapshot
@@ -81,7 +81,6 @@ class OutgoingAlert:
         return body
 
 
-# The rule's own cause label (docs/alert-labels.md): the key label of the metric it watches.
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
 
 WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]
@@ -168,9 +167,9 @@ class AlertmanagerPusher:
         self.generator_url = generator_url
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
-        self._rules = {rule.alert: rule for rule in rules}
-        # (gpu, alert) -> alert; replaced whole by update() so a sender always reads one consistent set.
-        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index
+        self.set_rules(rules)
+        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index; replaced
+        # whole by update() so a sender always reads one consistent set.
         self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
@@ -201,7 +200,8 @@ class AlertmanagerPusher:
             if not state.firing:
                 if old is not None and state.suggestion:
                     # The restore advice after a clock-down rides on the resolved alert until it expires.
-                    annotations = {**old.annotations, **self._advice(state)}
+                    advice = advice_fields(state.suggestion, state.suggested_command, state.undo_command)
+                    annotations = {**old.annotations, **advice}
                     resolved_at = old.resolved_at if old.resolved_at is not None else max(state.since, old.starts_at)
                     outbox[key] = OutgoingAlert(old.labels, annotations, old.starts_at, resolved_at=resolved_at)
                 continue
@@ -210,43 +210,24 @@ class AlertmanagerPusher:
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
             annotations["runbook_url"] = self.runbook_url
-            outbox[key] = OutgoingAlert(
-                labels=alert_labels(
-                    state,
-                    device,
-                    node=self.node,
-                    instance=self.instance,
-                    rule=rule,
-                    workload=self.workload_labels(snapshot, state.gpu),
-                ),
-                annotations=annotations,
-                starts_at=starts_at,
-            )
+            workload = self.workload_labels(snapshot, state.gpu)
+            labels = alert_labels(state, device, node=self.node, instance=self.instance, rule=rule, workload=workload)
+            outbox[key] = OutgoingAlert(labels, annotations, starts_at)
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}
         for key, old in previous.items():
             if key in outbox:
                 continue
+            # Resolved now (posted at once), or earlier and still re-posted for resolved_retention.
             if old.resolved_at is None:
-                at = resolved_since.get(key, now)
-                outbox[key] = OutgoingAlert(
-                    old.labels, _without_advice(old.annotations), old.starts_at, resolved_at=max(at, old.starts_at)
-                )
+                resolved_at = max(resolved_since.get(key, now), old.starts_at)
             elif now - old.resolved_at < self.resolved_retention:
-                outbox[key] = OutgoingAlert(
-                    old.labels, _without_advice(old.annotations), old.starts_at, resolved_at=old.resolved_at
-                )
+                resolved_at = old.resolved_at
+            else:
+                continue
+            outbox[key] = OutgoingAlert(old.labels, _without_advice(old.annotations), old.starts_at, resolved_at)
         self._outbox = outbox
         if _needs_prompt_send(previous, outbox):
             self._wake_senders()
-
-    @staticmethod
-    def _advice(state: AlertState) -> dict[str, str]:
-        advice = {"suggestion": state.suggestion}
-        if state.suggested_command:
-            advice["suggested_command"] = state.suggested_command
-        if state.undo_command:
-            advice["undo_command"] = state.undo_command
-        return advice
 
     def pending_payload(self, now: float | None = None) -> list[dict[str, Any]]:
         """The body the next post will carry (firing alerts first), as of `now`."""
@@ -361,14 +342,11 @@ async def _post_json(client: httpx.AsyncClient, url: str, body: list[dict[str, A
         return response.status_code, bytes(reply)
 
 
-_ADVICE = ("suggestion", "suggested_command", "undo_command")
-
-
 def _without_advice(annotations: Mapping[str, str]) -> Mapping[str, str]:
     """A resolved alert whose restore advice has expired: the advice goes, the rest stays."""
-    if not any(name in annotations for name in _ADVICE):
+    if not any(name in annotations for name in ADVICE):
         return annotations
-    return {name: value for name, value in annotations.items() if name not in _ADVICE}
+    return {name: value for name, value in annotations.items() if name not in ADVICE}
 
 
 def _needs_prompt_send(

@@ -106,21 +106,18 @@ def _check_rule_count(text: str, source: str, loader: Any) -> None:
 
 
 _ALERT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_KEY_LABELS = ("sensor", "engine", "pool", "domain")  # the labels that select what a metric is read for
+_TEMPLATES = ("summary", "description", "suggestion")
 _RULE_KEYS = (
     "alert",
     "metric",
-    "sensor",
-    "engine",
-    "pool",
-    "domain",
+    *_KEY_LABELS,
     "comparison",
     "threshold",
     "for",
     "clear_threshold",
     "severity",
-    "summary",
-    "description",
-    "suggestion",
+    *_TEMPLATES,
     "action",
     "window",
     "asic_overrides",
@@ -194,7 +191,7 @@ class _RuleFileParser:
         clear = self.number(fields, "clear_threshold", default=threshold)
         self.check_clear(_where(fields, "clear_threshold", "threshold"), comparison, threshold, clear)
         severity = self.severity(fields, default="warning")
-        templates = {name: self.template(fields, name) for name in ("summary", "description", "suggestion")}
+        templates = {name: self.template(fields, name) for name in _TEMPLATES}
         clock_down = self.action(fields, metric, for_seconds)
         window = self.string(fields, "window", default="")
         if window and window not in _WINDOW_STATS:
@@ -255,32 +252,18 @@ class _RuleFileParser:
             clock_down = rule.clock_down
             if clock_down is not None and "for" in fields:
                 # step_interval and restore_after default to the rule's `for`, as they do for the rule.
-                clock_down = dataclasses.replace(
-                    clock_down,
-                    step_interval_seconds=for_seconds
-                    if clock_down.step_interval_seconds == rule.for_seconds
-                    else clock_down.step_interval_seconds,
-                    restore_after_seconds=for_seconds
-                    if clock_down.restore_after_seconds == rule.for_seconds
-                    else clock_down.restore_after_seconds,
+                step, restore = (
+                    for_seconds if seconds == rule.for_seconds else seconds
+                    for seconds in (clock_down.step_interval_seconds, clock_down.restore_after_seconds)
                 )
-            overrides.append(
-                (
-                    asic,
-                    dataclasses.replace(
-                        rule,
-                        threshold=threshold,
-                        clear_threshold=clear,
-                        for_seconds=for_seconds,
-                        severity=self.severity(fields, default=rule.severity),
-                        clock_down=clock_down,
-                    ),
-                )
-            )
+                clock_down = dataclasses.replace(clock_down, step_interval_seconds=step, restore_after_seconds=restore)
+            severity = self.severity(fields, default=rule.severity)
+            override = dataclasses.replace(rule, threshold=threshold, clear_threshold=clear, severity=severity)
+            overrides.append((asic, dataclasses.replace(override, for_seconds=for_seconds, clock_down=clock_down)))
         return tuple(overrides)
 
     def metric_key(self, node: Node, fields: dict[str, tuple[Node, Node]], metric: str, spec: Watchable) -> str | None:
-        for label in ("sensor", "engine", "pool", "domain"):
+        for label in _KEY_LABELS:
             if label in fields and label != spec.key_label:
                 self.fail(fields[label][0], f"metric {metric!r} takes no {label!r}")
         if spec.key_label is None:
@@ -295,8 +278,7 @@ class _RuleFileParser:
             self.fail(node, "missing 'comparison'")
         value_node = fields["comparison"][1]
         raw = self.scalar(value_node)
-        text = raw.strip() if isinstance(raw, str) else raw
-        text = COMPARISON_ALIASES.get(text, text) if isinstance(text, str) else text
+        text = COMPARISON_ALIASES.get(raw.strip(), raw.strip()) if isinstance(raw, str) else raw
         if not isinstance(text, str) or text not in COMPARISONS:
             self.fail(
                 value_node,

@@ -27,13 +27,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from exporter.alerting.clockdown import Ceiling, next_ceiling, set_ceiling_command, undo_command
 from exporter.alerting.rules import ClockDown, Rule
-from exporter.alerting.texts import clock_down_text, render_template, restore_text
+from exporter.alerting.texts import advice_fields, clock_down_text, render_template, restore_text
 from exporter.model import AlertState, DeviceState, Snapshot
 
 TransitionKind = Literal["pending", "firing", "resolved", "clock_down_step", "restore_advice_expired"]
@@ -69,11 +69,7 @@ class Transition:
             fields["clock_down_ratio"] = self.clock_down_ratio
             fields["suggested_gfx_clock_max_hertz"] = self.suggested_gfx_clock_max_hertz
         if self.suggestion:
-            fields["suggestion"] = self.suggestion
-            if self.suggested_command:
-                fields["suggested_command"] = self.suggested_command
-            if self.undo_command:
-                fields["undo_command"] = self.undo_command
+            fields.update(advice_fields(self.suggestion, self.suggested_command, self.undo_command))
         return fields
 
 
@@ -108,12 +104,11 @@ def evaluate(
             if watched not in values:
                 values[watched] = rule.read(sample, windows.get(device.gpu)) if sample is not None else None
             value = values[watched]
-            if value is None:
+            if value is None or (old is not None and _quiet(old, rule, value)):
+                # No value (no change on missing data), or inactive and staying so: nothing to do (cost
+                # in proportion to what fires).
                 if old is not None:
                     states[key] = old
-                continue
-            if old is not None and _quiet(old, rule, value):
-                states[key] = old  # inactive and staying so: nothing to do (cost in proportion to what fires)
                 continue
             context = _Context(rule, device, smi_indices.get(device.gpu, device.gpu), value, now, clock, tool)
             state, transition = _step(context, old)
@@ -165,9 +160,7 @@ class _Context:
 
     @property
     def gfx_clock(self) -> float | None:
-        sample = self.device.sample
-        hertz = sample.clocks_hertz.get("gfx") if sample is not None else None
-        return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
+        return _gfx(self.device.sample.clocks_hertz if self.device.sample is not None else {})
 
     @property
     def gfx_levels(self) -> tuple[float, ...]:
@@ -176,22 +169,19 @@ class _Context:
 
     @property
     def gfx_clock_max(self) -> float | None:
-        sample = self.device.sample
-        hertz = sample.clocks_max_hertz.get("gfx") if sample is not None else None
-        return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
+        return _gfx(self.device.sample.clocks_max_hertz if self.device.sample is not None else {})
+
+
+def _gfx(clocks: Mapping[str, float]) -> float | None:
+    """The gfx clock of a sample's clocks, when it is a real one."""
+    hertz = clocks.get("gfx")
+    return float(hertz) if hertz is not None and math.isfinite(hertz) and hertz > 0 else None
 
 
 def _step(ctx: _Context, old: AlertState | None) -> tuple[AlertState, Transition | None]:
     rule, now, clock, value = ctx.rule, ctx.now, ctx.clock, ctx.value
-    if old is None:
-        old = AlertState(
-            gpu=ctx.device.gpu,
-            alert=rule.alert,
-            severity=rule.severity,
-            firing=False,
-            since=now,
-            device_key=ctx.device.identity.key,
-        )
+    if old is None:  # a new state: inactive since now
+        old = AlertState(ctx.device.gpu, rule.alert, rule.severity, False, now, device_key=ctx.device.identity.key)
     state = dataclasses.replace(old, value=value, severity=rule.severity, gpu=ctx.device.gpu)
     if state.firing:
         if rule.clears(value):
@@ -228,20 +218,16 @@ def _continue_firing(ctx: _Context, state: AlertState) -> tuple[AlertState, Tran
     action = ctx.rule.clock_down
     if action is None:
         return state, None
-    reference = state.reference_gfx_clock_max_hertz
-    if state.suggested_gfx_clock_max_hertz is None:
+    previous, reference = state.suggested_gfx_clock_max_hertz, state.reference_gfx_clock_max_hertz
+    if previous is None:
         # No ceiling could be given when it fired (no clock known yet); try again now.
         reference = reference if reference is not None else ctx.gfx_clock_max
-        ceiling = _next_ceiling(ctx, action, previous=None, reference=reference)
-        if ceiling is None:
+    else:
+        last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
+        if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
             return state, None
-        stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
-        return stepped, _transition(ctx, stepped, "clock_down_step")
-    last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
-    if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
-        return state, None
-    ceiling = _next_ceiling(ctx, action, previous=state.suggested_gfx_clock_max_hertz, reference=reference)
-    if ceiling is None or ceiling.mhz * 1e6 >= state.suggested_gfx_clock_max_hertz:
+    ceiling = _next_ceiling(ctx, action, previous=previous, reference=reference)
+    if ceiling is None or (previous is not None and ceiling.mhz * 1e6 >= previous):
         return state, None  # at the floor: nothing lower to suggest
     stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
     return stepped, _transition(ctx, stepped, "clock_down_step")
@@ -321,8 +307,7 @@ def _with_clock_down(
         undo=undo,
     )
     extra = _rule_suggestion(ctx)
-    if extra:
-        text = f"{text}\n{extra}"
+    text = f"{text}\n{extra}" if extra else text
     return dataclasses.replace(
         state,
         clock_down_ratio=round(ratio, 9),
@@ -341,9 +326,7 @@ def _rule_suggestion(ctx: _Context) -> str:
     return render_template(ctx.rule.suggestion, ctx.rule, ctx.device, ctx.value, ctx.smi_index)
 
 
-def _transition(
-    ctx: _Context, state: AlertState, kind: TransitionKind, suggestion: str | None = None, command: str | None = None
-) -> Transition:
+def _transition(ctx: _Context, state: AlertState, kind: TransitionKind, suggestion: str | None = None) -> Transition:
     return Transition(
         gpu=state.gpu,
         alert=state.alert,
@@ -352,7 +335,7 @@ def _transition(
         value=ctx.value,
         at=ctx.now,
         suggestion=state.suggestion if suggestion is None else suggestion,
-        suggested_command=state.suggested_command if command is None else command,
+        suggested_command=state.suggested_command,
         undo_command=state.undo_command,
         clock_down_ratio=state.clock_down_ratio,
         suggested_gfx_clock_max_hertz=state.suggested_gfx_clock_max_hertz,

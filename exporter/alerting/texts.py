@@ -19,6 +19,7 @@ from exporter.model import AlertState, DeviceState
 SUGGESTION_PREFIX = "Suggestion only (the exporter never changes the GPU): "
 COMMAND_MARKER = "Command: "
 UNDO_MARKER = "Undo: "
+ADVICE = ("suggestion", "suggested_command", "undo_command")  # the advice fields of an alert, in order
 # The most characters a filled summary / description / suggestion template may have (rule files are
 # rejected at load when one can be longer: a `{value:>200000000}` would cost 200 MB every cycle).
 MAX_TEMPLATE_OUTPUT = 2000
@@ -46,6 +47,11 @@ TEMPLATE_FIELDS: Mapping[str, Any] = {
 }
 
 
+def advice_fields(suggestion: str, command: str, undo: str) -> dict[str, str]:
+    """An alert's advice as annotations or log fields, each only when there is one."""
+    return {name: text for name, text in zip(ADVICE, (suggestion, command, undo), strict=True) if text}
+
+
 def format_duration(seconds: float) -> str:
     """Seconds -> "1h2m3s" style text for messages."""
     if seconds < 1:
@@ -63,13 +69,7 @@ def format_duration(seconds: float) -> str:
 
 
 def clock_down_text(
-    subject: str,
-    *,
-    current_mhz: float | None,
-    max_mhz: float | None,
-    ceiling: Ceiling | None,
-    command: str,
-    undo: str,
+    subject: str, *, current_mhz: float | None, max_mhz: float | None, ceiling: Ceiling | None, command: str, undo: str
 ) -> str:
     """The sentence of a clock-down suggestion; without a ceiling it says why none is given."""
     doing = f"it runs at {current_mhz:.0f} MHz" if current_mhz is not None else "its current clock is not known"
@@ -153,11 +153,5 @@ def alert_annotations(
         )
         summary = render_template(rule.summary or default_summary, rule, device, state.value, node=node)
         description = render_template(rule.description or default_description, rule, device, state.value, node=node)
-    annotations = {"summary": summary, "description": description}
-    if state.suggestion:
-        annotations["suggestion"] = state.suggestion
-    if state.suggested_command:
-        annotations["suggested_command"] = state.suggested_command
-    if state.undo_command:
-        annotations["undo_command"] = state.undo_command
-    return annotations
+    advice = advice_fields(state.suggestion, state.suggested_command, state.undo_command)
+    return {"summary": summary, "description": description, **advice}

@@ -28,8 +28,8 @@ class RenderedMetrics:
     asks for a format, and every later scrape of that snapshot gets the same bytes.
     """
 
-    def __init__(self, source: _PublishedView) -> None:
-        self._source = source
+    def __init__(self, published: Published) -> None:
+        self._published = published  # immutable, so two cycles can be rendered on different threads
         self._lock = threading.Lock()
         self._cache: dict[tuple[bool, bool], bytes] = {}
 
@@ -48,7 +48,7 @@ class RenderedMetrics:
                 return found
             plain = self._cache.get((openmetrics, False))
             if plain is None:
-                plain = format_families(self._source.collect(), openmetrics)
+                plain = format_families(families(self._published), openmetrics)
                 self._cache[(openmetrics, False)] = plain
             if gzipped:
                 # Level 5: most of the size win at a fraction of level 9's CPU.
@@ -60,16 +60,8 @@ class RenderedMetrics:
         return self.body(False, False)
 
     @property
-    def text_gzip(self) -> bytes:
-        return self.body(False, True)
-
-    @property
     def openmetrics(self) -> bytes:
         return self.body(True, False)
-
-    @property
-    def openmetrics_gzip(self) -> bytes:
-        return self.body(True, True)
 
 
 def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
@@ -96,34 +88,19 @@ def families(published: Published) -> Iterator[Metric]:
             yield _histogram_family(spec, spec.histogram(published))
             continue
         family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-        if attribution.label_names and spec.attributed and spec.labels[:1] == ("gpu",):
-            family = family_type(spec.name, spec.help, labels=(*spec.labels, *attribution.label_names))
-            for labels, value in spec.values(published):
-                holder = by_gpu.get(labels[0])
-                if holder is None:
-                    holder = by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
-                family.add_metric((*labels, *holder), value)
-        else:
-            family = family_type(spec.name, spec.help, labels=spec.labels)
-            for labels, value in spec.values(published):
-                family.add_metric(labels, value)
+        attributed = bool(attribution.label_names) and spec.attributed and spec.labels[:1] == ("gpu",)
+        extra = attribution.label_names if attributed else ()
+        family = family_type(spec.name, spec.help, labels=(*spec.labels, *extra))
+        for labels, value in spec.values(published):
+            if attributed:
+                if labels[0] not in by_gpu:
+                    by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
+                labels = (*labels, *by_gpu[labels[0]])
+            family.add_metric(labels, value)
         if family.samples or not spec.omit_when_empty:
             yield family
 
 
-class _PublishedView:
-    """One Published as prometheus-client's generate_latest sees a registry: a collect() of families.
-
-    Immutable, so two cycles can be rendered on different threads safely.
-    """
-
-    def __init__(self, published: Published) -> None:
-        self.published = published
-
-    def collect(self) -> Iterator[Metric]:
-        return families(self.published)
-
-
 def render(published: Published) -> RenderedMetrics:
     """Cheap: the bytes are made on first request (RenderedMetrics)."""
-    return RenderedMetrics(_PublishedView(published))
+    return RenderedMetrics(published)

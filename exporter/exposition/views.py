@@ -28,11 +28,8 @@ def holders_json(attribution: Attribution, gpu: int) -> list[dict[str, Any]]:
             holder["resource"] = allocation.resource
         holder["device_id"] = allocation.device_id
         holders.append(holder)
-    for usage in attribution.processes:
-        if usage.gpu == gpu:
-            holders.append(
-                {"source": "processes", "pid": usage.pid, "comm": usage.comm, "vram_bytes": usage.vram_bytes}
-            )
+    processes = [usage for usage in attribution.processes if usage.gpu == gpu]
+    holders += [{"source": "processes", "pid": u.pid, "comm": u.comm, "vram_bytes": u.vram_bytes} for u in processes]
     return holders
 
 

@@ -16,19 +16,20 @@ import glob
 import grp
 import json
 import os
+import pwd
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
 
-from exporter.config import Settings
-from exporter.model import DeviceIdentity, DeviceState
+from exporter.config import ConfigError, Settings
+from exporter.model import DeviceIdentity
 from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.sources import textfiles as tf
-from exporter.sources.host import HostFacts, collect, parse_kernel_release
+from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -36,13 +37,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_KERNEL = {"0x740f": (5, 15)}  # MI210
 # The linux default of amdgpu.ppfeaturemask: everything but overdrive (0x4000) and GFX DCS (0x80000).
 DEFAULT_PPFEATUREMASK = 0xFFF7BFFF
-PP_FEATURES = {
-    0x1: "sclk DPM",
-    0x2: "mclk DPM",
-    0x4: "PCIe DPM",
-    0x10: "power containment",
-    0x8000: "GFXOFF",
-}
+PP_FEATURES = {0x1: "sclk DPM", 0x2: "mclk DPM", 0x4: "PCIe DPM", 0x10: "power containment", 0x8000: "GFXOFF"}
 PP_OVERDRIVE = 0x4000
 # The ISA each Instinct ASIC really is, as HSA_OVERRIDE_GFX_VERSION spells it.
 NATIVE_GFX = {"aldebaran": ("gfx90a", "9.0.10"), "aqua_vanjaram": ("gfx942", "9.4.2")}
@@ -125,13 +120,10 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
             return (), f"device discovery did not finish within {deadline:g} s"
         if not found:
             return (), ""
-        snapshot = asyncio.run(poller.poll_once())
-        states: Sequence[DeviceState] = snapshot.devices
         out = []
-        for state in states:
-            device_dir = state.identity.device_dir
+        for state in asyncio.run(poller.poll_once()).devices:
             try:
-                link = call_with_deadline(partial(_link, device_dir), settings.read_timeout)
+                link = call_with_deadline(partial(_link, state.identity.device_dir), settings.read_timeout)
             except DeadlineExceeded:
                 link = {}
             out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
@@ -146,11 +138,8 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
             return "missing"
         return "ok" if os.access(path, os.R_OK | os.W_OK) else "denied"
 
-    nodes = {os.path.join(dev, "kfd"): state(os.path.join(dev, "kfd"))}
-    for device in devices:
-        if device.render_node:
-            path = os.path.join(dev, "dri", device.render_node)
-            nodes[path] = state(path)
+    renders = [os.path.join(dev, "dri", device.render_node) for device in devices if device.render_node]
+    nodes = {path: state(path) for path in [os.path.join(dev, "kfd"), *renders]}
     names = []
     for gid in sorted(set(os.getgroups()) | {os.getegid()}):
         try:
@@ -158,8 +147,6 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
         except KeyError:
             names.append(str(gid))
     try:
-        import pwd
-
         user = pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         user = str(os.geteuid())
@@ -169,173 +156,110 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
 # -- judging (pure) ---------------------------------------------------------------------------
 
 
-def _gts(value: float | None) -> str:
-    return "?" if value is None else f"{value / 1e9:g} GT/s"
-
-
 def judge(facts: Facts) -> list[Finding]:
     host = facts.host
-    findings: list[Finding] = []
-    findings += _kernel(host, facts.devices)
-    findings += _driver(host)
-    findings += _rocm(host)
-    findings += _libraries(host)
-    findings += _devices(facts)
-    findings += _environment(host, facts.devices)
-    findings += _access(facts.access)
-    return findings
+    return [
+        *_kernel(host, facts.devices),
+        *_driver(host),
+        *_rocm(host),
+        *map(_library, host.libraries),
+        *_devices(facts),
+        *_environment(host, facts.devices),
+        *_access(facts.access),
+    ]
 
 
 def _kernel(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Finding]:
-    release = host.kernel_release
-    version = parse_kernel_release(release or "")
+    release = host.kernel_release or ""
+    version = parse_kernel_release(release)
     if version is None:
         return [Finding("kernel", WARN, release or "unknown", "cannot read /proc/sys/kernel/osrelease; run uname -r")]
     for device in devices:
         needed = MIN_KERNEL.get(device.identity.device_id)
         if needed and version < needed:
+            part = device.identity.product or device.identity.device_id
             need = ".".join(map(str, needed))
-            return [
-                Finding(
-                    "kernel",
-                    FAIL,
-                    release or "",
-                    f"{device.identity.product or device.identity.device_id} needs Linux {need} or later; "
-                    f"upgrade the kernel (or install the amdgpu-dkms driver)",
-                )
-            ]
-    return [Finding("kernel", OK, release or "")]
+            advice = f"{part} needs Linux {need} or later; upgrade the kernel (or install the amdgpu-dkms driver)"
+            return [Finding("kernel", FAIL, release, advice)]
+    return [Finding("kernel", OK, release)]
 
 
 def _driver(host: HostFacts) -> list[Finding]:
-    out = []
     if not host.driver_loaded:
         return [Finding("amdgpu driver", FAIL, "not loaded", "load it: modprobe amdgpu (and see dmesg for why not)")]
     version = host.driver_version or f"in-tree (kernel {host.kernel_release or '?'})"
-    if host.driver_initstate not in (None, "live"):
-        out.append(
-            Finding(
-                "amdgpu driver",
-                FAIL,
-                f"{version}, initstate {host.driver_initstate}",
-                "the module did not finish loading; see dmesg | grep amdgpu",
-            )
-        )
+    state = host.driver_initstate
+    value = f"{version}, initstate {'?' if state is None else state}"
+    if state in (None, "live"):
+        driver = Finding("amdgpu driver", OK, value)
     else:
-        out.append(Finding("amdgpu driver", OK, f"{version}, initstate {host.driver_initstate or '?'}"))
-    mask = host.ppfeaturemask
+        driver = Finding("amdgpu driver", FAIL, value, "the module did not finish loading; see dmesg | grep amdgpu")
+    return [driver, _ppfeaturemask(host.ppfeaturemask)]
+
+
+def _ppfeaturemask(mask: int | None) -> Finding:
     if mask is None:
-        out.append(
-            Finding(
-                "ppfeaturemask",
-                WARN,
-                "unreadable",
-                "cannot read /sys/module/amdgpu/parameters/ppfeaturemask; check amdgpu.ppfeaturemask in /proc/cmdline",
-            )
+        return Finding(
+            "ppfeaturemask",
+            WARN,
+            "unreadable",
+            "cannot read /sys/module/amdgpu/parameters/ppfeaturemask; check amdgpu.ppfeaturemask in /proc/cmdline",
         )
-    elif mask == DEFAULT_PPFEATUREMASK:
-        out.append(Finding("ppfeaturemask", OK, f"0x{mask:08x} (the default)"))
-    else:
-        off = [name for bit, name in PP_FEATURES.items() if not mask & bit]
-        notes = []
-        if mask & PP_OVERDRIVE:
-            notes.append("overdrive unlocked (clocks and voltages can be changed from sysfs)")
-        if off:
-            notes.append("disabled: " + ", ".join(off))
-        status = WARN if off else OK
-        advice = (
-            "power management features are off: clocks or the power cap may not behave; "
-            "remove amdgpu.ppfeaturemask from the kernel command line unless this is intended"
-            if off
-            else "differs from the default 0xfff7bfff; fine when intended"
-        )
-        out.append(Finding("ppfeaturemask", status, f"0x{mask:08x}; " + "; ".join(notes or ["non-default"]), advice))
-    return out
+    if mask == DEFAULT_PPFEATUREMASK:
+        return Finding("ppfeaturemask", OK, f"0x{mask:08x} (the default)")
+    off = [name for bit, name in PP_FEATURES.items() if not mask & bit]
+    notes = ["overdrive unlocked (clocks and voltages can be changed from sysfs)"] if mask & PP_OVERDRIVE else []
+    notes += ["disabled: " + ", ".join(off)] if off else []
+    value = f"0x{mask:08x}; " + "; ".join(notes or ["non-default"])
+    if not off:
+        return Finding("ppfeaturemask", OK, value, "differs from the default 0xfff7bfff; fine when intended")
+    advice = (
+        "power management features are off: clocks or the power cap may not behave; "
+        "remove amdgpu.ppfeaturemask from the kernel command line unless this is intended"
+    )
+    return Finding("ppfeaturemask", WARN, value, advice)
 
 
 def _rocm(host: HostFacts) -> list[Finding]:
-    out = []
     versions = sorted({version for _, version in host.rocm_installs})
     packages = dict(host.packages)
     if len(versions) > 1:
         where = ", ".join(f"{folder} {version}" for folder, version in host.rocm_installs)
-        out.append(
-            Finding(
-                "ROCm",
-                WARN,
-                where,
-                "several ROCm versions are installed: check that ROCM_PATH, /opt/rocm and ld.so.conf agree",
-            )
-        )
+        advice = "several ROCm versions are installed: check that ROCM_PATH, /opt/rocm and ld.so.conf agree"
+        rocm = Finding("ROCm", WARN, where, advice)
     elif versions:
-        out.append(Finding("ROCm", OK, f"{versions[0]} ({', '.join(f for f, _ in host.rocm_installs)})"))
+        rocm = Finding("ROCm", OK, f"{versions[0]} ({', '.join(f for f, _ in host.rocm_installs)})")
     elif "rocm-core" in packages:
-        out.append(Finding("ROCm", OK, f"{packages['rocm-core']} (package rocm-core)"))
+        rocm = Finding("ROCm", OK, f"{packages['rocm-core']} (package rocm-core)")
     elif packages:
-        upstream = sorted({version.split("-")[0].split(":")[-1] for version in packages.values()})
-        out.append(
-            Finding(
-                "ROCm",
-                WARN,
-                f"no /opt/rocm*; distribution packages only ({', '.join(upstream)})",
-                "only packaged ROCm pieces are installed (listed below): HIP programs need the ROCm runtime",
-            )
-        )
+        upstream = ", ".join(sorted({version.split("-")[0].split(":")[-1] for version in packages.values()}))
+        advice = "only packaged ROCm pieces are installed (listed below): HIP programs need the ROCm runtime"
+        rocm = Finding("ROCm", WARN, f"no /opt/rocm*; distribution packages only ({upstream})", advice)
     else:
-        out.append(
-            Finding(
-                "ROCm",
-                WARN,
-                "no ROCm install found",
-                "no /opt/rocm*/.info/version: HIP programs need ROCm (the exporter itself does not)",
-            )
-        )
-    if host.packages:
-        listed = ", ".join(f"{name} {version}" for name, version in host.packages)
-        out.append(Finding("ROCm packages", OK, listed))
-    return out
+        advice = "no /opt/rocm*/.info/version: HIP programs need ROCm (the exporter itself does not)"
+        rocm = Finding("ROCm", WARN, "no ROCm install found", advice)
+    if not host.packages:
+        return [rocm]
+    return [rocm, Finding("ROCm packages", OK, ", ".join(f"{name} {version}" for name, version in host.packages))]
 
 
-def _libraries(host: HostFacts) -> list[Finding]:
-    out = []
-    for library in host.libraries:
-        check = library.name
-        if not library.path:
-            out.append(Finding(check, OK, "not installed", "the exporter reads sysfs directly without it"))
-        elif library.error:
-            out.append(
-                Finding(
-                    check,
-                    WARN,
-                    f"{library.path}: {library.error}",
-                    "the library cannot be used; the exporter falls back to sysfs (--source=sysfs)",
-                )
-            )
-        else:
-            out.append(Finding(check, OK, f"{library.version} ({library.path})"))
-    return out
+def _library(library: LibraryVersion) -> Finding:
+    if not library.path:
+        return Finding(library.name, OK, "not installed", "the exporter reads sysfs directly without it")
+    if library.error:
+        advice = "the library cannot be used; the exporter falls back to sysfs (--source=sysfs)"
+        return Finding(library.name, WARN, f"{library.path}: {library.error}", advice)
+    return Finding(library.name, OK, f"{library.version} ({library.path})")
 
 
 def _devices(facts: Facts) -> list[Finding]:
     if facts.discovery_error:
-        return [
-            Finding(
-                "devices",
-                FAIL,
-                facts.discovery_error,
-                "a GPU or its driver may be hung: see dmesg; a reboot or a GPU reset may be needed",
-            )
-        ]
+        advice = "a GPU or its driver may be hung: see dmesg; a reboot or a GPU reset may be needed"
+        return [Finding("devices", FAIL, facts.discovery_error, advice)]
     devices = facts.devices
     if not devices:
-        return [
-            Finding(
-                "devices",
-                FAIL,
-                "no AMD GPU found",
-                "no amdgpu-driven PCI device under /sys/class/drm: check lspci and dmesg | grep amdgpu",
-            )
-        ]
+        advice = "no amdgpu-driven PCI device under /sys/class/drm: check lspci and dmesg | grep amdgpu"
+        return [Finding("devices", FAIL, "no AMD GPU found", advice)]
     out = [Finding("devices", OK, f"{len(devices)} found")]
     by_model: dict[str, list[DeviceFacts]] = {}
     for device in devices:
@@ -343,115 +267,81 @@ def _devices(facts: Facts) -> list[Finding]:
             by_model.setdefault(device.identity.device_id, []).append(device)
     for device in devices:
         ident = device.identity
-
-        def finding(check: str, status: str, value: str, advice: str = "", d: DeviceFacts = device) -> Finding:
-            mode = d.identity.compute_partition
-            part = f"{mode} {d.identity.partition}" if mode not in ("", "SPX") else ""
-            return Finding(check, status, value, advice, gpu=d.gpu, pci_bus_id=d.identity.pci_bus_id, partition=part)
-
-        label = f"{ident.product or ident.device_id} {ident.serial}".strip()
-        if device.up:
-            out.append(finding("answers", OK, label))
-        elif device.down_reason == "timeout":
-            out.append(
-                finding(
-                    "answers",
-                    FAIL,
-                    f"{label}: no answer within {facts.read_timeout:g} s",
-                    "the GPU is hung: see dmesg for ring timeouts; a GPU reset or reboot may be needed",
-                )
-            )
-        else:
-            out.append(
-                finding(
-                    "answers",
-                    FAIL,
-                    f"{label}: {device.down_reason}",
-                    "none of its sensors could be read: see dmesg | grep amdgpu",
-                )
-            )
+        found = [_answers(device, facts.read_timeout)]
         if ident.partition == 0:
             siblings = [d for d in by_model[ident.device_id] if d is not device]
-            out.append(_vbios(device, siblings, finding))
-            out.append(_firmware(device, siblings, finding))
-            out += _pcie(device, finding)
+            found += [_vbios(device, siblings), _firmware(device, siblings), *_pcie(device)]
         if device.render_node:
-            path = os.path.join(facts.dev, "dri", device.render_node)
-            out.append(_node_access(path, facts.access, finding))
+            found.append(_node_access(os.path.join(facts.dev, "dri", device.render_node), facts.access))
+        mode = ident.compute_partition
+        part = f"{mode} {ident.partition}" if mode not in ("", "SPX") else ""
+        out += [replace(f, gpu=device.gpu, pci_bus_id=ident.pci_bus_id, partition=part) for f in found]
     return out
+
+
+def _answers(device: DeviceFacts, read_timeout: float) -> Finding:
+    label = f"{device.identity.product or device.identity.device_id} {device.identity.serial}".strip()
+    if device.up:
+        return Finding("answers", OK, label)
+    if device.down_reason == "timeout":
+        advice = "the GPU is hung: see dmesg for ring timeouts; a GPU reset or reboot may be needed"
+        return Finding("answers", FAIL, f"{label}: no answer within {read_timeout:g} s", advice)
+    advice = "none of its sensors could be read: see dmesg | grep amdgpu"
+    return Finding("answers", FAIL, f"{label}: {device.down_reason}", advice)
 
 
 def _majority(values: Sequence[str]) -> str:
     return Counter(values).most_common(1)[0][0] if values else ""
 
 
-def _vbios(device: DeviceFacts, siblings: Sequence[DeviceFacts], finding: Any) -> Finding:
+def _vbios(device: DeviceFacts, siblings: Sequence[DeviceFacts]) -> Finding:
     vbios = device.identity.vbios or "unknown"
     others = [d.identity.vbios for d in siblings if d.identity.vbios]
-    common = _majority(others)
     if others and device.identity.vbios and device.identity.vbios not in others:
-        return finding(
-            "vbios",
-            WARN,
-            f"{vbios} (its {len(others)} siblings: {common})",
-            "VBIOS differs from the other boards of this model: flash the fleet's version (amdvbflash)",
-        )
-    return finding("vbios", OK, vbios)
+        advice = "VBIOS differs from the other boards of this model: flash the fleet's version (amdvbflash)"
+        return Finding("vbios", WARN, f"{vbios} (its {len(others)} siblings: {_majority(others)})", advice)
+    return Finding("vbios", OK, vbios)
 
 
-def _firmware(device: DeviceFacts, siblings: Sequence[DeviceFacts], finding: Any) -> Finding:
+def _firmware(device: DeviceFacts, siblings: Sequence[DeviceFacts]) -> Finding:
     mine = device.identity.firmware
     if not mine:
-        return finding(
-            "firmware", WARN, "no fw_version folder", "cannot compare firmware; is the driver's debug info hidden?"
-        )
+        advice = "cannot compare firmware; is the driver's debug info hidden?"
+        return Finding("firmware", WARN, "no fw_version folder", advice)
     differs = []
     for block, version in sorted(mine.items()):
         others = [d.identity.firmware[block] for d in siblings if block in d.identity.firmware]
         if others and version not in others:
             differs.append(f"{block} {version} (siblings {_majority(others)})")
     if differs:
-        return finding(
-            "firmware",
-            WARN,
-            "differs from its siblings: " + ", ".join(differs),
-            "update linux-firmware / amdgpu-firmware so every board of a model runs the same firmware",
-        )
+        advice = "update linux-firmware / amdgpu-firmware so every board of a model runs the same firmware"
+        return Finding("firmware", WARN, "differs from its siblings: " + ", ".join(differs), advice)
     note = f", same as its {len(siblings)} sibling{'s' if len(siblings) != 1 else ''}" if siblings else ""
-    return finding("firmware", OK, f"{len(mine)} blocks{note}")
+    return Finding("firmware", OK, f"{len(mine)} blocks{note}")
 
 
-def _pcie(device: DeviceFacts, finding: Any) -> list[Finding]:
-    out = []
-    width, max_width = device.link_width, device.link_max_width
-    speed, max_speed = device.link_speed, device.link_max_speed
-    if width is None or max_width is None:
-        out.append(finding("PCIe width", WARN, "unreadable", "cannot read current_link_width / max_link_width"))
-    elif width < max_width:
-        out.append(
-            finding(
-                "PCIe width",
-                FAIL,
-                f"x{width} of x{max_width}",
-                "the link trained narrow: reseat the board, check the riser/slot; a narrow link costs bandwidth",
-            )
-        )
-    else:
-        out.append(finding("PCIe width", OK, f"x{width}"))
-    if speed is None or max_speed is None:
-        out.append(finding("PCIe speed", WARN, "unreadable", "cannot read current_link_speed / max_link_speed"))
-    elif speed < max_speed:
-        out.append(
-            finding(
-                "PCIe speed",
-                WARN,
-                f"{_gts(speed)} of {_gts(max_speed)}",
-                "below maximum: normal when idle (PCIe power saving); if it stays low under load, check the slot",
-            )
-        )
-    else:
-        out.append(finding("PCIe speed", OK, _gts(speed)))
-    return out
+def _pcie(device: DeviceFacts) -> list[Finding]:
+    narrow = "the link trained narrow: reseat the board, check the riser/slot; a narrow link costs bandwidth"
+    slow = "below maximum: normal when idle (PCIe power saving); if it stays low under load, check the slot"
+    return [
+        _link_check("PCIe width", "width", device.link_width, device.link_max_width, "x{}".format, FAIL, narrow),
+        _link_check("PCIe speed", "speed", device.link_speed, device.link_max_speed, _gts, WARN, slow),
+    ]
+
+
+def _gts(transfers_per_second: float) -> str:
+    return f"{transfers_per_second / 1e9:g} GT/s"
+
+
+def _link_check(
+    check: str, what: str, now: float | None, top: float | None, show: Callable[[float], str], status: str, advice: str
+) -> Finding:
+    """One half of a PCIe link's health: ok at its maximum, else `status` with `advice`."""
+    if now is None or top is None:
+        return Finding(check, WARN, "unreadable", f"cannot read current_link_{what} / max_link_{what}")
+    if now < top:
+        return Finding(check, status, f"{show(now)} of {show(top)}", advice)
+    return Finding(check, OK, show(now))
 
 
 def _environment(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Finding]:
@@ -468,9 +358,8 @@ def _environment(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Findin
             f"run slowly or compute wrongly (e.g. rocFFT paths); unset it — Instinct parts need no override"
         )
         out.append(Finding("HSA_OVERRIDE_GFX_VERSION", WARN, f"{override} on {isa} ({native})", why))
-    others = {name: value for name, value in env.items() if name != "HSA_OVERRIDE_GFX_VERSION"}
-    if override is not None and not instinct:
-        others["HSA_OVERRIDE_GFX_VERSION"] = override
+    # The override on an Instinct part has its own finding; elsewhere it is one variable among others.
+    others = {name: value for name, value in env.items() if name != "HSA_OVERRIDE_GFX_VERSION" or not instinct}
     if others:
         listed = ", ".join(f"{name}={value}" for name, value in sorted(others.items()))
         out.append(Finding("HIP/HSA environment", OK, listed, "these change which GPUs HIP sees or how it runs"))
@@ -480,46 +369,29 @@ def _environment(host: HostFacts, devices: Sequence[DeviceFacts]) -> list[Findin
 
 
 def _access(access: AccessFacts) -> list[Finding]:
-    out = []
     wanted = ("video", "render")
     missing = [g for g in wanted if g not in access.groups]
     if access.is_root:
-        out.append(Finding("groups", OK, f"{access.user} (root)"))
+        groups = Finding("groups", OK, f"{access.user} (root)")
     elif missing:
-        out.append(
-            Finding(
-                "groups",
-                WARN,
-                f"{access.user} is not in {' or '.join(missing)}",
-                f"sudo usermod -aG {','.join(wanted)} {access.user} (then log in again)",
-            )
-        )
+        advice = f"sudo usermod -aG {','.join(wanted)} {access.user} (then log in again)"
+        groups = Finding("groups", WARN, f"{access.user} is not in {' or '.join(missing)}", advice)
     else:
-        out.append(Finding("groups", OK, f"{access.user} in video and render"))
+        groups = Finding("groups", OK, f"{access.user} in video and render")
     kfd = next((path for path in access.nodes if os.path.basename(path) == "kfd"), None)
-    if kfd is not None:
-        out.append(_node_access(kfd, access, Finding))
-    return out
+    return [groups] if kfd is None else [groups, _node_access(kfd, access)]
 
 
-def _node_access(path: str, access: AccessFacts, finding: Any) -> Finding:
+def _node_access(path: str, access: AccessFacts) -> Finding:
     state = access.nodes.get(path, "missing")
     check = "access " + os.path.basename(path)
     if state == "ok":
-        return finding(check, OK, f"{path} read/write")
+        return Finding(check, OK, f"{path} read/write")
     if state == "missing":
-        return finding(
-            check,
-            FAIL,
-            f"{path} is missing",
-            "the KFD / DRM node does not exist: is amdgpu loaded (and /dev passed into the container)?",
-        )
-    return finding(
-        check,
-        FAIL,
-        f"{path}: permission denied for {access.user}",
-        "add the user to the render and video groups, or pass the device to the container",
-    )
+        advice = "the KFD / DRM node does not exist: is amdgpu loaded (and /dev passed into the container)?"
+        return Finding(check, FAIL, f"{path} is missing", advice)
+    advice = "add the user to the render and video groups, or pass the device to the container"
+    return Finding(check, FAIL, f"{path}: permission denied for {access.user}", advice)
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -558,8 +430,6 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
     """Gather, judge, print; 1 when any finding failed. The caller leaves with os._exit."""
     for flag, path in (("--path.procfs", args.path_procfs), ("--path.dev", args.path_dev)):
         if not os.path.isdir(path):
-            from exporter.config import ConfigError
-
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
     from exporter.simulator.demo import sysfs_tree
 
@@ -570,14 +440,8 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
 def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:
     host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
     devices, error = collect_devices(settings, sysfs)
-    facts = Facts(
-        host=host,
-        devices=devices,
-        discovery_error=error,
-        read_timeout=settings.read_timeout,
-        dev=args.path_dev,
-        access=collect_access(args.path_dev, devices),
-    )
+    access = collect_access(args.path_dev, devices)
+    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access)
     findings = judge(facts)
     out.write(render_json(findings, facts) if args.json else render_text(findings))
     out.flush()

@@ -14,39 +14,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-
-__all__ = [
-    "BadPage",
-    "DpmLevels",
-    "PcieBw",
-    "PcieDpmLevel",
-    "RasCounts",
-    "TextParseError",
-    "TextUnavailableError",
-    "count_bad_pages",
-    "parse_bad_pages",
-    "parse_fw_version",
-    "parse_hex_id",
-    "parse_key_values",
-    "parse_link_speed",
-    "parse_link_width",
-    "parse_pcie_bw",
-    "parse_percent_ratio",
-    "parse_pp_dpm",
-    "parse_pp_dpm_pcie",
-    "parse_ras_err_count",
-    "parse_ras_features",
-    "parse_scaled",
-    "parse_signed",
-    "parse_text_line",
-    "parse_uevent",
-    "parse_unique_id",
-    "parse_unsigned",
-    "parse_word",
-    "parse_word_list",
-]
+from typing import TypeVar
 
 
 class TextParseError(ValueError):
@@ -63,6 +34,8 @@ U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
+
+T = TypeVar("T")
 
 # Only ASCII whitespace is "surrounding whitespace": str.strip() would also eat U+0085, U+00A0 ...
 _ASCII_SPACE = " \t\n\r\v\f"
@@ -107,40 +80,65 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def _match(pattern: re.Pattern[str], text: str, what: str) -> re.Match[str]:
+    match = pattern.fullmatch(text)
+    if match is None:
+        raise _fail(what, text)
+    return match
+
+
+def _keyed_lines(
+    text: str, pattern: re.Pattern[str], what: str, key_what: str, value: Callable[[str], T]
+) -> dict[str, T]:
+    """Lines of `pattern`, groups (key, value) -> {key: value(its text)}; a value must be printable
+    and a key given twice is malformed."""
+    values: dict[str, T] = {}
+    for line in _lines(text):
+        match = pattern.fullmatch(line)
+        if match is None or not match.group(2).isprintable():
+            raise _fail(what, line)
+        key = match.group(1)
+        if key in values:
+            raise _fail(f"{key_what} {key!r} appears twice", text)
+        values[key] = value(match.group(2))
+    return values
+
+
+def _counter(what: str) -> Callable[[str], int]:
+    return lambda digits: _decimal(digits, 0, U64_MAX, what)
+
+
+def _table_lines(text: str | bytes, file: str, table: str) -> tuple[str, list[str]]:
+    """A pp_dpm_* table's text and its lines; `unavailable` (after a RAS interrupt) is no table."""
+    stripped = _stripped(text)
+    if stripped.lower() == "unavailable":
+        raise TextUnavailableError(f"{file} unavailable (RAS interrupt)")
+    lines = _lines(stripped)
+    if not lines:
+        raise _fail(f"empty {table}", stripped)
+    return stripped, lines
+
+
 _DECIMAL = re.compile(r"(-?)([0-9]+)")
 
 
 def _decimal(text: str, low: int, high: int, what: str) -> int:
-    if 0 < len(text) <= 20 and text.isascii() and text.isdigit():
-        # The common case, plain ASCII digits, without the regex: a poll parses several per device.
-        value = int(text)
-        if not low <= value <= high:
-            raise _fail(f"{what} out of range [{low}, {high}]", text)
-        return value
-    match = _DECIMAL.fullmatch(text)
-    if match is None:
-        raise _fail(f"not a decimal {what}", text)
-    sign, digits = match.groups()
-    digits = digits.lstrip("0") or "0"
-    # u64/i64 need at most 20 digits; checking length first keeps int() away from huge strings.
-    if len(digits) > 20:
-        raise _fail(f"{what} out of range", text)
-    value = int(sign + digits)
+    number = text
+    # The common case, plain ASCII digits, skips the regex: a poll parses several per device.
+    if not (0 < len(text) <= 20 and text.isascii() and text.isdigit()):
+        match = _DECIMAL.fullmatch(text)
+        if match is None:
+            raise _fail(f"not a decimal {what}", text)
+        sign, digits = match.groups()
+        digits = digits.lstrip("0") or "0"
+        # u64/i64 need at most 20 digits; checking length first keeps int() away from huge strings.
+        if len(digits) > 20:
+            raise _fail(f"{what} out of range", text)
+        number = sign + digits
+    value = int(number)
     if not low <= value <= high:
         raise _fail(f"{what} out of range [{low}, {high}]", text)
     return value
-
-
-def plain_unsigned(raw: bytes) -> int | None:
-    """The common case of a `%u` / `%d` sysfs file, ASCII digits and one newline, as an int.
-
-    None for anything else (a sign, blanks, no newline, an empty file, past 2^64-1): the full parsers
-    judge those. The poll reads several such files per device per cycle; this skips the text path.
-    """
-    if 1 < len(raw) <= 21 and raw[-1] == 10 and raw[:-1].isdigit():
-        value = int(raw[:-1])
-        return value if value <= U64_MAX else None
-    return None
 
 
 def parse_unsigned(text: str | bytes) -> int:
@@ -225,22 +223,12 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     """`%d: %uMhz %s\\n` per level, `*` on the current one; an optional first `S: NMhz *` (deep
     sleep; levels then number from 0 or, in smu_cmn's writer, from 1); `unavailable` after a RAS
     interrupt raises TextUnavailableError. Aldebaran may mark two levels within 25 MHz of the clock."""
-    stripped = _stripped(text)
-    if stripped.lower() == "unavailable":
-        raise TextUnavailableError("pp_dpm table unavailable (RAS interrupt)")
-    lines = _lines(stripped)
-    if not lines:
-        raise _fail("empty clock table", stripped)
+    stripped, lines = _table_lines(text, "pp_dpm table", "clock table")
 
-    deep_sleep: float | None = None
-    fine_grained: float | None = None
+    current_line: dict[str, float] = {}  # the clock of an S: or F: line, by its letter
     prefix = _DPM_PREFIX.fullmatch(lines[0])
     if prefix is not None:
-        hertz = _mhz(prefix.group(2), stripped)
-        if prefix.group(1) == "S":
-            deep_sleep = hertz
-        else:
-            fine_grained = hertz
+        current_line[prefix.group(1)] = _mhz(prefix.group(2), stripped)
         lines = lines[1:]
         if not lines:
             raise _fail(f"{prefix.group(1)}: line without clock levels", stripped)
@@ -249,9 +237,7 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     current: int | None = None
     first_number: int | None = None
     for line in lines:
-        match = _DPM_LEVEL.fullmatch(line)
-        if match is None:
-            raise _fail("not a clock level line", line)
+        match = _match(_DPM_LEVEL, line, "not a clock level line")
         number = int(match.group(1))
         if first_number is None:
             first_number = number
@@ -263,7 +249,7 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
         if match.group(3) and current is None:
             current = len(levels)
         levels.append(_mhz(match.group(2), stripped))
-    return DpmLevels(tuple(levels), current, deep_sleep, fine_grained)
+    return DpmLevels(tuple(levels), current, current_line.get("S"), current_line.get("F"))
 
 
 # ---- pp_dpm_pcie ---------------------------------------------------------------------------------
@@ -294,31 +280,17 @@ def _giga_transfers(number: str, text: str) -> float:
 def parse_pp_dpm_pcie(text: str | bytes) -> tuple[PcieDpmLevel, ...]:
     """`%d: %s %s %dMhz %s\\n`, e.g. `1: 16.0GT/s, x16 619Mhz *`. A level whose gen or width the
     kernel could not name (it prints an empty string) is rejected: no number can stand for it."""
-    stripped = _stripped(text)
-    if stripped.lower() == "unavailable":
-        raise TextUnavailableError("pp_dpm_pcie unavailable (RAS interrupt)")
-    lines = _lines(stripped)
-    if not lines:
-        raise _fail("empty PCIe level table", stripped)
+    stripped, lines = _table_lines(text, "pp_dpm_pcie", "PCIe level table")
     levels: list[PcieDpmLevel] = []
     for line in lines:
-        match = _PCIE_DPM_LEVEL.fullmatch(line)
-        if match is None:
-            raise _fail("not a PCIe level line", line)
-        number, speed, width_digits, lclk, star = match.groups()
+        number, speed, width_digits, lclk, star = _match(_PCIE_DPM_LEVEL, line, "not a PCIe level line").groups()
         if int(number) != len(levels):
             raise _fail("PCIe levels are not numbered 0, 1, ...", stripped)
         width = int(width_digits)
         if width not in _PCIE_DPM_WIDTHS:
             raise _fail("not a PCIe link width", line)
-        levels.append(
-            PcieDpmLevel(
-                transfers_per_second=_giga_transfers(speed, line),
-                width=width,
-                current=bool(star),
-                lclk_hertz=None if lclk is None else _mhz(lclk, line),
-            )
-        )
+        lclk_hertz = None if lclk is None else _mhz(lclk, line)
+        levels.append(PcieDpmLevel(_giga_transfers(speed, line), width, bool(star), lclk_hertz))
     return tuple(levels)
 
 
@@ -333,10 +305,7 @@ def parse_link_speed(text: str | bytes) -> float:
     stripped = _stripped(text)
     if stripped in ("Unknown", "Unknown speed"):
         raise TextUnavailableError(f"link speed unknown: {stripped!r}")
-    match = _LINK_SPEED.fullmatch(stripped)
-    if match is None:
-        raise _fail("not a PCIe link speed", stripped)
-    return _giga_transfers(match.group(1), stripped)
+    return _giga_transfers(_match(_LINK_SPEED, stripped, "not a PCIe link speed").group(1), stripped)
 
 
 def parse_link_width(text: str | bytes) -> int:
@@ -368,15 +337,7 @@ def parse_ras_err_count(text: str | bytes) -> RasCounts:
     stripped = _stripped(text)
     if stripped == "Query currently inaccessible":
         raise TextUnavailableError("RAS error count query currently inaccessible")
-    counts: dict[str, int] = {}
-    for line in _lines(stripped):
-        match = _RAS_COUNT.fullmatch(line)
-        if match is None:
-            raise _fail("not a RAS count line", line)
-        key, digits = match.groups()
-        if key in counts:
-            raise _fail(f"RAS count {key!r} appears twice", stripped)
-        counts[key] = _decimal(digits, 0, U64_MAX, "error count")
+    counts = _keyed_lines(stripped, _RAS_COUNT, "not a RAS count line", "RAS count", _counter("error count"))
     if "ue" not in counts or "ce" not in counts:
         raise _fail("RAS error count needs both ue: and ce:", stripped)
     return RasCounts(correctable=counts["ce"], uncorrectable=counts["ue"], deferred=counts.get("de"))
@@ -387,11 +348,7 @@ _RAS_FEATURES = re.compile(r"feature mask:[ \t]*0[xX]([0-9a-fA-F]{1,16})")
 
 def parse_ras_features(text: str | bytes) -> int:
     """ras/features: `feature mask: 0x%x\\n` -> the mask (bit n = RAS block n enabled)."""
-    stripped = _stripped(text)
-    match = _RAS_FEATURES.fullmatch(stripped)
-    if match is None:
-        raise _fail("not a RAS feature mask", stripped)
-    return int(match.group(1), 16)
+    return int(_match(_RAS_FEATURES, _stripped(text), "not a RAS feature mask").group(1), 16)
 
 
 _BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
@@ -410,10 +367,7 @@ def parse_bad_pages(text: str | bytes) -> tuple[BadPage, ...]:
     """`0x%08x : 0x%08x : %1s\\n` per record; an empty file means no bad pages."""
     pages: list[BadPage] = []
     for line in _lines(_stripped(text)):
-        match = _BAD_PAGE.fullmatch(line)
-        if match is None:
-            raise _fail("not a bad page record", line)
-        page, size, status = match.groups()
+        page, size, status = _match(_BAD_PAGE, line, "not a bad page record").groups()
         pages.append(BadPage(int(page, 16), int(size, 16), status))
     return tuple(pages)
 
@@ -432,28 +386,18 @@ _HEX_ID = re.compile(r"0[xX]([0-9a-fA-F]{1,16})")
 
 def parse_fw_version(text: str | bytes) -> str:
     """fw_version/*_fw_version `0x%08x\\n` -> "0x0000001a" (8 lower-case hex digits)."""
-    stripped = _stripped(text)
-    match = _FW_VERSION.fullmatch(stripped)
-    if match is None:
-        raise _fail("not a 32-bit firmware version", stripped)
+    match = _match(_FW_VERSION, _stripped(text), "not a 32-bit firmware version")
     return f"0x{int(match.group(1), 16):08x}"
 
 
 def parse_unique_id(text: str | bytes) -> str:
     """unique_id `%016llx\\n` (or the unpadded `%llx` of the serial fallback) -> 16 lower-case hex."""
-    stripped = _stripped(text)
-    if _UNIQUE_ID.fullmatch(stripped) is None:
-        raise _fail("not a 64-bit hex id", stripped)
-    return f"{int(stripped, 16):016x}"
+    return f"{int(_match(_UNIQUE_ID, _stripped(text), 'not a 64-bit hex id').group(), 16):016x}"
 
 
 def parse_hex_id(text: str | bytes) -> str:
     """PCI vendor/device/subsystem/revision `0x%04x\\n` -> "0x1002" (lower case, width kept)."""
-    stripped = _stripped(text)
-    match = _HEX_ID.fullmatch(stripped)
-    if match is None:
-        raise _fail("not a 0x-prefixed hex id", stripped)
-    return "0x" + match.group(1).lower()
+    return "0x" + _match(_HEX_ID, _stripped(text), "not a 0x-prefixed hex id").group(1).lower()
 
 
 # ---- pcie_bw ---------------------------------------------------------------------------------------
@@ -479,9 +423,7 @@ class PcieBw:
 def parse_pcie_bw(text: str | bytes) -> PcieBw:
     """`%llu %llu %i\\n`: received messages, posted requests sent, max payload size in bytes."""
     stripped = _stripped(text)
-    match = _PCIE_BW.fullmatch(stripped)
-    if match is None:
-        raise _fail("not a pcie_bw triple", stripped)
+    match = _match(_PCIE_BW, stripped, "not a pcie_bw triple")
     received = _decimal(match.group(1), 0, U64_MAX, "counter")
     sent = _decimal(match.group(2), 0, U64_MAX, "counter")
     mps = _decimal(match.group(3), I64_MIN, I64_MAX, "payload size")
@@ -498,32 +440,12 @@ _UEVENT = re.compile(r"([A-Za-z0-9_]+)=(.*)")
 
 def parse_key_values(text: str | bytes) -> dict[str, int]:
     """KFD topology `properties` (node, io_link, mem_bank): `%s %u\\n` / `%s %llu\\n` lines."""
-    stripped = _stripped(text)
-    values: dict[str, int] = {}
-    for line in _lines(stripped):
-        match = _KEY_VALUE.fullmatch(line)
-        if match is None:
-            raise _fail("not a 'name value' line", line)
-        key, digits = match.groups()
-        if key in values:
-            raise _fail(f"property {key!r} appears twice", stripped)
-        values[key] = _decimal(digits, 0, U64_MAX, "property value")
-    return values
+    return _keyed_lines(_stripped(text), _KEY_VALUE, "not a 'name value' line", "property", _counter("property value"))
 
 
 def parse_uevent(text: str | bytes) -> dict[str, str]:
     """`KEY=value\\n` lines (`DRIVER=amdgpu`, `PCI_SLOT_NAME=0000:c1:00.0`); values may be empty."""
-    stripped = _stripped(text)
-    values: dict[str, str] = {}
-    for line in _lines(stripped):
-        match = _UEVENT.fullmatch(line)
-        if match is None or not match.group(2).isprintable():
-            raise _fail("not a KEY=value line", line)
-        key, value = match.groups()
-        if key in values:
-            raise _fail(f"uevent key {key!r} appears twice", stripped)
-        values[key] = value
-    return values
+    return _keyed_lines(_stripped(text), _UEVENT, "not a KEY=value line", "uevent key", str)
 
 
 # ---- words and lines -------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from prometheus_client import exposition as text_exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
-from exporter.exposition.render import render
+from exporter.exposition.render import families as render_families
 from exporter.exposition.textformat import format_families
 from exporter.model import DeviceState, Histogram, Published, Snapshot
 from tests.unit.test_exposition import _identity, _snapshot
@@ -37,9 +37,8 @@ def test_a_whole_snapshot_renders_exactly_as_the_library_would() -> None:
     )
     stats = dataclasses.replace(published.stats, poll_durations=Histogram().observe(0.004))
     snapshot = Snapshot(taken_at=5.0, devices=(*snapshot.devices, weird))
-    view = render(Published(snapshot, alerts=published.alerts, stats=stats))._source
     for openmetrics in (False, True):
-        families = list(view.collect())
+        families = list(render_families(Published(snapshot, alerts=published.alerts, stats=stats)))
         assert format_families(families, openmetrics) == _library(families, openmetrics)
 
 
