@@ -1,19 +1,27 @@
-"""Access and protocol errors through structlog, rate-limited per event.
+"""What the HTTP layer reports: access and protocol errors through structlog, rate-limited per
+event, and counters of rejections and connections.
 
 A scanner or a broken client can cause thousands of errors a second; each event name may log a
 few lines, then stays quiet and reports how many it suppressed with its next line. The standard
 library loggers of uvicorn and asyncio (which print tracebacks and plain-text lines) are routed
-here too.
+here too. The counters are copied into each poll cycle's ExporterStats.web (exposition/metrics.py
+declares their families, shown only with --web.config.file).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structlog import get_logger
+
+from exporter.model import WebStats
+
+if TYPE_CHECKING:
+    from exporter.web.webconfig_reload import WebConfigReloader
 
 log = get_logger("exporter.web")
 
@@ -69,3 +77,43 @@ def route_library_logs() -> None:
         logger.handlers = [handler]
         logger.propagate = False
         logger.setLevel(logging.WARNING)
+
+
+REJECTION_REASONS = (
+    "unauthorized",
+    "rate_limited",
+    "auth_overloaded",
+    "header_too_large",
+    "too_many_headers",
+    "header_timeout",
+    "response_timeout",
+    "bad_request",
+    "connection_limit",
+    "idle_evicted",
+    "tls_handshake",
+    "client_cert_not_allowed",
+)
+
+
+class HttpStats:
+    def __init__(self) -> None:
+        self.rejections: Counter[str] = Counter()
+        self.open_connections = 0
+        self.max_connections = 0
+
+    def reject(self, reason: str, event: str, /, **fields: Any) -> None:
+        """Counts a rejection under reason and logs event (rate-limited) with fields."""
+        self.rejections[reason] += 1
+        LIMITED.warning(event, **fields)
+
+
+def web_stats(stats: HttpStats, reloader: WebConfigReloader) -> WebStats:
+    """An immutable copy for one cycle."""
+    return WebStats(
+        config_reload_successes=reloader.reload_successes,
+        config_reload_failures=reloader.reload_failures,
+        config_last_reload_ok=reloader.last_reload_ok,
+        rejections=tuple((reason, stats.rejections.get(reason, 0)) for reason in REJECTION_REASONS),
+        open_connections=stats.open_connections,
+        max_connections=stats.max_connections,
+    )

@@ -19,8 +19,7 @@ from structlog import get_logger
 
 from exporter import boundedfile
 from exporter.web.http_auth import BasicAuthVerifier
-from exporter.web.http_headers import response_headers
-from exporter.web.http_ratelimit import TokenBucket
+from exporter.web.http_guard import TokenBucket
 from exporter.web.webconfig import WebConfig, WebConfigError, parse_web_config
 from exporter.web.webconfig_tls import build_ssl_context
 
@@ -38,7 +37,7 @@ class ActiveWebConfig:
     ssl_context: ssl.SSLContext | None
     verifier: BasicAuthVerifier
     bucket: TokenBucket | None
-    headers: tuple[tuple[bytes, bytes], ...]
+    headers: tuple[tuple[bytes, bytes], ...]  # http_server_config.headers as raw ASGI pairs
 
 
 PLAIN = ActiveWebConfig(WebConfig(), None, BasicAuthVerifier({}), None, ())
@@ -57,7 +56,9 @@ def build_active(config: WebConfig, previous: ActiveWebConfig | None = None) -> 
             verifier = previous.verifier
         if previous.config.rate_limit == config.rate_limit:
             bucket = previous.bucket
-    return ActiveWebConfig(config, context, verifier, bucket, tuple(response_headers(config)))
+    # Validated in webconfig.py: only the five allowed names, one-line values.
+    headers = tuple((name.lower().encode("ascii"), value.encode("latin-1")) for name, value in config.headers)
+    return ActiveWebConfig(config, context, verifier, bucket, headers)
 
 
 def _weakening(previous: WebConfig, config: WebConfig) -> str:
