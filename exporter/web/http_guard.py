@@ -13,16 +13,13 @@ those two answers carry nothing but "ok"/"ready". TLS still applies to them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exporter.web.http_auth import Overloaded, parse_basic_authorization
 from exporter.web.http_log import HttpStats
 from exporter.web.routes import Receive, Scope, Send, send_response
-
-if TYPE_CHECKING:
-    from exporter.web.webconfig_reload import ActiveWebConfig
+from exporter.web.webconfig_reload import ActiveWebConfig
 
 _OPEN_PATHS = frozenset(("/healthz", "/readyz"))
 _REALM = (b"www-authenticate", b'Basic realm="amdgpu-exporter", charset="UTF-8"')
@@ -90,31 +87,3 @@ class WebGuard:
                 await send_response(send, 401, b"unauthorized\n", [_REALM])
                 return
         await self.app(scope, receive, send)
-
-
-class TokenBucket:
-    """rate_limit: {interval, burst}: one token per interval, at most burst stored; no token is a 429."""
-
-    def __init__(self, interval: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        if interval <= 0 or burst < 1:
-            raise ValueError("interval must be > 0 and burst >= 1")
-        self.interval = interval
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._stamp = clock()
-
-    def allow(self) -> bool:
-        """Take a token if there is one."""
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) / self.interval)
-        self._stamp = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def retry_after(self) -> int:
-        """Whole seconds until the next token (for the Retry-After header)."""
-        missing = max(0.0, 1.0 - self._tokens)
-        return max(1, int(missing * self.interval + 0.999))

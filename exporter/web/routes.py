@@ -175,21 +175,22 @@ def create_app(
         ready, why = checks.readiness(state_ref().published)
         return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
+    not_yet = {"error": "no poll cycle has finished yet"}
+
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
         published = state_ref().published
         if published is None:
-            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+            return JSONResponse(not_yet, status_code=503)
         return JSONResponse(devices_document(published.snapshot, time.time()))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
         published = state_ref().published
         if published is None:
-            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        return JSONResponse(
-            {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
-        )
+            return JSONResponse(not_yet, status_code=503)
+        alerts = [alert_json(a) for a in published.alerts]
+        return JSONResponse({"taken_at": published.snapshot.taken_at, "alerts": alerts})
 
     @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:

@@ -19,7 +19,7 @@ from structlog import get_logger
 
 from exporter import boundedfile
 from exporter.web.http_auth import BasicAuthVerifier
-from exporter.web.http_guard import TokenBucket
+from exporter.web.http_log import TokenBucket
 from exporter.web.webconfig import WebConfig, WebConfigError, parse_web_config
 from exporter.web.webconfig_tls import build_ssl_context
 
