@@ -185,8 +185,8 @@ async def serve(settings: Settings) -> None:
     rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
     # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
     from exporter.web import http_server, webconfig_reload
-    from exporter.web.http_listeners import ListenError, shown_address, systemd_sockets
     from exporter.web.http_log import route_library_logs
+    from exporter.web.http_server import ListenError, shown_address, systemd_sockets
     from exporter.web.webconfig import WebConfigError
 
     route_library_logs()
@@ -235,7 +235,7 @@ async def serve(settings: Settings) -> None:
             stack.callback(attribution.close)
         # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
         from exporter.web.http_guard import WebGuard
-        from exporter.web.http_stats import HttpStats, web_stats
+        from exporter.web.http_log import HttpStats, web_stats
 
         http_stats = HttpStats()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)

@@ -2,6 +2,8 @@
 
 The order is exporter-toolkit's: the configured response headers go on every answer, then the
 token bucket (429), then the credentials (401). Rejections are counted and logged rate-limited.
+One bucket serves the whole server, as exporter-toolkit has: it caps what all clients together
+can make the exporter do.
 
 One deliberate difference from upstream: the liveness and readiness probes (/healthz, /readyz)
 need no credentials and take no token. Kubernetes' httpGet probes cannot do basic auth without
@@ -11,29 +13,16 @@ those two answers carry nothing but "ok"/"ready". TLS still applies to them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from exporter.web.http_auth import Overloaded, parse_basic_authorization
-from exporter.web.http_log import LIMITED
-from exporter.web.http_stats import HttpStats
+from exporter.web.http_log import HttpStats
+from exporter.web.routes import Receive, Scope, Send, send_response
 from exporter.web.webconfig_reload import ActiveWebConfig
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
+_OPEN_PATHS = frozenset(("/healthz", "/readyz"))
 _REALM = (b"www-authenticate", b'Basic realm="amdgpu-exporter", charset="UTF-8"')
-
-
-async def send_plain(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
-    headers = [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _client(scope: Scope) -> str:
@@ -42,21 +31,14 @@ def _client(scope: Scope) -> str:
 
 
 class WebGuard:
-    def __init__(
-        self,
-        app: Any,
-        current: Callable[[], ActiveWebConfig],
-        stats: HttpStats,
-        open_paths: tuple[str, ...] = ("/healthz", "/readyz"),
-    ) -> None:
+    def __init__(self, app: Any, current: Callable[[], ActiveWebConfig], stats: HttpStats) -> None:
         self.app = app
         self.current = current
         self.stats = stats
-        self.open_paths = frozenset(open_paths)
 
     def _reject(self, reason: str, scope: Scope, status: int) -> None:
-        self.stats.reject(reason)
-        LIMITED.warning(
+        self.stats.reject(
+            reason,
             "http_request_rejected",
             reason=reason,
             status=status,
@@ -80,21 +62,17 @@ class WebGuard:
                     message["headers"] = [*message.get("headers", ()), *extra]
                 await inner(message)
 
-        if scope["path"] in self.open_paths:
+        if scope["path"] in _OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         if active.bucket is not None and not active.bucket.allow():
             self._reject("rate_limited", scope, 429)
             retry = str(active.bucket.retry_after()).encode()
-            await send_plain(send, 429, b"too many requests\n", [(b"retry-after", retry)])
+            await send_response(send, 429, b"too many requests\n", [(b"retry-after", retry)])
             return
         verifier = active.verifier
         if verifier.enabled:
-            authorization = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value
-                    break
+            authorization = next((value for name, value in scope["headers"] if name == b"authorization"), None)
             credentials = parse_basic_authorization(authorization)
             ok = False
             if credentials is not None:
@@ -102,10 +80,10 @@ class WebGuard:
                     ok = await verifier.check(*credentials, client=_client(scope))
                 except Overloaded:
                     self._reject("auth_overloaded", scope, 429)
-                    await send_plain(send, 429, b"too many authentication attempts\n", [(b"retry-after", b"1")])
+                    await send_response(send, 429, b"too many authentication attempts\n", [(b"retry-after", b"1")])
                     return
             if not ok:
                 self._reject("unauthorized", scope, 401)
-                await send_plain(send, 401, b"unauthorized\n", [_REALM])
+                await send_response(send, 401, b"unauthorized\n", [_REALM])
                 return
         await self.app(scope, receive, send)

@@ -1,43 +1,76 @@
-"""Access and protocol errors through structlog, rate-limited per event.
+"""What the HTTP layer reports: access and protocol errors through structlog, rate-limited per
+event, and counters of rejections and connections.
 
 A scanner or a broken client can cause thousands of errors a second; each event name may log a
 few lines, then stays quiet and reports how many it suppressed with its next line. The standard
 library loggers of uvicorn and asyncio (which print tracebacks and plain-text lines) are routed
-here too.
+here too. The counters are copied into each poll cycle's ExporterStats.web (exposition/metrics.py
+declares their families, shown only with --web.config.file).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structlog import get_logger
+
+from exporter.model import WebStats
+
+if TYPE_CHECKING:
+    from exporter.web.webconfig_reload import WebConfigReloader
 
 log = get_logger("exporter.web")
 
 
-class RateLimitedLog:
-    def __init__(self, burst: int = 5, per_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+class TokenBucket:
+    """rate_limit: {interval, burst}: one token per interval, at most burst stored; no token is a 429."""
+
+    def __init__(self, interval: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval <= 0 or burst < 1:
+            raise ValueError("interval must be > 0 and burst >= 1")
+        self.interval = interval
         self.burst = burst
-        self.per_seconds = per_seconds
         self._clock = clock
-        self._state: dict[str, list[float]] = {}  # event -> [tokens, stamp, suppressed]
+        self._tokens = float(burst)
+        self._stamp = clock()
+
+    def allow(self) -> bool:
+        """Take a token if there is one."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) / self.interval)
+        self._stamp = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def retry_after(self) -> int:
+        """Whole seconds until the next token (for the Retry-After header)."""
+        missing = max(0.0, 1.0 - self._tokens)
+        return max(1, int(missing * self.interval + 0.999))
+
+
+class RateLimitedLog:
+    """One token bucket per event name: `burst` lines, then one per per_seconds/burst."""
+
+    def __init__(self, burst: int = 5, per_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._new_bucket = functools.partial(TokenBucket, per_seconds / burst, burst, clock)
+        self._buckets: dict[str, TokenBucket] = {}
+        self._suppressed: Counter[str] = Counter()
 
     def warning(self, event: str, **fields: Any) -> bool:
         """Logs unless this event has logged too often lately; True when it logged."""
-        now = self._clock()
-        state = self._state.setdefault(event, [float(self.burst), now, 0.0])
-        state[0] = min(float(self.burst), state[0] + (now - state[1]) * self.burst / self.per_seconds)
-        state[1] = now
-        if state[0] < 1.0:
-            state[2] += 1
+        bucket = self._buckets.get(event) or self._buckets.setdefault(event, self._new_bucket())
+        if not bucket.allow():
+            self._suppressed[event] += 1
             return False
-        state[0] -= 1.0
-        if state[2]:
-            fields["suppressed_since_last"] = int(state[2])
-            state[2] = 0
+        if self._suppressed[event]:
+            fields["suppressed_since_last"] = self._suppressed.pop(event)
         log.warning(event, **fields)
         return True
 
@@ -69,3 +102,43 @@ def route_library_logs() -> None:
         logger.handlers = [handler]
         logger.propagate = False
         logger.setLevel(logging.WARNING)
+
+
+REJECTION_REASONS = (
+    "unauthorized",
+    "rate_limited",
+    "auth_overloaded",
+    "header_too_large",
+    "too_many_headers",
+    "header_timeout",
+    "response_timeout",
+    "bad_request",
+    "connection_limit",
+    "idle_evicted",
+    "tls_handshake",
+    "client_cert_not_allowed",
+)
+
+
+class HttpStats:
+    def __init__(self) -> None:
+        self.rejections: Counter[str] = Counter()
+        self.open_connections = 0
+        self.max_connections = 0
+
+    def reject(self, reason: str, event: str, /, **fields: Any) -> None:
+        """Counts a rejection under reason and logs event (rate-limited) with fields."""
+        self.rejections[reason] += 1
+        LIMITED.warning(event, **fields)
+
+
+def web_stats(stats: HttpStats, reloader: WebConfigReloader) -> WebStats:
+    """An immutable copy for one cycle."""
+    return WebStats(
+        config_reload_successes=reloader.reload_successes,
+        config_reload_failures=reloader.reload_failures,
+        config_last_reload_ok=reloader.last_reload_ok,
+        rejections=tuple((reason, stats.rejections.get(reason, 0)) for reason in REJECTION_REASONS),
+        open_connections=stats.open_connections,
+        max_connections=stats.max_connections,
+    )

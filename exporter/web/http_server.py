@@ -13,6 +13,9 @@ file descriptors, after which device reads fail too. Here:
   are never taken;
 * TLS is set up per connection with the SSLContext of the current web configuration, so a
   reloaded certificate applies to the next connection, and a handshake counts against the cap.
+
+The listening sockets are opened by the daemon or handed over by systemd (--web.systemd-socket,
+the sd_listen_fds(3) protocol).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import resource
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +36,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from exporter.sources.sysfs.files import KEPT_PER_DEVICE
-from exporter.web.http_log import LIMITED
-from exporter.web.http_stats import HttpStats
+from exporter.web.http_log import HttpStats
 from exporter.web.webconfig_reload import ActiveWebConfig
 from exporter.web.webconfig_tls import san_allowed
 
@@ -106,12 +108,12 @@ class ConnectionTable:
         if len(self.slots) >= self.limits.max_connections:
             victim = next((s for s in self.slots.values() if s.phase != "busy"), None)
             if victim is None:
-                self.stats.reject("connection_limit")
-                LIMITED.warning("http_connection_refused", reason="connection_limit", open=len(self.slots))
+                self.stats.reject(
+                    "connection_limit", "http_connection_refused", reason="connection_limit", open=len(self.slots)
+                )
                 return False
             self.release(victim)
-            self.stats.reject("idle_evicted")
-            LIMITED.warning("http_connection_evicted", reason="connection_limit", phase=victim.phase)
+            self.stats.reject("idle_evicted", "http_connection_evicted", reason="connection_limit", phase=victim.phase)
             victim.close("idle_evicted")
         self.slots[id(slot)] = slot
         self.stats.open_connections = len(self.slots)
@@ -136,8 +138,7 @@ class ConnectionTable:
             if now - slot.since > deadline[slot.phase]:
                 reason = "response_timeout" if slot.phase == "busy" else "header_timeout"
                 if slot.phase in ("waiting", "reading", "busy"):
-                    self.stats.reject(reason)
-                    LIMITED.warning("http_connection_timed_out", reason=reason, phase=slot.phase)
+                    self.stats.reject(reason, "http_connection_timed_out", reason=reason, phase=slot.phase)
                 self.release(slot)
                 slot.close(reason)
 
@@ -244,8 +245,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 if self._too_many:
                     self._refuse_431("too_many_headers")
                     return
-                self.table.stats.reject("bad_request")
-                LIMITED.warning("http_bad_request", client=self._peer(), error=str(error)[:100])
+                self.table.stats.reject("bad_request", "http_bad_request", client=self._peer(), error=str(error)[:100])
                 self.send_400_response("Invalid HTTP request received.")
                 return
             if self.transport.is_closing():
@@ -255,8 +255,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         return str(self.client[0]) if self.client else ""
 
     def _refuse_431(self, reason: str) -> None:
-        self.table.stats.reject(reason)
-        LIMITED.warning("http_request_rejected", reason=reason, status=431, client=self._peer())
+        self.table.stats.reject(reason, "http_request_rejected", reason=reason, status=431, client=self._peer())
         self.transport.write(RESPONSE_431)
         self.transport.close()
         self.parser = None  # type: ignore[assignment]
@@ -405,9 +404,8 @@ class TLSGate(asyncio.Protocol):
             return
         except Exception as error:
             server.table.release(slot)
-            server.stats.reject("tls_handshake")
             reason = getattr(error, "reason", None) or type(error).__name__
-            LIMITED.warning("tls_handshake_failed", client=client, error=str(reason)[:100])
+            server.stats.reject("tls_handshake", "tls_handshake_failed", client=client, error=str(reason)[:100])
             raw.abort()
             return
         self.handed_over = True
@@ -417,8 +415,9 @@ class TLSGate(asyncio.Protocol):
         tls_config = active.config.tls
         if tls_config is not None and not san_allowed(tls_config, tls.get_extra_info("peercert")):
             server.table.release(slot)
-            server.stats.reject("client_cert_not_allowed")
-            LIMITED.warning("http_connection_refused", reason="client_cert_not_allowed", client=client)
+            server.stats.reject(
+                "client_cert_not_allowed", "http_connection_refused", reason="client_cert_not_allowed", client=client
+            )
             tls.abort()
             return
         if early.lost:
@@ -500,3 +499,48 @@ def uvicorn_config(app: Any, limits: HttpLimits) -> uvicorn.Config:
         http="httptools",
         ws="none",
     )
+
+
+SD_LISTEN_FDS_START = 3
+
+
+class ListenError(RuntimeError):
+    """No usable socket; the message is one sentence for the operator."""
+
+
+def systemd_sockets(environ: MutableMapping[str, str] | None = None) -> list[socket.socket]:
+    """The stream sockets systemd passed to this process (LISTEN_FDS/LISTEN_PID), which it then forgets."""
+    environ = os.environ if environ is None else environ
+    count_text = environ.get("LISTEN_FDS", "")
+    if not count_text or environ.get("LISTEN_PID", "") != str(os.getpid()):
+        raise ListenError(
+            "--web.systemd-socket: systemd passed no sockets to this process (LISTEN_FDS/LISTEN_PID); "
+            "start it through amdgpu-exporter.socket or drop the flag"
+        )
+    if not (count_text.isascii() and count_text.isdigit()) or int(count_text) < 1:
+        raise ListenError(f"--web.systemd-socket: LISTEN_FDS={count_text!r} is not a positive count")
+    sockets = []
+    for fd in range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + int(count_text)):
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError as error:
+            raise ListenError(f"--web.systemd-socket: descriptor {fd} is not a socket ({error.strerror})") from None
+        if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise ListenError(f"--web.systemd-socket: descriptor {fd} is not a listening stream socket")
+        os.set_inheritable(fd, False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sockets.append(sock)
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        environ.pop(name, None)
+    return sockets
+
+
+def shown_address(sock: socket.socket) -> str:
+    """host:port of a listening socket, IPv6 in brackets."""
+    address = sock.getsockname()
+    if sock.family == socket.AF_INET6:
+        return f"[{address[0]}]:{address[1]}"
+    if sock.family == socket.AF_INET:
+        return f"{address[0]}:{address[1]}"
+    return str(address)

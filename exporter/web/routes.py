@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 import math
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,7 +23,6 @@ from exporter.exposition.views import alert_json, devices_document
 from exporter.log import get_logger
 from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
-from exporter.web.negotiation import wants_gzip, wants_openmetrics
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 
@@ -35,6 +34,50 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 TEXT_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
+PLAIN_CONTENT_TYPE = b"text/plain; charset=utf-8"
+
+# Content negotiation for /metrics, pure over header bytes. A media type or coding with q=0 is
+# refused (RFC 9110 §12.4.2): prometheus-client's own helpers (choose_encoder, gzip_accepted) match
+# names only and ignore q, so `Accept-Encoding: gzip;q=0` would still get gzip from them.
+
+
+def _preferences(header: bytes) -> dict[bytes, float]:
+    """b"a;q=0.5, b" -> {b"a": 0.5, b"b": 1.0}; the highest q wins for a name listed twice."""
+    found: dict[bytes, float] = {}
+    for item in header.split(b","):
+        name, *params = item.split(b";")
+        name = name.strip().lower()
+        if not name:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition(b"=")
+            if key.strip().lower() == b"q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0  # a q we cannot read is not a yes
+                q = min(max(q, 0.0), 1.0)
+        found[name] = max(found.get(name, 0.0), q)
+    return found
+
+
+def wants_openmetrics(accept: bytes) -> bool:
+    """OpenMetrics when the client accepts it (q > 0) at least as much as the text format."""
+    prefs = _preferences(accept)
+    openmetrics = prefs.get(b"application/openmetrics-text", 0.0)
+    if openmetrics <= 0.0:
+        return False
+    text = max(prefs.get(b"text/plain", 0.0), prefs.get(b"text/*", 0.0), prefs.get(b"*/*", 0.0))
+    return openmetrics >= text
+
+
+def wants_gzip(accept_encoding: bytes) -> bool:
+    """gzip when it is accepted with q > 0, by name or through `*` (unless named with q=0)."""
+    prefs = _preferences(accept_encoding)
+    if b"gzip" in prefs:
+        return prefs[b"gzip"] > 0.0
+    return prefs.get(b"*", 0.0) > 0.0
 
 
 class MetricsEndpoint:
@@ -53,17 +96,11 @@ class MetricsEndpoint:
             return
         rendered = self.state_ref().metrics
         if rendered is None:
-            await _send(send, 503, b"text/plain; charset=utf-8", b"no poll cycle has finished yet\n", [])
+            await send_response(send, 503, b"no poll cycle has finished yet\n")
             return
-        accept = b""
-        accept_encoding = b""
-        for name, value in scope["headers"]:
-            if name == b"accept":
-                accept = value
-            elif name == b"accept-encoding":
-                accept_encoding = value
-        openmetrics = wants_openmetrics(accept)
-        gzip_ok = wants_gzip(accept_encoding)
+        headers = dict(scope["headers"])  # a repeated header: the last one counts
+        openmetrics = wants_openmetrics(headers.get(b"accept", b""))
+        gzip_ok = wants_gzip(headers.get(b"accept-encoding", b""))
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         body = rendered.cached(openmetrics, gzip_ok)
         if body is None:
@@ -80,28 +117,25 @@ class MetricsEndpoint:
             except Exception as error:  # a rendering bug: a 500 and a failing readiness, never stale bytes
                 if self.health.failed("render", f"{type(error).__name__}: {error}"):
                     log.exception("stage_failed", stage="render")
-                await _send(send, 500, b"text/plain; charset=utf-8", b"rendering /metrics failed\n", [])
+                await send_response(send, 500, b"rendering /metrics failed\n")
                 return
             if self.health.ok("render"):
                 log.info("stage_recovered", stage="render")
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
-        if scope["method"] == "HEAD":
-            body_to_send = b""
-        elif scope["method"] == "GET":
-            body_to_send = body
-        else:
-            await _send(send, 405, b"text/plain; charset=utf-8", b"method not allowed\n", [(b"allow", b"GET, HEAD")])
+        if scope["method"] not in ("GET", "HEAD"):
+            await send_response(send, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
             return
-        await _send(send, 200, content_type, body_to_send, extra, content_length=len(body))
+        body_to_send = body if scope["method"] == "GET" else b""
+        await send_response(send, 200, body_to_send, extra, content_type, content_length=len(body))
 
 
-async def _send(
+async def send_response(
     send: Send,
     status: int,
-    content_type: bytes,
     body: bytes,
-    extra: list[tuple[bytes, bytes]],
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    content_type: bytes = PLAIN_CONTENT_TYPE,
     content_length: int | None = None,
 ) -> None:
     headers = [
@@ -120,7 +154,7 @@ def create_app(
     waveform: WaveformSource | None = None,
     refresh_seconds: float = 1.0,
 ) -> Any:
-    # issue 14: no /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
+    # No /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
@@ -141,21 +175,22 @@ def create_app(
         ready, why = checks.readiness(state_ref().published)
         return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
+    not_yet = {"error": "no poll cycle has finished yet"}
+
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
         published = state_ref().published
         if published is None:
-            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+            return JSONResponse(not_yet, status_code=503)
         return JSONResponse(devices_document(published.snapshot, time.time()))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
         published = state_ref().published
         if published is None:
-            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        return JSONResponse(
-            {"taken_at": published.snapshot.taken_at, "alerts": [alert_json(a) for a in published.alerts]}
-        )
+            return JSONResponse(not_yet, status_code=503)
+        alerts = [alert_json(a) for a in published.alerts]
+        return JSONResponse({"taken_at": published.snapshot.taken_at, "alerts": alerts})
 
     @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:
@@ -167,6 +202,7 @@ def create_app(
         state = state_ref()
         published = state.published
         sampled = tuple(waveform.gpus()) if waveform is not None else ()
+        seconds = min(60.0, waveform.max_seconds) if waveform is not None else 60.0
         return render_status_page(
             published.snapshot if published is not None else None,
             published.alerts if published is not None else (),
@@ -175,11 +211,9 @@ def create_app(
             telemetry_path=telemetry_path,
             refresh_seconds=refresh_seconds,
             # the fast sampler's ring, for the devices it samples (asking for another is a 404)
-            waveform_url=(
-                f"api/v1/waveform?gpu={{gpu}}&seconds={min(60.0, waveform.max_seconds):g}" if waveform else ""
-            ),
+            waveform_url=f"api/v1/waveform?gpu={{gpu}}&seconds={seconds:g}" if waveform is not None else "",
             waveform_gpus=sampled,
-            waveform_seconds=min(60.0, waveform.max_seconds) if waveform is not None else 60.0,
+            waveform_seconds=seconds,
         )
 
     return MetricsEndpoint(app, state_ref, telemetry_path, checks)

@@ -132,20 +132,14 @@ def render_status_page(
         else "no data yet"
     )
     # Relative links: right behind a reverse proxy that mounts the exporter under a prefix.
-    links = [
-        (telemetry_path.lstrip("/"), telemetry_path),
-        ("api/v1/devices", "/api/v1/devices"),
-        ("api/v1/alerts", "/api/v1/alerts"),
-        ("healthz", "/healthz"),
-        ("readyz", "/readyz"),
-    ]
+    links = (telemetry_path, "/api/v1/devices", "/api/v1/alerts", "/healthz", "/readyz")
     refresh_ms = max(250, round(refresh_seconds * 1000))
     values = {
         "HOST": html.escape(host if host is not None else socket.gethostname()),
         "VERSION": html.escape(version),
         "SUMMARY": html.escape(summary),
         "UPDATED": html.escape(updated),
-        "LINKS": "".join(f'<a href="{html.escape(href)}">{html.escape(text)}</a>' for href, text in links),
+        "LINKS": "".join(f'<a href="{html.escape(path.lstrip("/"))}">{html.escape(path)}</a>' for path in links),
         "REFRESH_MS": str(refresh_ms),
         "REFRESH_TEXT": f"{refresh_ms / 1000:g} s",
         "WAVEFORM_URL": html.escape(waveform_url),

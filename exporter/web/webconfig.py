@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from exporter import safeyaml
@@ -49,14 +50,24 @@ CURVES: Mapping[str, str] = {
     "CurveP521": "secp521r1",
     "X25519": "X25519",
 }
-TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
-CLIENT_AUTH_TYPES = (
-    "NoClientCert",
-    "RequestClientCert",
-    "RequireAnyClientCert",
-    "VerifyClientCertIfGiven",
-    "RequireAndVerifyClientCert",
-)
+TLS_VERSIONS: Mapping[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+# What each client_auth_type becomes in OpenSSL's terms. Python's ssl always verifies a client
+# certificate it asks for, so RequestClientCert only asks when a client CA is given and
+# RequireAnyClientCert (accepted only with a client CA, see _tls below) verifies: both are
+# stricter than Go, never looser.
+VERIFY_MODES: Mapping[str, ssl.VerifyMode] = {
+    "NoClientCert": ssl.CERT_NONE,
+    "RequestClientCert": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+CLIENT_AUTH_TYPES = tuple(VERIFY_MODES)
 # The response headers exporter-toolkit lets a configuration set, with the values it accepts
 # (None: any value). Canonical spelling as sent.
 ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
@@ -89,11 +100,6 @@ class TLSServerConfig:
     cipher_suites: tuple[str, ...] = ()  # OpenSSL names, in the order given
     curve: str = ""  # OpenSSL name; Python's ssl can set one group only
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The files this configuration reads (watched for changes besides the YAML itself)."""
-        return tuple(path for path in (self.cert_file, self.key_file, self.client_ca_file) if path)
-
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -107,12 +113,16 @@ class WebConfig:
     basic_auth_users: tuple[tuple[str, bytes], ...] = ()  # (user, bcrypt hash), sorted by user
     headers: tuple[tuple[str, str], ...] = ()  # response headers, canonical names
     rate_limit: RateLimit | None = None
-    http2: bool = True  # accepted for compatibility; this server speaks HTTP/1.1 only
-    files: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def users(self) -> dict[str, bytes]:
         return dict(self.basic_auth_users)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files this configuration reads (watched for changes besides the YAML itself)."""
+        tls = self.tls
+        return tuple(path for path in (tls.cert_file, tls.key_file, tls.client_ca_file) if path) if tls else ()
 
 
 def parse_go_duration(text: Any, where: str) -> float:
@@ -220,7 +230,7 @@ def _tls(raw: Any, base_dir: str) -> TLSServerConfig | None:
     for name, version in (("min_version", min_version), ("max_version", max_version)):
         if version and version not in TLS_VERSIONS:
             raise WebConfigError(f"{w}{name}: {version!r} is not one of {', '.join(TLS_VERSIONS)}")
-    if max_version and TLS_VERSIONS.index(max_version) < TLS_VERSIONS.index(min_version):
+    if max_version and TLS_VERSIONS[max_version] < TLS_VERSIONS[min_version]:
         raise WebConfigError(f"tls_server_config: max_version {max_version} is below min_version {min_version}")
     suites: list[str] = []
     for name in _string_list(data.get("cipher_suites"), w + "cipher_suites"):
@@ -279,10 +289,10 @@ def _users(raw: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple(sorted(users))
 
 
-def _http_server(raw: Any) -> tuple[bool, tuple[tuple[str, str], ...]]:
+def _headers(raw: Any) -> tuple[tuple[str, str], ...]:
     data = _mapping(raw, "http_server_config", ("http2", "headers"))
-    http2 = data.get("http2", True)
-    if not isinstance(http2, bool):
+    # http2 is accepted for compatibility and otherwise ignored: this server speaks HTTP/1.1 only.
+    if not isinstance(data.get("http2", True), bool):
         raise WebConfigError("http_server_config.http2 must be true or false")
     raw_headers = data.get("headers") or {}
     if not isinstance(raw_headers, dict):
@@ -303,7 +313,7 @@ def _http_server(raw: Any) -> tuple[bool, tuple[tuple[str, str], ...]]:
         if allowed is not None and value.lower() not in allowed:
             raise WebConfigError(f"http_server_config.headers.{proper}: {value!r} is not one of {', '.join(allowed)}")
         headers[proper] = value
-    return http2, tuple(sorted(headers.items()))
+    return tuple(sorted(headers.items()))
 
 
 def _rate_limit(raw: Any) -> RateLimit | None:
@@ -328,13 +338,9 @@ def parse_web_config(text: str, base_dir: str) -> WebConfig:
         raise WebConfigError(str(error)) from None
     known = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
     data = _mapping(data, "the web configuration", known)
-    tls = _tls(data.get("tls_server_config"), base_dir)
-    http2, headers = _http_server(data.get("http_server_config"))
     return WebConfig(
-        tls=tls,
+        tls=_tls(data.get("tls_server_config"), base_dir),
         basic_auth_users=_users(data.get("basic_auth_users")),
-        headers=headers,
+        headers=_headers(data.get("http_server_config")),
         rate_limit=_rate_limit(data.get("rate_limit")),
-        http2=http2,
-        files=tls.files if tls else (),
     )

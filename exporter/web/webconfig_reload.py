@@ -19,8 +19,7 @@ from structlog import get_logger
 
 from exporter import boundedfile
 from exporter.web.http_auth import BasicAuthVerifier
-from exporter.web.http_headers import response_headers
-from exporter.web.http_ratelimit import TokenBucket
+from exporter.web.http_log import TokenBucket
 from exporter.web.webconfig import WebConfig, WebConfigError, parse_web_config
 from exporter.web.webconfig_tls import build_ssl_context
 
@@ -38,7 +37,7 @@ class ActiveWebConfig:
     ssl_context: ssl.SSLContext | None
     verifier: BasicAuthVerifier
     bucket: TokenBucket | None
-    headers: tuple[tuple[bytes, bytes], ...]
+    headers: tuple[tuple[bytes, bytes], ...]  # http_server_config.headers as raw ASGI pairs
 
 
 PLAIN = ActiveWebConfig(WebConfig(), None, BasicAuthVerifier({}), None, ())
@@ -57,7 +56,9 @@ def build_active(config: WebConfig, previous: ActiveWebConfig | None = None) -> 
             verifier = previous.verifier
         if previous.config.rate_limit == config.rate_limit:
             bucket = previous.bucket
-    return ActiveWebConfig(config, context, verifier, bucket, tuple(response_headers(config)))
+    # Validated in webconfig.py: only the five allowed names, one-line values.
+    headers = tuple((name.lower().encode("ascii"), value.encode("latin-1")) for name, value in config.headers)
+    return ActiveWebConfig(config, context, verifier, bucket, headers)
 
 
 def _weakening(previous: WebConfig, config: WebConfig) -> str:
@@ -114,29 +115,37 @@ class WebConfigReloader:
         self._checked_at = clock()
 
     def _read_and_build(self, previous: ActiveWebConfig | None) -> ActiveWebConfig:
+        """The configuration on disk, built; WebConfigError for anything wrong, whatever the file holds."""
         try:
             text = boundedfile.read_text(self.path, "the web configuration", MAX_WEB_CONFIG_BYTES)
-        except boundedfile.FileReadError as error:
-            raise WebConfigError(error.reason) from None
-        config = parse_web_config(text, os.path.dirname(self.path))
-        if previous is not None:
-            refusal = _weakening(previous.config, config)
+            config = parse_web_config(text, os.path.dirname(self.path))
+            refusal = _weakening(previous.config, config) if previous is not None else ""
             if refusal:
                 raise WebConfigError(f"{refusal} needs a restart")
-        return build_active(config, previous)
+            return build_active(config, previous)
+        except boundedfile.FileReadError as error:
+            raise WebConfigError(error.reason) from None
+        except WebConfigError:
+            raise
+        except Exception as error:
+            raise WebConfigError(f"{type(error).__name__}: {error}") from None
 
     def _watched(self) -> tuple[str, ...]:
         return (self.path, *self._active.config.files)
+
+    def _remember_good(self) -> None:
+        # The configuration may name other files: watch those from now on.
+        self._signature = tuple(_stat(p) for p in self._watched())
+        self._good_digest = _digest(self._watched())
+        self._bad_digest = ""
 
     def load(self) -> ActiveWebConfig:
         """The first load, at start-up: WebConfigError names the file."""
         try:
             self._active = self._read_and_build(None)
-        except Exception as error:
-            detail = error if isinstance(error, WebConfigError) else f"{type(error).__name__}: {error}"
-            raise WebConfigError(f"--web.config.file {self.path}: {detail}") from None
-        self._signature = tuple(_stat(p) for p in self._watched())
-        self._good_digest = _digest(self._watched())
+        except WebConfigError as error:
+            raise WebConfigError(f"--web.config.file {self.path}: {error}") from None
+        self._remember_good()
         log.info(
             "web_config_loaded",
             tls=self._active.ssl_context is not None,
@@ -167,19 +176,14 @@ class WebConfigReloader:
             return False
         try:
             active = self._read_and_build(self._active)
-        except Exception as error:  # nothing a file holds may end the server: keep the last good state
-            if not isinstance(error, WebConfigError):
-                error = WebConfigError(f"{type(error).__name__}: {error}")
+        except WebConfigError as error:  # nothing a file holds may end the server: keep the last good state
             self._bad_digest = digest
             self.reload_failures += 1
             self.last_reload_ok = False
             log.warning("web_config_reload_failed", file=self.path, error=str(error), kept="last good configuration")
             return False
         self._active = active
-        # The new configuration may name other files: watch those from now on.
-        self._signature = tuple(_stat(p) for p in self._watched())
-        self._good_digest = _digest(self._watched())
-        self._bad_digest = ""
+        self._remember_good()
         self.reload_successes += 1
         self.last_reload_ok = True
         log.info("web_config_reloaded", file=self.path)

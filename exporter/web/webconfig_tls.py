@@ -12,26 +12,9 @@ import ssl
 from collections.abc import Iterator
 
 from exporter import boundedfile
-from exporter.web.webconfig import TLSServerConfig, WebConfigError
+from exporter.web.webconfig import TLS_VERSIONS, VERIFY_MODES, TLSServerConfig, WebConfigError
 
 MAX_PEM_BYTES = 1 << 20  # a long chain is tens of KiB
-_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
-# What each client_auth_type becomes in OpenSSL's terms. Python's ssl always verifies a client
-# certificate it asks for, so RequestClientCert only asks when a client CA is given and
-# RequireAnyClientCert (accepted only with a client CA, see webconfig.py) verifies: both are
-# stricter than Go, never looser.
-_VERIFY_MODES = {
-    "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
-}
 
 
 class _EncryptedKey(Exception):
@@ -72,13 +55,9 @@ def _in_memory(*contents: bytes) -> Iterator[list[str]]:
             os.close(descriptor)
 
 
-def _names(tls: TLSServerConfig) -> tuple[str, str]:
-    return (tls.cert_file or "the inline cert", tls.key_file or "the inline key")
-
-
 def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     """A server context for tls; WebConfigError (one sentence, no secret) when it cannot be built."""
-    cert_name, key_name = _names(tls)
+    cert_name, key_name = tls.cert_file or "the inline cert", tls.key_file or "the inline key"
     cert_bytes = tls.cert.encode("utf-8", "replace") if tls.cert else _read(tls.cert_file, "cert_file")
     if b"-----BEGIN CERTIFICATE-----" not in cert_bytes:
         raise WebConfigError(f"{cert_name} holds no PEM certificate")
@@ -88,9 +67,9 @@ def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_COMPRESSION
     try:
-        context.minimum_version = _VERSIONS[tls.min_version]
+        context.minimum_version = TLS_VERSIONS[tls.min_version]
         if tls.max_version:
-            context.maximum_version = _VERSIONS[tls.max_version]
+            context.maximum_version = TLS_VERSIONS[tls.max_version]
     except (ValueError, ssl.SSLError) as error:
         raise WebConfigError(f"tls_server_config: this OpenSSL refuses the TLS versions asked for ({error})") from None
     with _in_memory(cert_bytes, key_bytes) as (cert_path, key_path):
@@ -112,7 +91,7 @@ def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
             context.load_verify_locations(cadata=ca_bytes.decode("ascii", errors="replace"))
         except ssl.SSLError as error:
             raise WebConfigError(f"client_ca_file {tls.client_ca_file}: {error.reason or error}") from None
-        context.verify_mode = _VERIFY_MODES[tls.client_auth_type]
+        context.verify_mode = VERIFY_MODES[tls.client_auth_type]
     else:
         context.verify_mode = ssl.CERT_NONE
     if tls.cipher_suites:
@@ -128,15 +107,11 @@ def build_ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     return context
 
 
-def peer_sans(peercert: object) -> set[str]:
-    """The subject alternative names of a verified peer certificate (DNS, IP, e-mail, URI)."""
-    if not isinstance(peercert, dict):
-        return set()
-    return {str(value) for _kind, value in peercert.get("subjectAltName", ())}
-
-
 def san_allowed(tls: TLSServerConfig, peercert: object) -> bool:
-    """client_allowed_sans: with a list, a verified client certificate must carry one of its names."""
+    """client_allowed_sans: with a list, a verified client certificate must carry one of its names
+    among its subject alternative names (DNS, IP, e-mail, URI)."""
     if not tls.client_allowed_sans:
         return True
-    return bool(peer_sans(peercert) & set(tls.client_allowed_sans))
+    if not isinstance(peercert, dict):
+        return False
+    return any(str(value) in tls.client_allowed_sans for _kind, value in peercert.get("subjectAltName", ()))

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from exporter.config import ConfigError, add_arguments, resolve
-from exporter.web.http_listeners import ListenError, shown_address, systemd_sockets
+from exporter.web.http_server import ListenError, shown_address, systemd_sockets
 
 
 def _resolve(argv: list[str], env: dict[str, str] | None = None):

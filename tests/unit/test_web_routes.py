@@ -12,8 +12,7 @@ from starlette.testclient import TestClient
 from exporter.exposition.render import render
 from exporter.model import AlertState, Published
 from exporter.pipeline.publish import PublishedState
-from exporter.web.negotiation import wants_gzip, wants_openmetrics
-from exporter.web.routes import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, create_app
+from exporter.web.routes import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, create_app, wants_gzip, wants_openmetrics
 from tests.unit.test_exposition import _snapshot
 
 PROMETHEUS_ACCEPT = (
