@@ -46,11 +46,7 @@ def kfd_gpus(gcds: Sequence[GcdLayout]) -> list[tuple[int, int, int]]:
     result: list[tuple[int, int, int]] = []
     for gcd in gcds:
         cus = max(1, gcd.model.simd_count // 4)  # 4 SIMDs per CU
-        parts = [p for p in gcd.partitions if p.gpu_id > 0] if gcd.partitions else []
-        if parts:
-            result.extend((gcd.package_index, p.gpu_id, max(1, cus // len(parts))) for p in parts)
-        else:
-            result.append((gcd.package_index, gcd.gpu_id, cus))
+        result.extend((gcd.package_index, p.gpu_id, max(1, cus // len(gcd.partitions))) for p in gcd.partitions)
     return result
 
 

@@ -210,8 +210,8 @@ class PackageModel:
                     pcie_gb_acc=2e4 * (1 + u),
                     xgmi_read_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
                     xgmi_write_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
-                    part_gfx_acc=[1e6 * (1 + u)] * max(1, len(die.partitions)),
-                    part_low_s=[0.0] * max(1, len(die.partitions)),
+                    part_gfx_acc=[1e6 * (1 + u)] * len(die.partitions),
+                    part_low_s=[0.0] * len(die.partitions),
                 )
             )
         energy0 = 2.0e6 + 6.0e6 * hash_unit(self.seed, 22, self.dies[0].index)
@@ -336,7 +336,7 @@ class PackageModel:
     def _partition_demands(self, die: GcdLayout, t: float) -> tuple[Demand, ...]:
         """What each compute partition of a die runs. Partition 0 keeps the die's own workload key,
         so an unpartitioned die (SPX, MI200) is asked exactly what it always was."""
-        count = max(1, len(die.partitions))
+        count = len(die.partitions)
         keys = [die.index] + [100_000 + 8 * die.index + p for p in range(1, count)]
         return tuple(demand(self.scenario, self.seed, key, t) for key in keys)
 

@@ -152,14 +152,9 @@ def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
 NUM_VCN = 4  # video decoders of an MI300-class socket (one per AID)
 
 
-def _jpeg_rings(gcd: GcdLayout) -> int:
-    """JPEG rings per decoder: 32 over 4 VCNs on MI300X/MI325X, 40 on MI350-class (v1_8's block)."""
-    return 10 if gcd.model.asic == "gfx950" else 8
-
-
 def partition_vcns(gcd: GcdLayout, partition: int) -> list[int]:
     """The VCN instances a partition owns. In CPX two partitions of one AID share its decoder."""
-    count = max(1, len(gcd.partitions))
+    count = len(gcd.partitions)
     if count <= NUM_VCN:
         each = NUM_VCN // count
         return list(range(partition * each, (partition + 1) * each))
@@ -169,12 +164,12 @@ def partition_vcns(gcd: GcdLayout, partition: int) -> list[int]:
 def _xcp_block(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
     """One xcp_stats[] entry: the driver fills index 0..n-1 of each array with this partition's
     own XCC / VCN instances and leaves the rest all-ones."""
-    xccs = gcd.partitions[p].xcc_count if gcd.partitions else gcd.model.num_xcc
+    xccs = gcd.partitions[p].xcc_count
     vcns = len(partition_vcns(gcd, p))
     busy, acc = r.partition_gfx_busy[p], r.partition_gfx_acc[p]
     block: dict[str, gpu_metrics_writer.Value] = {
         "gfx_busy_inst": [busy] * xccs,
-        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+        "jpeg_busy": [0] * (vcns * gcd.model.jpeg_rings_per_vcn),
         "vcn_busy": [0] * vcns,
         "gfx_busy_acc": [acc] * xccs,
     }
@@ -247,9 +242,9 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
             }
         )
         if version >= (1, 7):
-            values["mem_max_bandwidth"] = MEM_MAX_BANDWIDTH_GBS.get(m.name, 5300)
+            values["mem_max_bandwidth"] = m.mem_max_bandwidth_gbs
             values["xgmi_link_status"] = [1 if up else 0 for up in r.xgmi_links_up]
-        blocks = [_xcp_block(gcd, r, p) for p in range(max(1, len(gcd.partitions)))]
+        blocks = [_xcp_block(gcd, r, p) for p in range(len(gcd.partitions))]
         if version == (1, 9):
             # one device-wide set of per-XCC arrays, the partitions' XCCs in order; no num_partition
             for name in ("gfx_busy_inst", "gfx_busy_acc"):
@@ -259,7 +254,7 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
                     assert isinstance(entry, list)
                     flat.extend(entry)
                 values[name] = flat
-            values["jpeg_busy"] = [0] * (NUM_VCN * _jpeg_rings(gcd))
+            values["jpeg_busy"] = [0] * (NUM_VCN * gcd.model.jpeg_rings_per_vcn)
             values["vcn_busy"] = [0] * NUM_VCN
             values["gfx_below_host_limit_ppt_acc"] = [r.below_host_limit_ppt_ticks] * m.num_xcc
             values["gfx_below_host_limit_thm_acc"] = [r.below_host_limit_thm_ticks] * m.num_xcc
@@ -289,7 +284,7 @@ def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str,
         "current_dclk0": [r.dclk] * vcns,
         "current_uclk": r.mclk,
         "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
-        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+        "jpeg_busy": [0] * (vcns * gcd.model.jpeg_rings_per_vcn),
         "vcn_busy": [0] * vcns,
         "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
         "gfx_below_host_limit_ppt_acc": [ppt] * xccs,
@@ -297,7 +292,3 @@ def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str,
         "gfx_low_utilization_acc": [low] * xccs,
         "gfx_below_host_limit_total_acc": [ppt + thm + low] * xccs,
     }
-
-
-# HBM peak bandwidth at the top memory clock (GB/s): MI300X 5.3 TB/s, MI325X 6 TB/s, MI350 8 TB/s
-MEM_MAX_BANDWIDTH_GBS = {"MI300X": 5300, "MI325X": 6000, "MI350X": 8000, "MI355X": 8000}

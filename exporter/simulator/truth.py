@@ -43,7 +43,7 @@ from typing import Any
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
-from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers, kfd_peers
+from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
 
 MHZ = 1_000_000.0
 # gpu_metrics residency accumulator -> the exporter's throttle `reason` (ticks are 1 ms)
@@ -95,26 +95,20 @@ def topology(gcd: GcdLayout, gcds: list[GcdLayout], partition: int = 0) -> tuple
     """The KFD io_links of a GCD (of one of its partitions): PCIe to its CPU node (peer ""), then
     XGMI to each hive peer; a partitioned socket's node also links to every other partition of its
     own socket (weight 13) and to every partition of each peer, one link per KFD node, in node order."""
-    links = [TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT)]
-    if not gcd.partitions:
-        links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
-        return tuple(links)
-    part = gcd.partitions[partition]
-    links += [
-        TopologyLink(peer.bdf, "xgmi", 1, weight, peer_partition=peer_part.index)
-        for peer, peer_part, weight in kfd_partition_peers(gcd, part, gcds)
-    ]
-    return tuple(links)
+    xgmi = kfd_partition_peers(gcd, gcd.partitions[partition], gcds)
+    return (
+        TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT),
+        *(TopologyLink(peer.bdf, "xgmi", 1, weight, peer_partition=part.index) for peer, part, weight in xgmi),
+    )
 
 
 def identity(
     gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: str, partition: int = 0
 ) -> DeviceIdentity:
     m = gcd.model
-    part = gcd.partitions[partition] if gcd.partitions else None
     return DeviceIdentity(
         pci_bus_id=gcd.bdf,
-        card=part.card if part is not None else gcd.card,
+        card=gcd.partitions[partition].card,
         device_dir=device_dir,
         unique_id=f"{gcd.unique_id:016x}",
         hwmon_dir=hwmon_dir,
