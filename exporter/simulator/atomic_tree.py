@@ -18,9 +18,6 @@ class AtomicTree:
         self._made_dirs: set[str] = set()
         self.writes = 0  # files actually replaced (for tests and the benchmark)
 
-    def path(self, rel: str) -> Path:
-        return self.root / rel
-
     def mkdir(self, rel: str) -> None:
         if rel not in self._made_dirs:
             os.makedirs(self.root / rel, exist_ok=True)

@@ -259,8 +259,6 @@ class GcdLayout:
     root_bus: int
     numa_node: int
     hwmon_index: int
-    kfd_node: int
-    gpu_id: int
     unique_id: int
     serial: str
     xgmi_device_id: int
@@ -392,8 +390,6 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     root_bus=root_bus,
                     numa_node=quadrant * CPU_SOCKETS // len(_ROOT_BUSES),
                     hwmon_index=CPU_HWMON_COUNT + index,
-                    kfd_node=parts[0].kfd_node,
-                    gpu_id=parts[0].gpu_id,
                     unique_id=unique_id,
                     serial=serial,
                     xgmi_device_id=_digest("xgmi_node", index),

@@ -161,23 +161,22 @@ def partition_vcns(gcd: GcdLayout, partition: int) -> list[int]:
     return [partition * NUM_VCN // count]
 
 
-def _xcp_block(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
-    """One xcp_stats[] entry: the driver fills index 0..n-1 of each array with this partition's
-    own XCC / VCN instances and leaves the rest all-ones."""
+def _xcp_block(gcd: GcdLayout, r: DieReading, p: int, version: tuple[int, int]) -> dict[str, list[int]]:
+    """One partition's arrays as `version`'s xcp_stats[] entry holds them (v1.9 and xcp_metrics: as
+    v1_8's): the driver fills index 0..n-1 of each array with this partition's own XCC / VCN
+    instances and leaves the rest all-ones."""
     xccs = gcd.partitions[p].xcc_count
     vcns = len(partition_vcns(gcd, p))
-    busy, acc = r.partition_gfx_busy[p], r.partition_gfx_acc[p]
-    block: dict[str, gpu_metrics_writer.Value] = {
-        "gfx_busy_inst": [busy] * xccs,
+    ppt, thm, low = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks, r.partition_low_utilization_ticks[p]
+    block = {
+        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
         "jpeg_busy": [0] * (vcns * gcd.model.jpeg_rings_per_vcn),
         "vcn_busy": [0] * vcns,
-        "gfx_busy_acc": [acc] * xccs,
+        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
     }
-    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
-    if gcd.metrics_version == (1, 7):
+    if version == (1, 7):
         block["gfx_below_host_limit_acc"] = [ppt + thm] * xccs
-    elif gcd.metrics_version == (1, 8):
-        low = r.partition_low_utilization_ticks[p]
+    elif version >= (1, 8):
         block["gfx_below_host_limit_ppt_acc"] = [ppt] * xccs
         block["gfx_below_host_limit_thm_acc"] = [thm] * xccs
         block["gfx_low_utilization_acc"] = [low] * xccs
@@ -244,26 +243,12 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
         if version >= (1, 7):
             values["mem_max_bandwidth"] = m.mem_max_bandwidth_gbs
             values["xgmi_link_status"] = [1 if up else 0 for up in r.xgmi_links_up]
-        blocks = [_xcp_block(gcd, r, p) for p in range(len(gcd.partitions))]
+        blocks = [_xcp_block(gcd, r, p, version) for p in range(len(gcd.partitions))]
         if version == (1, 9):
             # one device-wide set of per-XCC arrays, the partitions' XCCs in order; no num_partition
-            for name in ("gfx_busy_inst", "gfx_busy_acc"):
-                flat: list[int] = []
-                for block in blocks:
-                    entry = block[name]
-                    assert isinstance(entry, list)
-                    flat.extend(entry)
-                values[name] = flat
+            values.update({name: [v for block in blocks for v in block[name]] for name in blocks[0]})
             values["jpeg_busy"] = [0] * (NUM_VCN * gcd.model.jpeg_rings_per_vcn)
             values["vcn_busy"] = [0] * NUM_VCN
-            values["gfx_below_host_limit_ppt_acc"] = [r.below_host_limit_ppt_ticks] * m.num_xcc
-            values["gfx_below_host_limit_thm_acc"] = [r.below_host_limit_thm_ticks] * m.num_xcc
-            low = [
-                r.partition_low_utilization_ticks[part.index] for part in gcd.partitions for _ in range(part.xcc_count)
-            ]
-            values["gfx_low_utilization_acc"] = low
-            limited = r.below_host_limit_ppt_ticks + r.below_host_limit_thm_ticks
-            values["gfx_below_host_limit_total_acc"] = [limited + ticks for ticks in low]
         else:
             values["num_partition"] = len(blocks)
             values["xcp_stats"] = blocks
@@ -272,23 +257,13 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
 
 def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
     """One partition's xcp_metrics: its own XCCs' clocks and busy, its decoders, its host-limit counters."""
-    part = gcd.partitions[p]
+    xccs = gcd.partitions[p].xcc_count
     vcns = len(partition_vcns(gcd, p))
-    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
-    low = r.partition_low_utilization_ticks[p]
-    xccs = part.xcc_count
     return {
         "current_gfxclk": [r.sclk] * xccs,
         "current_socclk": [r.socclk] * vcns,
         "current_vclk0": [r.vclk] * vcns,
         "current_dclk0": [r.dclk] * vcns,
         "current_uclk": r.mclk,
-        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
-        "jpeg_busy": [0] * (vcns * gcd.model.jpeg_rings_per_vcn),
-        "vcn_busy": [0] * vcns,
-        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
-        "gfx_below_host_limit_ppt_acc": [ppt] * xccs,
-        "gfx_below_host_limit_thm_acc": [thm] * xccs,
-        "gfx_low_utilization_acc": [low] * xccs,
-        "gfx_below_host_limit_total_acc": [ppt + thm + low] * xccs,
+        **_xcp_block(gcd, r, p, (1, 8)),
     }

@@ -69,10 +69,6 @@ class Simulator:
         self.kfd_proc = KfdProcWriter(self.root, self.gcds, self.seed)
 
     @property
-    def elapsed(self) -> float:
-        return self._elapsed
-
-    @property
     def files_written(self) -> int:
         return self._tree.writes
 

@@ -46,7 +46,7 @@ def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
         _write_bridge(tree, gcd)
         _write_pci_device(tree, gcd)
         _write_amdgpu_attributes(tree, gcd, gcds)
-        _write_drm_minors(tree, gcd)
+        _write_minors(tree, gcd.device_relpath, gcd.partitions[0])
         _write_partition_devices(tree, gcd)
         _write_hwmon(tree, gcd)
     _write_kfd(tree, gcds)
@@ -164,10 +164,6 @@ def _write_minors(tree: AtomicTree, dev: str, part: PartitionLayout) -> None:
         tree.symlink(f"{node}/device", dev)
         tree.symlink(f"{node}/subsystem", "class/drm")
         tree.symlink(f"class/drm/{name}", node)
-
-
-def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
-    _write_minors(tree, gcd.device_relpath, gcd.partitions[0])
 
 
 def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
@@ -312,39 +308,26 @@ def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, propert
         tree.write(f"{node}/io_links/{i}/properties", link)
 
 
+# The properties every KFD node prints first, in the driver's order; a CPU node's read 0 but a few.
+_NODE_PROPERTIES = (
+    "cpu_cores_count", "simd_count", "mem_banks_count", "caches_count", "io_links_count", "p2p_links_count",
+    "cpu_core_id_base", "simd_id_base", "max_waves_per_simd", "lds_size_in_kb", "gds_size_in_kb", "num_gws",
+    "wave_front_size", "array_count", "simd_arrays_per_engine", "cu_per_simd_array", "simd_per_cu",
+    "max_slots_scratch_cu", "gfx_target_version", "vendor_id", "device_id", "location_id", "domain",
+    "drm_render_minor", "hive_id", "num_sdma_engines", "num_sdma_xgmi_engines", "num_sdma_queues_per_engine",
+    "num_cp_queues",
+)  # fmt: skip
+
+
 def _cpu_properties(socket: int, io_links: int) -> str:
-    props = {
-        "cpu_cores_count": CPU_CORES_PER_SOCKET,
-        "simd_count": 0,
-        "mem_banks_count": 1,
-        "caches_count": 0,
-        "io_links_count": io_links,
-        "p2p_links_count": 0,
-        "cpu_core_id_base": socket * CPU_CORES_PER_SOCKET,
-        "simd_id_base": 0,
-        "max_waves_per_simd": 0,
-        "lds_size_in_kb": 0,
-        "gds_size_in_kb": 0,
-        "num_gws": 0,
-        "wave_front_size": 0,
-        "array_count": 0,
-        "simd_arrays_per_engine": 0,
-        "cu_per_simd_array": 0,
-        "simd_per_cu": 0,
-        "max_slots_scratch_cu": 0,
-        "gfx_target_version": 0,
-        "vendor_id": 0,
-        "device_id": 0,
-        "location_id": 0,
-        "domain": 0,
-        "drm_render_minor": 0,
-        "hive_id": 0,
-        "num_sdma_engines": 0,
-        "num_sdma_xgmi_engines": 0,
-        "num_sdma_queues_per_engine": 0,
-        "num_cp_queues": 0,
-        "max_engine_clk_ccompute": 3700,
-    }
+    props = dict.fromkeys(_NODE_PROPERTIES, 0)
+    props.update(
+        cpu_cores_count=CPU_CORES_PER_SOCKET,
+        mem_banks_count=1,
+        io_links_count=io_links,
+        cpu_core_id_base=socket * CPU_CORES_PER_SOCKET,
+        max_engine_clk_ccompute=3700,
+    )
     return "".join(f"{k} {v}\n" for k, v in props.items())
 
 
