@@ -18,11 +18,8 @@ from exporter.simulator.tree import write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
     identity,
-    partition_busy,
-    partition_memory,
     partition_sample,
     partition_truth,
-    partition_zero_sample,
     sample,
     to_jsonable,
 )
@@ -138,12 +135,8 @@ class Simulator:
                 info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
                 if gcd.xcp_metrics_version is not None:
                     info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
-                own, memory = partition_busy(gcd, info), partition_memory(info)
-                if part.index == 0:
-                    first = partition_zero_sample(socket_sample, own, memory) if part.count > 1 else socket_sample
-                    devices.append(SimulatedDevice(gpu, ident, first, info, metrics))
-                else:
-                    devices.append(SimulatedDevice(gpu, ident, partition_sample(own, written_at, memory), info))
+                own = partition_sample(gcd, info, socket_sample)
+                devices.append(SimulatedDevice(gpu, ident, own, info, metrics if part.index == 0 else None))
         self._truth_cache = (readings, tuple(devices))
         return devices
 

@@ -174,30 +174,21 @@ def partition_truth(
     )
 
 
-def partition_busy(gcd: GcdLayout, info: PartitionTruth) -> dict[str, float]:
-    """A partition's own busy: gfx from its xcp_stats block (v1_6+) and, in fixed layouts (v1_6..v1_8),
-    media from its block's VCN instances (which read 0)."""
+def partition_sample(gcd: GcdLayout, info: PartitionTruth, socket: Sample) -> Sample:
+    """What one partition reports: its own busy (gfx from its xcp_stats block, v1_6+; in fixed
+    layouts also media from its block's VCN instances, which read 0) and, on a partitioned socket,
+    the VRAM it allocates from. Partition 0 adds them to the socket's values; partitions 1..N-1
+    report nothing else (socket-wide values live on partition 0)."""
     busy: dict[str, float] = {}
     if info.gfx_busy is not None:
         busy["gfx"] = info.gfx_busy
         if gcd.metrics_version != (1, 9):
             busy["media"] = 0.0
-    return busy
-
-
-def partition_memory(info: PartitionTruth) -> dict[str, float]:
-    """A partitioned socket's partition: memory_total_bytes["partition_vram"] = its KFD memory bank."""
-    return {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
-
-
-def partition_sample(busy: Mapping[str, float], timestamp: float, memory: Mapping[str, float]) -> Sample:
-    """What a partition 1..N-1 reports of its own: its busy and the VRAM it allocates from
-    (socket-wide values live on partition 0)."""
-    return Sample(timestamp=timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
-
-
-def partition_zero_sample(socket: Sample, busy: Mapping[str, float], memory: Mapping[str, float]) -> Sample:
-    """Partition 0 of a partitioned socket: the socket's values, with its own partition's busy and VRAM."""
+    memory = {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
+    if info.index > 0:
+        return Sample(timestamp=socket.timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+    if info.count == 1:
+        return socket
     return replace(
         socket,
         busy=frozen_map({**socket.busy, **busy}),
