@@ -105,28 +105,35 @@ def gpu_metrics_blob(gcd: GcdLayout, r: DieReading) -> bytes:
 def gpu_metrics_values(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     """Every field the driver sets in this GCD's table, in the table's own units (the rest stays
     all-ones). Fixed layouts take `xcp_stats` as a list of per-partition dicts; v1.9 is flat."""
-    if gcd.metrics_version == (1, 3):
-        return _v1_3(gcd, r)
-    return _mi300(gcd, r)
-
-
-def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     m = gcd.model
-    t = r.temps
-    # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill, and
-    # reports socket power and energy on the primary die only (the secondary die reads 0).
-    return {
-        "temperature_edge": t["edge"],
-        "temperature_hotspot": t["junction"],
-        "temperature_mem": t["memory"],
-        "temperature_vrgfx": t["vr_gfx"],
-        "temperature_vrsoc": t["vr_soc"],
-        "temperature_vrmem": t["vr_mem"],
+    # the fields every version has; power and energy read 0 on an MI250X secondary die
+    values: dict[str, gpu_metrics_writer.Value] = {
+        "temperature_hotspot": r.temps["junction"],
+        "temperature_mem": r.temps["memory"],
+        "temperature_vrsoc": r.temps["vr_soc"],
         "average_gfx_activity": r.gfx_busy,
         "average_umc_activity": r.mem_busy,
-        "average_socket_power": r.power_w or 0,
         "energy_accumulator": r.energy_ticks or 0,
         "system_clock_counter": r.system_clock_ns,
+        "pcie_link_width": m.pcie_width,
+        "pcie_link_speed": round(m.pcie_gts * 10),
+        "gfx_activity_acc": r.gfx_activity_acc,
+        "mem_activity_acc": r.mem_activity_acc,
+        "firmware_timestamp": r.firmware_timestamp,
+        "current_uclk": r.mclk,
+    }
+    values.update(_v1_3(r) if gcd.metrics_version == (1, 3) else _mi300(gcd, r))
+    return values
+
+
+def _v1_3(r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
+    t = r.temps
+    # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill
+    return {
+        "temperature_edge": t["edge"],
+        "temperature_vrgfx": t["vr_gfx"],
+        "temperature_vrmem": t["vr_mem"],
+        "average_socket_power": r.power_w or 0,
         "average_gfxclk_frequency": r.sclk,
         "average_socclk_frequency": r.socclk,
         "average_uclk_frequency": r.mclk,
@@ -134,17 +141,11 @@ def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
         "average_dclk0_frequency": 0,
         "current_gfxclk": r.sclk,
         "current_socclk": r.socclk,
-        "current_uclk": r.mclk,
         "current_vclk0": r.vclk,
         "current_dclk0": r.dclk,
         "throttle_status": r.throttle_status,
         "current_fan_speed": 0,
-        "pcie_link_width": m.pcie_width,
-        "pcie_link_speed": round(m.pcie_gts * 10),
-        "gfx_activity_acc": r.gfx_activity_acc,
-        "mem_activity_acc": r.mem_activity_acc,
         "temperature_hbm": [t[f"hbm{k}"] for k in range(4)],
-        "firmware_timestamp": r.firmware_timestamp,
         "indep_throttle_status": r.indep_throttle_status,
     }
 
@@ -189,21 +190,10 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
     version = gcd.metrics_version
     assert r.xgmi_read_kb is not None and r.xgmi_write_kb is not None and r.xgmi_links_up is not None
     values: dict[str, gpu_metrics_writer.Value] = {
-        "temperature_hotspot": r.temps["junction"],
-        "temperature_mem": r.temps["memory"],
-        "temperature_vrsoc": r.temps["vr_soc"],
         "curr_socket_power": r.power_w or 0,
-        "average_gfx_activity": r.gfx_busy,
-        "average_umc_activity": r.mem_busy,
-        "energy_accumulator": r.energy_ticks or 0,
-        "system_clock_counter": r.system_clock_ns,
         "gfxclk_lock_status": 0,
-        "pcie_link_width": m.pcie_width,
-        "pcie_link_speed": round(m.pcie_gts * 10),
         "xgmi_link_width": m.xgmi_link_width,
         "xgmi_link_speed": m.xgmi_link_speed_gbps,
-        "gfx_activity_acc": r.gfx_activity_acc,
-        "mem_activity_acc": r.mem_activity_acc,
         "pcie_bandwidth_acc": r.pcie_bw_acc_gbs or 0,
         "pcie_bandwidth_inst": r.pcie_bw_inst_gbs or 0,
         "pcie_l0_to_recov_count_acc": r.pcie_recoveries or 0,
@@ -211,12 +201,10 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
         "pcie_replay_rover_count_acc": 0,
         "xgmi_read_data_acc": list(r.xgmi_read_kb),
         "xgmi_write_data_acc": list(r.xgmi_write_kb),
-        "firmware_timestamp": r.firmware_timestamp,
         "current_gfxclk": [r.sclk] * 8,
         "current_socclk": [r.socclk] * 4,
         "current_vclk0": [r.vclk] * 4,
         "current_dclk0": [r.dclk] * 4,
-        "current_uclk": r.mclk,
     }
     if version in ((1, 4), (1, 5)):
         # smu_v13_0_6 stopped reporting throttle reasons through the table: it writes 0

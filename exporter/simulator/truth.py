@@ -338,22 +338,13 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def _restore_partition(data: Mapping[str, Any] | None) -> PartitionTruth | None:
-    if data is None:
-        return None
-    values = dict(data)
-    for name in ("gfx_busy_per_xcc", "gfx_busy_acc_per_xcc"):
-        values[name] = tuple(values.get(name, ()))
-    return PartitionTruth(**values)
-
-
 def from_jsonable(data: list[Mapping[str, Any]]) -> list[SimulatedDevice]:
     return [
         SimulatedDevice(
             d["gpu"],
             _restore(DeviceIdentity, d["identity"]),
             _restore(Sample, d["sample"]),
-            _restore_partition(d.get("partition")),
+            _restore(PartitionTruth, d["partition"]) if d.get("partition") else None,
             d.get("gpu_metrics"),
         )
         for d in data
