@@ -56,22 +56,17 @@ def _write_cpu_hwmons(tree: AtomicTree) -> None:
     # k10temp sensors register before amdgpu loads, so the GPUs' hwmon numbers do not start at 0
     for socket in range(CPU_SOCKETS):
         dev = f"devices/pci0000:00/0000:00:{0x18 + socket:02x}.3"
-        tree.write(f"{dev}/vendor", "0x1022\n")
-        tree.write(f"{dev}/device", "0x14b3\n")
-        tree.write(f"{dev}/class", "0x060000\n")
+        tree.write_files(dev, {"vendor": "0x1022\n", "device": "0x14b3\n", "class": "0x060000\n"})
         hw = f"{dev}/hwmon/hwmon{socket}"
-        tree.write(f"{hw}/name", "k10temp\n")
-        tree.write(f"{hw}/temp1_input", f"{46250 + 1375 * socket}\n")
-        tree.write(f"{hw}/temp1_label", "Tctl\n")
+        tctl = f"{46250 + 1375 * socket}\n"
+        tree.write_files(hw, {"name": "k10temp\n", "temp1_input": tctl, "temp1_label": "Tctl\n"})
         tree.symlink(f"{hw}/device", dev)
         tree.symlink(f"class/hwmon/hwmon{socket}", hw)
 
 
 def _write_bridge(tree: AtomicTree, gcd: GcdLayout) -> None:
     bridge = f"devices/{gcd.pci_root}/{gcd.bridge_bdf}"
-    tree.write(f"{bridge}/vendor", "0x1022\n")
-    tree.write(f"{bridge}/device", "0x1483\n")
-    tree.write(f"{bridge}/class", "0x060400\n")
+    tree.write_files(bridge, {"vendor": "0x1022\n", "device": "0x1483\n", "class": "0x060400\n"})
     tree.symlink(f"bus/pci/devices/{gcd.bridge_bdf}", bridge)
 
 
@@ -99,8 +94,7 @@ def _write_pci_device(tree: AtomicTree, gcd: GcdLayout) -> None:
         "max_link_speed": f"{m.pcie_gts:.1f} GT/s PCIe\n",
         "max_link_width": f"{m.pcie_width}\n",
     }
-    for name, content in files.items():
-        tree.write(f"{dev}/{name}", content)
+    tree.write_files(dev, files)
     tree.symlink(f"{dev}/driver", "bus/pci/drivers/amdgpu")
     tree.symlink(f"{dev}/subsystem", "bus/pci")
     tree.symlink(f"bus/pci/devices/{gcd.bdf}", dev)
@@ -139,8 +133,7 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
         files["available_compute_partition"] = f"{available_compute_modes(gcd)}\n"
         files["current_memory_partition"] = f"{gcd.memory_partition}\n"
         files["available_memory_partition"] = f"{m.memory_partitions}\n"
-    for name, content in files.items():
-        tree.write(f"{dev}/{name}", content)
+    tree.write_files(dev, files)
     if gcd.hive_id:
         # the hive folder is real on the first device of the hive and a link on the others
         first = gcds[gcd.hive_members[0]]
@@ -174,9 +167,8 @@ def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
         # platform_device_register_simple("amdgpu_xcp", id): the modalias carries the bare name;
         # the DKMS spelling registers "amdgpu_xcp_<n>" as the name itself.
         name = part.platform_device.partition(".")[0]
-        tree.write(f"{dev}/uevent", f"MODALIAS=platform:{name}\n")
-        tree.write(f"{dev}/modalias", f"platform:{name}\n")
-        tree.write(f"{dev}/driver_override", "(null)\n")
+        modalias = f"platform:{name}\n"
+        tree.write_files(dev, {"uevent": f"MODALIAS={modalias}", "modalias": modalias, "driver_override": "(null)\n"})
         tree.symlink(f"{dev}/subsystem", "bus/platform")
         tree.symlink(f"bus/platform/devices/{part.platform_device}", dev)
         _write_minors(tree, dev, part)
@@ -208,19 +200,10 @@ def _write_hwmon(tree: AtomicTree, gcd: GcdLayout) -> None:
         files[f"temp{index}_emergency"] = f"{limits.emergency * 1000}\n"
     if m.has_vddgfx:
         files["in0_label"] = "vddgfx\n"
-    for name, content in files.items():
-        tree.write(f"{hw}/{name}", content)
+    tree.write_files(hw, files)
     tree.symlink(f"{hw}/device", gcd.device_relpath)
     tree.symlink(f"{hw}/subsystem", "class/hwmon")
     tree.symlink(f"class/hwmon/hwmon{gcd.hwmon_index}", hw)
-
-
-def kfd_peers(gcd: GcdLayout, gcds: list[GcdLayout]) -> list[tuple[GcdLayout, int]]:
-    """XGMI peers of a GCD with their KFD io_link weight (15 per hop)."""
-    hive = gcd.hive_members
-    return [
-        (gcds[i], KFD_XGMI_WEIGHT * xgmi_hops(gcd, gcds[i], len(hive))) for i in hive if i != gcd.index and gcd.hive_id
-    ]
 
 
 def kfd_partition_peers(
@@ -229,7 +212,8 @@ def kfd_partition_peers(
     """The XGMI io_links of one partition's KFD node, in KFD node order: every other partition of
     its own socket (intra-socket weight) and every partition of each hive peer (15 per hop)."""
     peers: list[tuple[GcdLayout, PartitionLayout, int]] = []
-    weights = dict((peer.index, weight) for peer, weight in kfd_peers(gcd, gcds))
+    hive = gcd.hive_members if gcd.hive_id else ()
+    weights = {i: KFD_XGMI_WEIGHT * xgmi_hops(gcd, gcds[i], len(hive)) for i in hive if i != gcd.index}
     weights[gcd.index] = KFD_INTRA_SOCKET_WEIGHT
     for other in gcds:
         if other.index not in weights:
