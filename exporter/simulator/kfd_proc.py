@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import GcdLayout
 
 PROC_DIR = "devices/virtual/kfd/kfd/proc"
@@ -104,39 +105,33 @@ class KfdProcWriter:
         self.proc_dir = Path(sysfs_root) / PROC_DIR
         self.gcds = list(gcds)
         self.seed = seed
-        self._written: dict[int, dict[str, str]] = {}
+        self._trees: dict[int, AtomicTree] = {}  # pid -> its folder, which skips unchanged files
 
     def write(self, elapsed: float) -> tuple[SimProcess, ...]:
         processes = processes_at(self.gcds, elapsed, self.seed)
         self.proc_dir.mkdir(parents=True, exist_ok=True)
         alive = {p.pid for p in processes}
-        for pid in sorted(set(self._written) - alive):
+        for pid in sorted(set(self._trees) - alive):
             gone = self.proc_dir / str(pid)
             hidden = self.proc_dir / f".gone-{pid}"
             if gone.exists():
                 os.replace(gone, hidden)
                 shutil.rmtree(hidden, ignore_errors=True)
-            del self._written[pid]
+            del self._trees[pid]
+        node_gpu_ids = [gpu_id for _package, gpu_id, _cus in kfd_gpus(self.gcds)]
         for process in processes:
-            files = process_files(process, [gpu_id for _package, gpu_id, _cus in kfd_gpus(self.gcds)])
-            old = self._written.get(process.pid, {})
-            if process.pid not in self._written:
+            files = process_files(process, node_gpu_ids)
+            tree = self._trees.get(process.pid)
+            if tree is None:
                 # Build the directory aside and rename it in: a new process appears whole.
                 staging = self.proc_dir / f".new-{process.pid}"
                 shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir()
+                tree = self._trees[process.pid] = AtomicTree(staging)
                 for rel, content in files.items():
-                    _write(staging / rel, content)
-                os.replace(staging, self.proc_dir / str(process.pid))
-            else:
-                for rel, content in files.items():
-                    if old.get(rel) != content:
-                        _write(self.proc_dir / str(process.pid) / rel, content)
-            self._written[process.pid] = files
+                    tree.write(rel, content)
+                tree.root = self.proc_dir / str(process.pid)
+                os.replace(staging, tree.root)
+            for rel, content in files.items():
+                tree.write(rel, content)
         return processes
-
-
-def _write(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.sim-tmp")
-    temp.write_text(content)
-    os.replace(temp, path)
