@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import cast
 
 from exporter.sources.gpu_metrics.layouts import ATTR_NAMES, FIXED_LAYOUTS, BlockLayout, Field
 
@@ -95,11 +94,11 @@ def _stored(what: str, value: Value, count: int, width: int) -> bytes:
     numbers = [value] if isinstance(value, int) else list(value)
     if len(numbers) > count:
         raise ValueError(f"{what} holds {count} values, got {len(numbers)}")
-    if not all(isinstance(n, int) and n >= 0 for n in numbers):
-        raise ValueError(f"{what} takes non-negative integers, got {numbers!r}")
     ones = (1 << (8 * width)) - 1
-    unset = [ones] * (count - len(numbers))
-    return struct.pack(f"<{count}{_LETTERS[width]}", *(n & ones for n in cast(list[int], numbers)), *unset)
+    stored = [n & ones if isinstance(n, int) and n >= 0 else -1 for n in numbers]
+    if -1 in stored:
+        raise ValueError(f"{what} takes non-negative integers, got {numbers!r}")
+    return struct.pack(f"<{count}{_LETTERS[width]}", *stored, *[ones] * (count - len(stored)))
 
 
 def _fill(buf: bytearray, base: int, fields: tuple[Field, ...], values: Mapping[str, Value], what: str) -> None:
