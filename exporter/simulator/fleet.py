@@ -283,6 +283,10 @@ class GcdLayout:
         return self.partitions[0].render_minor
 
     @property
+    def gpu_id(self) -> int:
+        return self.partitions[0].gpu_id
+
+    @property
     def bus(self) -> int:
         return int(self.bdf[5:7], 16)
 
