@@ -150,7 +150,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     if count < 1:
         raise ValueError(f"fleet term {term.strip()!r}: the count must be at least 1")
     version = model.metrics_version
-    compute, memory = _default_modes(model)
+    modes = dict(zip(("compute", "memory"), _default_modes(model), strict=True))
     chosen = {key: default for key, (default, _values, _partitions) in _OPTIONS.items()}
     seen: set[str] = set()
     tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
@@ -170,10 +170,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
                 raise ValueError(f"{model.name} has no {kind} partitions: drop {word!r} from {term.strip()!r}")
             if upper not in [m.strip() for m in offered.split(",")]:
                 raise ValueError(f"{model.name} has no {kind} partition mode {word!r}: it offers {offered}")
-            if kind == "compute":
-                compute = upper
-            else:
-                memory = upper
+            modes[kind] = upper
         elif sep and key == "gpu_metrics":
             version = _parse_metrics_version(value, model)
         elif sep and key in _OPTIONS:
@@ -184,11 +181,12 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
                 raise ValueError(f"bad {key}={value} for {model.name}: expected {' or '.join(values)}")
             chosen[key] = value
         else:
-            modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
+            offered_modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
             raise ValueError(
-                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot,"
+                f"unknown option {word!r} for {model.name}: expected {offered_modes}gpu_metrics=1.N, xcp_names=dot,"
                 " xcp_metrics=1.0|1.1, xcp_nodes=all or serial=unique_id"
             )
+    compute, memory = modes["compute"], modes["memory"]
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
         raise ValueError(

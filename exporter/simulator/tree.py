@@ -292,7 +292,8 @@ def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, propert
         tree.write(f"{node}/io_links/{i}/properties", link)
 
 
-# The properties every KFD node prints first, in the driver's order; a CPU node's read 0 but a few.
+# The properties every KFD node prints first, in the driver's order (those not set read 0); a GPU
+# node prints its own after them.
 _NODE_PROPERTIES = (
     "cpu_cores_count", "simd_count", "mem_banks_count", "caches_count", "io_links_count", "p2p_links_count",
     "cpu_core_id_base", "simd_id_base", "max_waves_per_simd", "lds_size_in_kb", "gds_size_in_kb", "num_gws",
@@ -320,44 +321,39 @@ def _gpu_properties(gcd: GcdLayout, part: PartitionLayout, io_links: int) -> str
     share = part.count
     # a partition owns its XCCs' CUs and its share of the SDMA engines (two per partition in CPX)
     sdma_total = m.num_sdma_engines + m.num_sdma_xgmi_engines
-    props = {
-        "cpu_cores_count": 0,
-        "simd_count": m.simd_count // share,
-        "mem_banks_count": 1,
-        "caches_count": 0,
-        "io_links_count": io_links,
-        "p2p_links_count": 0,
-        "cpu_core_id_base": 0,
-        "simd_id_base": 2147487744 + 4096 * gcd.index + 256 * part.index,
-        "max_waves_per_simd": 8,
-        "lds_size_in_kb": 64,
-        "gds_size_in_kb": 0,
-        "num_gws": 64,
-        "wave_front_size": 64,
-        "array_count": m.array_count // share,
-        "simd_arrays_per_engine": 1,
-        "cu_per_simd_array": m.cu_per_simd_array,
-        "simd_per_cu": 4,
-        "max_slots_scratch_cu": 32,
-        "gfx_target_version": m.gfx_target_version,
-        "vendor_id": 0x1002,
-        "device_id": m.device_id,
-        "location_id": gcd.partition_location_id(part.index),
-        "domain": 0,
-        "drm_render_minor": part.render_minor,
-        "hive_id": gcd.hive_id,
-        "num_sdma_engines": m.num_sdma_engines,
-        "num_sdma_xgmi_engines": max(0, sdma_total // share - m.num_sdma_engines),
-        "num_sdma_queues_per_engine": 8,
-        "num_cp_queues": 24,
-        "max_engine_clk_fcompute": m.sclk_range[1],
-        "local_mem_size": 0,
-        "fw_version": m.firmware.get("mec", 0),
-        "capability": 746586752,
-        "debug_prop": 1495,
-        "sdma_fw_version": m.firmware.get("sdma", 0),
-        "unique_id": gcd.unique_id,
-        "num_xcc": part.xcc_count,
-        "max_engine_clk_ccompute": 3700,
-    }
+    props = dict.fromkeys(_NODE_PROPERTIES, 0)
+    props.update(
+        simd_count=m.simd_count // share,
+        mem_banks_count=1,
+        io_links_count=io_links,
+        simd_id_base=2147487744 + 4096 * gcd.index + 256 * part.index,
+        max_waves_per_simd=8,
+        lds_size_in_kb=64,
+        num_gws=64,
+        wave_front_size=64,
+        array_count=m.array_count // share,
+        simd_arrays_per_engine=1,
+        cu_per_simd_array=m.cu_per_simd_array,
+        simd_per_cu=4,
+        max_slots_scratch_cu=32,
+        gfx_target_version=m.gfx_target_version,
+        vendor_id=0x1002,
+        device_id=m.device_id,
+        location_id=gcd.partition_location_id(part.index),
+        drm_render_minor=part.render_minor,
+        hive_id=gcd.hive_id,
+        num_sdma_engines=m.num_sdma_engines,
+        num_sdma_xgmi_engines=max(0, sdma_total // share - m.num_sdma_engines),
+        num_sdma_queues_per_engine=8,
+        num_cp_queues=24,
+        max_engine_clk_fcompute=m.sclk_range[1],
+        local_mem_size=0,
+        fw_version=m.firmware.get("mec", 0),
+        capability=746586752,
+        debug_prop=1495,
+        sdma_fw_version=m.firmware.get("sdma", 0),
+        unique_id=gcd.unique_id,
+        num_xcc=part.xcc_count,
+        max_engine_clk_ccompute=3700,
+    )
     return "".join(f"{k} {v}\n" for k, v in props.items())
