@@ -343,11 +343,8 @@ class PackageModel:
         junction = noisy(st.junction + off + swing, 30)
         edge = noisy(st.edge + 0.6 * off, 31)
         memory = noisy(st.memory + 0.4 * off + 0.3 * swing, 32)
-        temps: dict[str, int] = {}
-        if m.has_edge_sensor:
-            temps["edge"] = edge
-        temps["junction"] = junction
-        temps["memory"] = memory
+        temps = {"edge": edge} if m.has_edge_sensor else {}
+        temps.update(junction=junction, memory=memory)
         amb = m.ambient
         v1_3 = die.metrics_version == (1, 3)
         if v1_3:
@@ -394,22 +391,19 @@ class PackageModel:
         vram_used = max(vram_base, min(vram_used, m.vram_bytes - 64 * 1024 * 1024))
 
         pcie_bw = None
-        inst_gbs = acc_gbs = None
         if m.pcie_bw_file:
             msgs = inst.pcie_rate / PCIE_MPS
             pcie_bw = (round(msgs * 0.6), round(msgs * 0.4), PCIE_MPS)
-        if not v1_3:
-            inst_gbs = round(inst.pcie_rate / 1e9)
-            acc_gbs = int(st.pcie_gb_acc)
 
         trains = self.scenario.trains
         replays = 0
         if g == self.replay_gcd:
             replays = 5 + (int(t // 90) if trains else 0)
-        recoveries = naks_sent = naks_received = None
-        xgmi_read = xgmi_write = None
-        links_up = None
+        inst_gbs = acc_gbs = recoveries = naks_sent = naks_received = None
+        xgmi_read = xgmi_write = links_up = None
         if not v1_3:
+            inst_gbs = round(inst.pcie_rate / 1e9)
+            acc_gbs = int(st.pcie_gb_acc)
             recoveries = 2 * replays + (1 if g == self.replay_gcd else 0)
             naks_sent = replays
             naks_received = replays // 2
