@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import threading
@@ -44,12 +45,11 @@ class Simulator:
         self.scenario: Scenario = parse_scenario(scenario)
         self.seed = int(seed)
         self.gcds: list[GcdLayout] = layout(self.fleet)
-        self._packages: list[PackageModel] = []
-        by_package: dict[int, list[GcdLayout]] = {}
-        for gcd in self.gcds:
-            by_package.setdefault(gcd.package_index, []).append(gcd)
-        for dies in by_package.values():
-            self._packages.append(PackageModel(dies, self.scenario, self.seed, len(self.gcds)))
+        # layout() lists a package's dies together
+        self._packages = [
+            PackageModel(list(dies), self.scenario, self.seed, len(self.gcds))
+            for _package, dies in itertools.groupby(self.gcds, key=lambda gcd: gcd.package_index)
+        ]
         self._tree = AtomicTree(self.root)
         self._lock = threading.Lock()
         self._readings: list[DieReading] = []
