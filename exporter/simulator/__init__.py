@@ -9,20 +9,9 @@ per partition, laid out as the driver does (see fleet.py). The "alternating" sce
 values within a second and keeps sliding-window truth (Simulator.windows()).
 """
 
-from exporter.simulator.fleet import FleetEntry, FleetSpec, parse_fleet
+from exporter.simulator.fleet import parse_fleet
 from exporter.simulator.simulator import Simulator
-from exporter.simulator.truth import PartitionTruth, SimulatedDevice, load_truth_json
-from exporter.simulator.workload import SCENARIOS, Scenario, parse_scenario
+from exporter.simulator.truth import SimulatedDevice, load_truth_json
+from exporter.simulator.workload import SCENARIOS, parse_scenario
 
-__all__ = [
-    "SCENARIOS",
-    "FleetEntry",
-    "FleetSpec",
-    "PartitionTruth",
-    "Scenario",
-    "SimulatedDevice",
-    "Simulator",
-    "load_truth_json",
-    "parse_fleet",
-    "parse_scenario",
-]
+__all__ = ["SCENARIOS", "SimulatedDevice", "Simulator", "load_truth_json", "parse_fleet", "parse_scenario"]

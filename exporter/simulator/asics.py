@@ -55,6 +55,9 @@ class AsicModel:
     xgmi_link_speed_gbps: int
     xgmi_link_width: int
     xgmi_max_bandwidth_mbs: int  # KFD io_link max_bandwidth for one peer
+    # boards of one model that form an XGMI hive: an MI210 bridge joins up to 4 cards, a node board
+    # cables up to 4 MI250X packages, a baseboard carries 8 MI300-class sockets
+    hive_boards: int
     # power (W): package level; MI250X's two dies share one package budget
     power_cap: int
     power_idle: int
@@ -84,28 +87,17 @@ class AsicModel:
     # ras blocks with an <blk>_err_count file
     ras_blocks: tuple[str, ...] = ("umc", "sdma", "gfx", "mmhub", "pcie_bif", "hdp", "xgmi_wafl")
     firmware: dict[str, int] = field(default_factory=dict)
+    # MI300-class gpu_metrics: HBM peak bandwidth at the top memory clock (GB/s), JPEG rings per decoder
+    mem_max_bandwidth_gbs: int = 0
+    jpeg_rings_per_vcn: int = 8
 
 
-# AMDGPU_RAS_BLOCK__* bit numbers (amdgpu_ras.h): ras/features is a mask of these.
-RAS_BLOCK_BITS = {
-    "umc": 0,
-    "sdma": 1,
-    "gfx": 2,
-    "mmhub": 3,
-    "athub": 4,
-    "pcie_bif": 5,
-    "hdp": 6,
-    "xgmi_wafl": 7,
-    "df": 8,
-    "smn": 9,
-    "sem": 10,
-    "mp0": 11,
-    "mp1": 12,
-    "fuse": 13,
-    "mca": 14,
-    "vcn": 15,
-    "jpeg": 16,
-}
+# AMDGPU_RAS_BLOCK__* (amdgpu_ras.h), in bit order: ras/features is a mask of these bits.
+_RAS_BLOCKS = (
+    "umc", "sdma", "gfx", "mmhub", "athub", "pcie_bif", "hdp", "xgmi_wafl", "df", "smn", "sem", "mp0", "mp1",
+    "fuse", "mca", "vcn", "jpeg",
+)  # fmt: skip
+RAS_BLOCK_BITS = {block: bit for bit, block in enumerate(_RAS_BLOCKS)}
 
 _ALDEBARAN_FW = {
     "asd": 0x21000095,
@@ -169,6 +161,7 @@ MI210 = AsicModel(
     xgmi_link_speed_gbps=25,
     xgmi_link_width=16,
     xgmi_max_bandwidth_mbs=50000,
+    hive_boards=4,
     power_cap=300,
     power_idle=42,
     power_compute=286,
@@ -184,60 +177,33 @@ MI210 = AsicModel(
         "memory": ThermalLimits(95, 100),
     },
     simd_count=416,
-    array_count=8,
     cu_per_simd_array=13,
     firmware=_ALDEBARAN_FW,
 )
 
-MI250X = AsicModel(
+# MI250X: two Aldebaran dies on one OAM package sharing one power budget
+MI250X = replace(
+    MI210,
     name="MI250X",
     product_name="AMD Instinct MI250X",
     product_number="102-D65209-00",
-    asic="aldebaran",
     device_id=0x740C,
     subsystem_device=0x0B0C,
     revision=0x01,
-    pci_class=0x038000,
     gcds_per_package=2,
     board_type="oam",
     vbios="113-D65201-042",
-    metrics_version=(1, 3),
-    metrics_versions=((1, 3),),
-    vram_bytes=64 * GIB,
     vram_vendor="samsung",
-    gtt_bytes=396 * GIB,
-    sclk_range=(500, 1700),
-    mclk_levels=(400, 700, 1200, 1600),
-    fclk_levels=(400, 800, 1200, 1600),
-    socclk_levels=(500, 750, 1090),
-    vclk_levels=(914, 1333),
-    dclk_levels=(711, 1143),
-    sclk_deep_sleep=None,
-    pcie_gts=16.0,
-    pcie_width=16,
-    pcie_bw_file=True,
-    pp_dpm_pcie=True,
-    xgmi_link_speed_gbps=25,
-    xgmi_link_width=16,
-    xgmi_max_bandwidth_mbs=50000,
     power_cap=560,
     power_idle=92,
     power_compute=532,
     power_comm=430,
-    ambient=30.0,
     r_junction=0.172,  # per die, of that die's half of package power
     r_edge=0.115,
     r_memory=0.12,
-    has_edge_sensor=True,
-    limits={
-        "edge": ThermalLimits(100, 105),
-        "junction": ThermalLimits(110, 115),
-        "memory": ThermalLimits(95, 100),
-    },
+    limits={**MI210.limits, "junction": ThermalLimits(110, 115)},
     simd_count=440,
-    array_count=8,
     cu_per_simd_array=14,
-    firmware=_ALDEBARAN_FW,
 )
 
 MI300X = AsicModel(
@@ -273,6 +239,7 @@ MI300X = AsicModel(
     xgmi_link_speed_gbps=32,
     xgmi_link_width=16,
     xgmi_max_bandwidth_mbs=64000,
+    hive_boards=8,
     power_cap=750,
     power_idle=148,
     power_compute=712,
@@ -300,6 +267,7 @@ MI300X = AsicModel(
     memory_partitions="NPS1, NPS4",
     ras_blocks=("umc", "sdma", "gfx", "mmhub", "pcie_bif", "hdp", "xgmi_wafl", "vcn", "jpeg"),
     firmware=_AQUA_VANJARAM_FW,
+    mem_max_bandwidth_gbs=5300,
 )
 
 # MI325X: the same GC 9.4.3 / SMU 13.0.6 silicon as MI300X with 256 GB HBM3E and a 1000 W board
@@ -324,6 +292,7 @@ MI325X = replace(
     r_junction=0.055,
     r_edge=0.04,
     r_memory=0.043,
+    mem_max_bandwidth_gbs=6000,
 )
 
 _MI350_FW = {**_AQUA_VANJARAM_FW, "smc": 0x00684700, "sos": 0x00400030, "mec": 0x000000A5}
@@ -363,6 +332,8 @@ MI355X = replace(
     cu_per_simd_array=8,
     memory_partitions="NPS1, NPS2",
     firmware=_MI350_FW,
+    mem_max_bandwidth_gbs=8000,
+    jpeg_rings_per_vcn=10,
 )
 MI350X = replace(
     MI355X,

@@ -8,6 +8,7 @@ unchanged files, which keeps a 64-GCD tree ticking at 1 Hz cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -17,9 +18,6 @@ class AtomicTree:
         self._written: dict[str, bytes] = {}
         self._made_dirs: set[str] = set()
         self.writes = 0  # files actually replaced (for tests and the benchmark)
-
-    def path(self, rel: str) -> Path:
-        return self.root / rel
 
     def mkdir(self, rel: str) -> None:
         if rel not in self._made_dirs:
@@ -48,6 +46,11 @@ class AtomicTree:
         self._written[rel] = data
         self.writes += 1
         return True
+
+    def write_files(self, folder: str, files: Mapping[str, bytes | str]) -> None:
+        """write() every file of `files` (name -> content) into folder."""
+        for name, content in files.items():
+            self.write(f"{folder}/{name}", content)
 
     def symlink(self, rel: str, target_rel: str) -> None:
         """root/rel -> target, written as a relative link (like sysfs) so the tree can be moved or

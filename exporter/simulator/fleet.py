@@ -23,7 +23,6 @@ MAX_GCDS = 128
 CPU_SOCKETS = 2
 CPU_HWMON_COUNT = CPU_SOCKETS  # one k10temp per socket, numbered before the GPUs' hwmons
 _ROOT_BUSES = (0x00, 0x40, 0x80, 0xC0)  # one PCI root complex per EPYC quadrant
-_HIVE_BOARDS = {"MI210": 4, "MI250X": 4, "MI300X": 8, "MI325X": 8, "MI350X": 8, "MI355X": 8}
 _TERM = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9]+)\s*(?::\s*(.*))?$")
 
 # Compute partition modes: name -> partitions of the socket (an 8-XCD MI300X: 1, 2, 4, 8).
@@ -38,8 +37,15 @@ _COMPATIBLE_NPS = {
     "QPX": ("NPS1", "NPS4"),
     "CPX": ("NPS1", "NPS4"),
 }
-XCP_NAME_STYLES = ("underscore", "dot")  # amdgpu_xcp_<n> (ROCm DKMS) or amdgpu_xcp.<n> (some kernels)
-SERIAL_STYLES = ("fru", "unique_id")  # where serial_number comes from (see FleetEntry.serial)
+# The key=value options of a fleet term: default, allowed values, and whether they need an ASIC with
+# compute partitions. xcp_names: amdgpu_xcp_<n> (ROCm DKMS) or amdgpu_xcp.<n> (some
+# kernels); xcp_metrics: per-partition xcp/xcp_metrics (newer drivers); xcp_nodes, serial: see FleetEntry.
+_OPTIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "xcp_names": ("underscore", ("underscore", "dot"), False),
+    "xcp_metrics": ("", ("1.0", "1.1"), True),
+    "xcp_nodes": ("used", ("used", "all"), True),
+    "serial": ("fru", ("fru", "unique_id"), False),
+}
 MAX_XCP = 8  # amdgpu_xcp_dev_alloc: a partitionable socket allocates xcp nodes 1..MAX_XCP-1 at load
 MAX_RENDER_NODES = 128  # DRM render minors the simulator hands out (renderD128 ..)
 
@@ -52,7 +58,7 @@ class FleetEntry:
     compute_partition: str = ""  # "SPX".."CPX" on partitionable ASICs, "" otherwise
     memory_partition: str = ""  # "NPS1".. on partitionable ASICs, "" otherwise
     xcp_names: str = "underscore"  # spelling of the partition platform devices
-    xcp_metrics: tuple[int, int] | None = None  # per-partition xcp/xcp_metrics (newer drivers): 1.0 or 1.1
+    xcp_metrics: str = ""  # version of the per-partition xcp/xcp_metrics (newer drivers): "1.0" or "1.1"
     # "used": platform devices for the partitions in use only; "all": as amdgpu_xcp_dev_alloc does it,
     # MAX_XCP - 1 per socket whatever the mode (the unused ones have DRM minors but no KFD node)
     xcp_nodes: str = "used"
@@ -79,14 +85,9 @@ class FleetEntry:
         options = []
         if self.metrics_version != self.model.metrics_version:
             options.append(f"gpu_metrics={self.metrics_version[0]}.{self.metrics_version[1]}")
-        if self.xcp_names != "underscore":
-            options.append(f"xcp_names={self.xcp_names}")
-        if self.xcp_metrics is not None:
-            options.append(f"xcp_metrics={self.xcp_metrics[0]}.{self.xcp_metrics[1]}")
-        if self.xcp_nodes != "used":
-            options.append(f"xcp_nodes={self.xcp_nodes}")
-        if self.serial != "fru":
-            options.append(f"serial={self.serial}")
+        for key, (default, _values, _partitions) in _OPTIONS.items():
+            if getattr(self, key) != default:
+                options.append(f"{key}={getattr(self, key)}")
         if options:
             text += ":" + ";".join(options)
         return text
@@ -149,19 +150,15 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     if count < 1:
         raise ValueError(f"fleet term {term.strip()!r}: the count must be at least 1")
     version = model.metrics_version
-    compute, memory = _default_modes(model)
-    xcp_names = "underscore"
-    xcp_metrics: tuple[int, int] | None = None
-    xcp_nodes = "used"
-    serial = "fru"
+    modes = dict(zip(("compute", "memory"), _default_modes(model), strict=True))
+    chosen = {key: default for key, (default, _values, _partitions) in _OPTIONS.items()}
     seen: set[str] = set()
     tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
     for option in tokens:
         word = option.strip()
         if not word:
             raise ValueError(f"empty option in fleet term {term.strip()!r}: options are separated by one ':'")
-        key, sep, value = word.partition("=")
-        key = key.strip()
+        key, sep, value = (part.strip() for part in word.partition("="))
         upper = word.upper()
         if not sep and (upper in COMPUTE_PARTITION_COUNTS or upper in MEMORY_PARTITION_COUNTS):
             kind = "compute" if upper in COMPUTE_PARTITION_COUNTS else "memory"
@@ -173,38 +170,23 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
                 raise ValueError(f"{model.name} has no {kind} partitions: drop {word!r} from {term.strip()!r}")
             if upper not in [m.strip() for m in offered.split(",")]:
                 raise ValueError(f"{model.name} has no {kind} partition mode {word!r}: it offers {offered}")
-            if kind == "compute":
-                compute = upper
-            else:
-                memory = upper
+            modes[kind] = upper
         elif sep and key == "gpu_metrics":
-            version = _parse_metrics_version(value.strip(), model)
-        elif sep and key == "xcp_names":
-            if value.strip() not in XCP_NAME_STYLES:
-                raise ValueError(f"bad xcp_names={value.strip()} for {model.name}: expected underscore or dot")
-            xcp_names = value.strip()
-        elif sep and key == "xcp_metrics":
-            if not model.compute_partitions:
-                raise ValueError(f"{model.name} has no compute partitions, so no xcp_metrics")
-            if value.strip() not in ("1.0", "1.1"):
-                raise ValueError(f"bad xcp_metrics={value.strip()} for {model.name}: expected 1.0 or 1.1")
-            xcp_metrics = (1, int(value.strip()[2]))
-        elif sep and key == "xcp_nodes":
-            if not model.compute_partitions:
-                raise ValueError(f"{model.name} has no compute partitions, so no xcp nodes")
-            if value.strip() not in ("used", "all"):
-                raise ValueError(f"bad xcp_nodes={value.strip()} for {model.name}: expected used or all")
-            xcp_nodes = value.strip()
-        elif sep and key == "serial":
-            if value.strip() not in SERIAL_STYLES:
-                raise ValueError(f"bad serial={value.strip()} for {model.name}: expected fru or unique_id")
-            serial = value.strip()
+            version = _parse_metrics_version(value, model)
+        elif sep and key in _OPTIONS:
+            _default, values, needs_partitions = _OPTIONS[key]
+            if needs_partitions and not model.compute_partitions:
+                raise ValueError(f"{model.name} has no compute partitions, so no {key}")
+            if value not in values:
+                raise ValueError(f"bad {key}={value} for {model.name}: expected {' or '.join(values)}")
+            chosen[key] = value
         else:
-            modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
+            offered_modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
             raise ValueError(
-                f"unknown option {word!r} for {model.name}: expected {modes}gpu_metrics=1.N, xcp_names=dot,"
+                f"unknown option {word!r} for {model.name}: expected {offered_modes}gpu_metrics=1.N, xcp_names=dot,"
                 " xcp_metrics=1.0|1.1, xcp_nodes=all or serial=unique_id"
             )
+    compute, memory = modes["compute"], modes["memory"]
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
         raise ValueError(
@@ -212,7 +194,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
         )
     if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
         raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
-    return FleetEntry(count, model, version, compute, memory, xcp_names, xcp_metrics, xcp_nodes, serial)
+    return FleetEntry(count, model, version, compute, memory, **chosen)
 
 
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
@@ -275,8 +257,6 @@ class GcdLayout:
     root_bus: int
     numa_node: int
     hwmon_index: int
-    kfd_node: int
-    gpu_id: int
     unique_id: int
     serial: str
     xgmi_device_id: int
@@ -294,15 +274,15 @@ class GcdLayout:
 
     @property
     def card(self) -> str:
-        return self.partitions[0].card if self.partitions else f"card{self.index}"
+        return self.partitions[0].card
 
     @property
     def render_minor(self) -> int:
-        return self.partitions[0].render_minor if self.partitions else 128 + self.index
+        return self.partitions[0].render_minor
 
     @property
-    def partitioned(self) -> bool:
-        return len(self.partitions) > 1
+    def gpu_id(self) -> int:
+        return self.partitions[0].gpu_id
 
     @property
     def bus(self) -> int:
@@ -334,24 +314,17 @@ def _digest(*parts: object) -> int:
 
 def layout(fleet: FleetSpec) -> list[GcdLayout]:
     """Every GCD of the fleet, in PCI BDF order (which is also spec order)."""
-    packages: list[tuple[AsicModel, tuple[int, int]]] = []
-    entry_of_package: list[FleetEntry] = []
-    for entry in fleet.entries:
-        packages.extend((entry.model, entry.metrics_version) for _ in range(entry.count))
-        entry_of_package.extend(entry for _ in range(entry.count))
+    packages = [entry for entry in fleet.entries for _ in range(entry.count)]
     # boards are spread over the four root complexes; both dies of a package stay together
     per_quadrant = -(-len(packages) // len(_ROOT_BUSES))
-    # Boards of one model form XGMI hives: an MI210 Infinity Fabric bridge joins up to 4 cards, a
-    # node board cables up to 4 MI250X packages, a baseboard carries 8 MI300X. A lone board is no hive.
+    # Boards of one model form XGMI hives of up to `hive_boards` boards. A lone board is no hive.
     gcds_by_model: dict[str, list[int]] = {}
-    index = 0
-    for model, _version in packages:
-        for _die in range(model.gcds_per_package):
-            gcds_by_model.setdefault(model.name, []).append(index)
-            index += 1
+    gcd_models = [entry.model for entry in packages for _ in range(entry.model.gcds_per_package)]
+    for index, model in enumerate(gcd_models):
+        gcds_by_model.setdefault(model.name, []).append(index)
     hive_of: dict[int, tuple[int, ...]] = {}
     for name, members in gcds_by_model.items():
-        size = _HIVE_BOARDS[name] * ASICS[name].gcds_per_package
+        size = ASICS[name].hive_boards * ASICS[name].gcds_per_package
         for start in range(0, len(members), size):
             hive = tuple(members[start : start + size])
             for gcd in hive:
@@ -371,8 +344,8 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
         used_gpu_ids.add(gpu_id)
         return gpu_id
 
-    for package_index, (model, version) in enumerate(packages):
-        entry = entry_of_package[package_index]
+    for package_index, entry in enumerate(packages):
+        model = entry.model
         board_serial = f"PCB{_digest('serial', model.name, package_index) % 100000:05d}-{package_index + 1:04d}"
         package_id = ""
         quadrant = package_index // per_quadrant
@@ -380,41 +353,28 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
             slot = slots[quadrant]
             slots[quadrant] += 1
             root_bus = _ROOT_BUSES[quadrant]
-            bus = root_bus + 1 + 2 * slot
-            bdf = f"0000:{bus:02x}:00.0"
-            bridge = f"0000:{root_bus:02x}:{1 + slot // 8:02x}.{slot % 8}"
             hive = hive_of[index]
             in_hive = len(hive) > 1
             count = entry.partitions
             xcc_each = model.num_xcc // count
-            nps = MEMORY_PARTITION_COUNTS.get(entry.memory_partition, 1)
-            parts = []
-            for p in range(count):
+            memory_bytes = model.vram_bytes // MEMORY_PARTITION_COUNTS.get(entry.memory_partition, 1)
+            parts, idle = [], []
+            # partition 0 is the PCI device; every other DRM node (an idle one too) is a platform device
+            for p in range(entry.drm_nodes):
                 name = ""
                 if p:
-                    name = f"amdgpu_xcp.{xcp_counter}" if entry.xcp_names == "dot" else f"amdgpu_xcp_{xcp_counter}"
+                    name = f"amdgpu_xcp{'.' if entry.xcp_names == 'dot' else '_'}{xcp_counter}"
                     xcp_counter += 1
-                parts.append(
-                    PartitionLayout(
-                        index=p,
-                        count=count,
-                        card_minor=minor,
-                        render_minor=128 + minor,
-                        kfd_node=kfd_node,
-                        gpu_id=unique_gpu_id(index) if p == 0 else unique_gpu_id(index, "xcp", p),
-                        platform_device=name,
-                        xcc_first=p * xcc_each,
-                        xcc_count=xcc_each,
-                        memory_bytes=model.vram_bytes // nps,
+                if p < count:
+                    gpu_id = unique_gpu_id(index) if p == 0 else unique_gpu_id(index, "xcp", p)
+                    parts.append(
+                        PartitionLayout(
+                            p, count, minor, 128 + minor, kfd_node, gpu_id, name, p * xcc_each, xcc_each, memory_bytes
+                        )
                     )
-                )
-                minor += 1
-                kfd_node += 1
-            idle = []
-            for _spare in range(count, entry.drm_nodes):
-                name = f"amdgpu_xcp.{xcp_counter}" if entry.xcp_names == "dot" else f"amdgpu_xcp_{xcp_counter}"
-                xcp_counter += 1
-                idle.append(PartitionLayout(_spare, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
+                    kfd_node += 1
+                else:
+                    idle.append(PartitionLayout(p, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
                 minor += 1
             unique_id = _digest("unique_id", model.name, index) | (1 << 62)
             # Without a FRU EEPROM the kernel's serial_number is the die's unique_id as unpadded %llx.
@@ -424,16 +384,14 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                 GcdLayout(
                     index=index,
                     model=model,
-                    metrics_version=version,
+                    metrics_version=entry.metrics_version,
                     package_index=package_index,
                     die=die,
-                    bdf=bdf,
-                    bridge_bdf=bridge,
+                    bdf=f"0000:{root_bus + 1 + 2 * slot:02x}:00.0",
+                    bridge_bdf=f"0000:{root_bus:02x}:{1 + slot // 8:02x}.{slot % 8}",
                     root_bus=root_bus,
                     numa_node=quadrant * CPU_SOCKETS // len(_ROOT_BUSES),
                     hwmon_index=CPU_HWMON_COUNT + index,
-                    kfd_node=parts[0].kfd_node,
-                    gpu_id=parts[0].gpu_id,
                     unique_id=unique_id,
                     serial=serial,
                     xgmi_device_id=_digest("xgmi_node", index),
@@ -443,7 +401,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     compute_partition=entry.compute_partition,
                     memory_partition=entry.memory_partition,
                     partitions=tuple(parts),
-                    xcp_metrics_version=entry.xcp_metrics,
+                    xcp_metrics_version=(1, int(entry.xcp_metrics[2])) if entry.xcp_metrics else None,
                     idle_xcp_nodes=tuple(idle),
                     package_id=package_id,
                 )

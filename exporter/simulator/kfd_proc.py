@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.fleet import GcdLayout
 
 PROC_DIR = "devices/virtual/kfd/kfd/proc"
@@ -46,11 +47,7 @@ def kfd_gpus(gcds: Sequence[GcdLayout]) -> list[tuple[int, int, int]]:
     result: list[tuple[int, int, int]] = []
     for gcd in gcds:
         cus = max(1, gcd.model.simd_count // 4)  # 4 SIMDs per CU
-        parts = [p for p in gcd.partitions if p.gpu_id > 0] if gcd.partitions else []
-        if parts:
-            result.extend((gcd.package_index, p.gpu_id, max(1, cus // len(parts))) for p in parts)
-        else:
-            result.append((gcd.package_index, gcd.gpu_id, cus))
+        result.extend((gcd.package_index, p.gpu_id, max(1, cus // len(gcd.partitions))) for p in gcd.partitions)
     return result
 
 
@@ -108,39 +105,33 @@ class KfdProcWriter:
         self.proc_dir = Path(sysfs_root) / PROC_DIR
         self.gcds = list(gcds)
         self.seed = seed
-        self._written: dict[int, dict[str, str]] = {}
+        self._trees: dict[int, AtomicTree] = {}  # pid -> its folder, which skips unchanged files
 
     def write(self, elapsed: float) -> tuple[SimProcess, ...]:
         processes = processes_at(self.gcds, elapsed, self.seed)
         self.proc_dir.mkdir(parents=True, exist_ok=True)
         alive = {p.pid for p in processes}
-        for pid in sorted(set(self._written) - alive):
+        for pid in sorted(set(self._trees) - alive):
             gone = self.proc_dir / str(pid)
             hidden = self.proc_dir / f".gone-{pid}"
             if gone.exists():
                 os.replace(gone, hidden)
                 shutil.rmtree(hidden, ignore_errors=True)
-            del self._written[pid]
+            del self._trees[pid]
+        node_gpu_ids = [gpu_id for _package, gpu_id, _cus in kfd_gpus(self.gcds)]
         for process in processes:
-            files = process_files(process, [gpu_id for _package, gpu_id, _cus in kfd_gpus(self.gcds)])
-            old = self._written.get(process.pid, {})
-            if process.pid not in self._written:
+            files = process_files(process, node_gpu_ids)
+            tree = self._trees.get(process.pid)
+            if tree is None:
                 # Build the directory aside and rename it in: a new process appears whole.
                 staging = self.proc_dir / f".new-{process.pid}"
                 shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir()
+                tree = self._trees[process.pid] = AtomicTree(staging)
                 for rel, content in files.items():
-                    _write(staging / rel, content)
-                os.replace(staging, self.proc_dir / str(process.pid))
-            else:
-                for rel, content in files.items():
-                    if old.get(rel) != content:
-                        _write(self.proc_dir / str(process.pid) / rel, content)
-            self._written[process.pid] = files
+                    tree.write(rel, content)
+                tree.root = self.proc_dir / str(process.pid)
+                os.replace(staging, tree.root)
+            for rel, content in files.items():
+                tree.write(rel, content)
         return processes
-
-
-def _write(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.sim-tmp")
-    temp.write_text(content)
-    os.replace(temp, path)

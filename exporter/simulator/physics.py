@@ -8,8 +8,9 @@ sequence of ticks that led to it. Readings are quantised exactly as the driver w
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from exporter.simulator.asics import MI250X, AsicModel
 from exporter.simulator.fleet import GcdLayout
@@ -109,24 +110,12 @@ class _DieState:
     part_gfx_acc: list[float] = field(default_factory=list)  # per partition, %·s
     part_low_s: list[float] = field(default_factory=list)  # per partition, seconds nearly idle
 
-    def copy(self) -> _DieState:
-        return replace(
-            self,
-            xgmi_read_kb=list(self.xgmi_read_kb),
-            xgmi_write_kb=list(self.xgmi_write_kb),
-            part_gfx_acc=list(self.part_gfx_acc),
-            part_low_s=list(self.part_low_s),
-        )
-
 
 @dataclass(slots=True)
 class _State:
     t: float
     energy_j: float
     dies: list[_DieState]
-
-    def copy(self) -> _State:
-        return _State(self.t, self.energy_j, [d.copy() for d in self.dies])
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +124,6 @@ class _Instant:
     partition_demands: tuple[Demand, ...]
     busy: bool
     sclk: float
-    power_die: float
     power_package: float
     ppt: bool
     thermal: bool
@@ -186,12 +174,7 @@ class PackageModel:
         # a sub-second workload needs a finer integration grid for energy and the accumulators
         self.grid = min(GRID_S, scenario.tick_interval / 2.0) if scenario.fast else GRID_S
         self._initial = self._initial_state()
-        self._state = self._initial.copy()
-        self._decay_grid = (
-            1.0 - math.exp(-self.grid / TAU_JUNCTION_S),
-            1.0 - math.exp(-self.grid / TAU_EDGE_S),
-            1.0 - math.exp(-self.grid / TAU_MEMORY_S),
-        )
+        self._state = copy.deepcopy(self._initial)
 
     # ------------------------------------------------------------------ state
     def _initial_state(self) -> _State:
@@ -210,8 +193,8 @@ class PackageModel:
                     pcie_gb_acc=2e4 * (1 + u),
                     xgmi_read_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
                     xgmi_write_kb=[3e7 * (1 + u) if k < links else 0.0 for k in range(NUM_XGMI_LINKS)],
-                    part_gfx_acc=[1e6 * (1 + u)] * max(1, len(die.partitions)),
-                    part_low_s=[0.0] * max(1, len(die.partitions)),
+                    part_gfx_acc=[1e6 * (1 + u)] * len(die.partitions),
+                    part_low_s=[0.0] * len(die.partitions),
                 )
             )
         energy0 = 2.0e6 + 6.0e6 * hash_unit(self.seed, 22, self.dies[0].index)
@@ -219,18 +202,13 @@ class PackageModel:
 
     def _advance_to(self, t: float) -> None:
         if t < self._state.t:
-            self._state = self._initial.copy()
+            self._state = copy.deepcopy(self._initial)
         while self._state.t + self.grid <= t + 1e-9:
             self._step(self._state, self.grid)
 
     def _step(self, state: _State, dt: float) -> None:
         instants = self._instants(state.t + dt / 2.0, state)
-        if dt == self.grid:
-            kj, ke, km = self._decay_grid
-        else:
-            kj = 1.0 - math.exp(-dt / TAU_JUNCTION_S)
-            ke = 1.0 - math.exp(-dt / TAU_EDGE_S)
-            km = 1.0 - math.exp(-dt / TAU_MEMORY_S)
+        kj, ke, km = (1.0 - math.exp(-dt / tau) for tau in (TAU_JUNCTION_S, TAU_EDGE_S, TAU_MEMORY_S))
         state.energy_j += instants[0].power_package * dt
         for i, (die, inst) in enumerate(zip(state.dies, instants, strict=True)):
             die.junction += (inst.target_junction - die.junction) * kj
@@ -319,7 +297,6 @@ class PackageModel:
                     partition_demands=partition_demands[i],
                     busy=dem.gfx >= 5.0,
                     sclk=sclks[i],
-                    power_die=p_die,
                     power_package=package,
                     ppt=ppt,
                     thermal=thermal[i],
@@ -336,7 +313,7 @@ class PackageModel:
     def _partition_demands(self, die: GcdLayout, t: float) -> tuple[Demand, ...]:
         """What each compute partition of a die runs. Partition 0 keeps the die's own workload key,
         so an unpartitioned die (SPX, MI200) is asked exactly what it always was."""
-        count = max(1, len(die.partitions))
+        count = len(die.partitions)
         keys = [die.index] + [100_000 + 8 * die.index + p for p in range(1, count)]
         return tuple(demand(self.scenario, self.seed, key, t) for key in keys)
 
@@ -347,7 +324,7 @@ class PackageModel:
         self._advance_to(t)
         state = self._state
         if t > state.t + 1e-9:
-            state = state.copy()
+            state = copy.deepcopy(state)
             self._step(state, t - state.t)
         instants = self._instants(t, state)
         return [self._reading(i, t, state, inst) for i, inst in enumerate(instants)]
@@ -366,11 +343,8 @@ class PackageModel:
         junction = noisy(st.junction + off + swing, 30)
         edge = noisy(st.edge + 0.6 * off, 31)
         memory = noisy(st.memory + 0.4 * off + 0.3 * swing, 32)
-        temps: dict[str, int] = {}
-        if m.has_edge_sensor:
-            temps["edge"] = edge
-        temps["junction"] = junction
-        temps["memory"] = memory
+        temps = {"edge": edge} if m.has_edge_sensor else {}
+        temps.update(junction=junction, memory=memory)
         amb = m.ambient
         v1_3 = die.metrics_version == (1, 3)
         if v1_3:
@@ -417,22 +391,19 @@ class PackageModel:
         vram_used = max(vram_base, min(vram_used, m.vram_bytes - 64 * 1024 * 1024))
 
         pcie_bw = None
-        inst_gbs = acc_gbs = None
         if m.pcie_bw_file:
             msgs = inst.pcie_rate / PCIE_MPS
             pcie_bw = (round(msgs * 0.6), round(msgs * 0.4), PCIE_MPS)
-        if not v1_3:
-            inst_gbs = round(inst.pcie_rate / 1e9)
-            acc_gbs = int(st.pcie_gb_acc)
 
         trains = self.scenario.trains
         replays = 0
         if g == self.replay_gcd:
             replays = 5 + (int(t // 90) if trains else 0)
-        recoveries = naks_sent = naks_received = None
-        xgmi_read = xgmi_write = None
-        links_up = None
+        inst_gbs = acc_gbs = recoveries = naks_sent = naks_received = None
+        xgmi_read = xgmi_write = links_up = None
         if not v1_3:
+            inst_gbs = round(inst.pcie_rate / 1e9)
+            acc_gbs = int(st.pcie_gb_acc)
             recoveries = 2 * replays + (1 if g == self.replay_gcd else 0)
             naks_sent = replays
             naks_received = replays // 2

@@ -105,28 +105,35 @@ def gpu_metrics_blob(gcd: GcdLayout, r: DieReading) -> bytes:
 def gpu_metrics_values(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     """Every field the driver sets in this GCD's table, in the table's own units (the rest stays
     all-ones). Fixed layouts take `xcp_stats` as a list of per-partition dicts; v1.9 is flat."""
-    if gcd.metrics_version == (1, 3):
-        return _v1_3(gcd, r)
-    return _mi300(gcd, r)
-
-
-def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     m = gcd.model
-    t = r.temps
-    # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill, and
-    # reports socket power and energy on the primary die only (the secondary die reads 0).
-    return {
-        "temperature_edge": t["edge"],
-        "temperature_hotspot": t["junction"],
-        "temperature_mem": t["memory"],
-        "temperature_vrgfx": t["vr_gfx"],
-        "temperature_vrsoc": t["vr_soc"],
-        "temperature_vrmem": t["vr_mem"],
+    # the fields every version has; power and energy read 0 on an MI250X secondary die
+    values: dict[str, gpu_metrics_writer.Value] = {
+        "temperature_hotspot": r.temps["junction"],
+        "temperature_mem": r.temps["memory"],
+        "temperature_vrsoc": r.temps["vr_soc"],
         "average_gfx_activity": r.gfx_busy,
         "average_umc_activity": r.mem_busy,
-        "average_socket_power": r.power_w or 0,
         "energy_accumulator": r.energy_ticks or 0,
         "system_clock_counter": r.system_clock_ns,
+        "pcie_link_width": m.pcie_width,
+        "pcie_link_speed": round(m.pcie_gts * 10),
+        "gfx_activity_acc": r.gfx_activity_acc,
+        "mem_activity_acc": r.mem_activity_acc,
+        "firmware_timestamp": r.firmware_timestamp,
+        "current_uclk": r.mclk,
+    }
+    values.update(_v1_3(r) if gcd.metrics_version == (1, 3) else _mi300(gcd, r))
+    return values
+
+
+def _v1_3(r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
+    t = r.temps
+    # Aldebaran leaves average_mm_activity, vclk1/dclk1 and the voltages at the 0xFF fill
+    return {
+        "temperature_edge": t["edge"],
+        "temperature_vrgfx": t["vr_gfx"],
+        "temperature_vrmem": t["vr_mem"],
+        "average_socket_power": r.power_w or 0,
         "average_gfxclk_frequency": r.sclk,
         "average_socclk_frequency": r.socclk,
         "average_uclk_frequency": r.mclk,
@@ -134,17 +141,11 @@ def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
         "average_dclk0_frequency": 0,
         "current_gfxclk": r.sclk,
         "current_socclk": r.socclk,
-        "current_uclk": r.mclk,
         "current_vclk0": r.vclk,
         "current_dclk0": r.dclk,
         "throttle_status": r.throttle_status,
         "current_fan_speed": 0,
-        "pcie_link_width": m.pcie_width,
-        "pcie_link_speed": round(m.pcie_gts * 10),
-        "gfx_activity_acc": r.gfx_activity_acc,
-        "mem_activity_acc": r.mem_activity_acc,
         "temperature_hbm": [t[f"hbm{k}"] for k in range(4)],
-        "firmware_timestamp": r.firmware_timestamp,
         "indep_throttle_status": r.indep_throttle_status,
     }
 
@@ -152,37 +153,31 @@ def _v1_3(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
 NUM_VCN = 4  # video decoders of an MI300-class socket (one per AID)
 
 
-def _jpeg_rings(gcd: GcdLayout) -> int:
-    """JPEG rings per decoder: 32 over 4 VCNs on MI300X/MI325X, 40 on MI350-class (v1_8's block)."""
-    return 10 if gcd.model.asic == "gfx950" else 8
-
-
 def partition_vcns(gcd: GcdLayout, partition: int) -> list[int]:
     """The VCN instances a partition owns. In CPX two partitions of one AID share its decoder."""
-    count = max(1, len(gcd.partitions))
+    count = len(gcd.partitions)
     if count <= NUM_VCN:
         each = NUM_VCN // count
         return list(range(partition * each, (partition + 1) * each))
     return [partition * NUM_VCN // count]
 
 
-def _xcp_block(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
-    """One xcp_stats[] entry: the driver fills index 0..n-1 of each array with this partition's
-    own XCC / VCN instances and leaves the rest all-ones."""
-    xccs = gcd.partitions[p].xcc_count if gcd.partitions else gcd.model.num_xcc
+def _xcp_block(gcd: GcdLayout, r: DieReading, p: int, version: tuple[int, int]) -> dict[str, list[int]]:
+    """One partition's arrays as `version`'s xcp_stats[] entry holds them (v1.9 and xcp_metrics: as
+    v1_8's): the driver fills index 0..n-1 of each array with this partition's own XCC / VCN
+    instances and leaves the rest all-ones."""
+    xccs = gcd.partitions[p].xcc_count
     vcns = len(partition_vcns(gcd, p))
-    busy, acc = r.partition_gfx_busy[p], r.partition_gfx_acc[p]
-    block: dict[str, gpu_metrics_writer.Value] = {
-        "gfx_busy_inst": [busy] * xccs,
-        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
+    ppt, thm, low = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks, r.partition_low_utilization_ticks[p]
+    block = {
+        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
+        "jpeg_busy": [0] * (vcns * gcd.model.jpeg_rings_per_vcn),
         "vcn_busy": [0] * vcns,
-        "gfx_busy_acc": [acc] * xccs,
+        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
     }
-    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
-    if gcd.metrics_version == (1, 7):
+    if version == (1, 7):
         block["gfx_below_host_limit_acc"] = [ppt + thm] * xccs
-    elif gcd.metrics_version == (1, 8):
-        low = r.partition_low_utilization_ticks[p]
+    elif version >= (1, 8):
         block["gfx_below_host_limit_ppt_acc"] = [ppt] * xccs
         block["gfx_below_host_limit_thm_acc"] = [thm] * xccs
         block["gfx_low_utilization_acc"] = [low] * xccs
@@ -195,21 +190,10 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
     version = gcd.metrics_version
     assert r.xgmi_read_kb is not None and r.xgmi_write_kb is not None and r.xgmi_links_up is not None
     values: dict[str, gpu_metrics_writer.Value] = {
-        "temperature_hotspot": r.temps["junction"],
-        "temperature_mem": r.temps["memory"],
-        "temperature_vrsoc": r.temps["vr_soc"],
         "curr_socket_power": r.power_w or 0,
-        "average_gfx_activity": r.gfx_busy,
-        "average_umc_activity": r.mem_busy,
-        "energy_accumulator": r.energy_ticks or 0,
-        "system_clock_counter": r.system_clock_ns,
         "gfxclk_lock_status": 0,
-        "pcie_link_width": m.pcie_width,
-        "pcie_link_speed": round(m.pcie_gts * 10),
         "xgmi_link_width": m.xgmi_link_width,
         "xgmi_link_speed": m.xgmi_link_speed_gbps,
-        "gfx_activity_acc": r.gfx_activity_acc,
-        "mem_activity_acc": r.mem_activity_acc,
         "pcie_bandwidth_acc": r.pcie_bw_acc_gbs or 0,
         "pcie_bandwidth_inst": r.pcie_bw_inst_gbs or 0,
         "pcie_l0_to_recov_count_acc": r.pcie_recoveries or 0,
@@ -217,12 +201,10 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
         "pcie_replay_rover_count_acc": 0,
         "xgmi_read_data_acc": list(r.xgmi_read_kb),
         "xgmi_write_data_acc": list(r.xgmi_write_kb),
-        "firmware_timestamp": r.firmware_timestamp,
         "current_gfxclk": [r.sclk] * 8,
         "current_socclk": [r.socclk] * 4,
         "current_vclk0": [r.vclk] * 4,
         "current_dclk0": [r.dclk] * 4,
-        "current_uclk": r.mclk,
     }
     if version in ((1, 4), (1, 5)):
         # smu_v13_0_6 stopped reporting throttle reasons through the table: it writes 0
@@ -247,28 +229,14 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
             }
         )
         if version >= (1, 7):
-            values["mem_max_bandwidth"] = MEM_MAX_BANDWIDTH_GBS.get(m.name, 5300)
+            values["mem_max_bandwidth"] = m.mem_max_bandwidth_gbs
             values["xgmi_link_status"] = [1 if up else 0 for up in r.xgmi_links_up]
-        blocks = [_xcp_block(gcd, r, p) for p in range(max(1, len(gcd.partitions)))]
+        blocks = [_xcp_block(gcd, r, p, version) for p in range(len(gcd.partitions))]
         if version == (1, 9):
             # one device-wide set of per-XCC arrays, the partitions' XCCs in order; no num_partition
-            for name in ("gfx_busy_inst", "gfx_busy_acc"):
-                flat: list[int] = []
-                for block in blocks:
-                    entry = block[name]
-                    assert isinstance(entry, list)
-                    flat.extend(entry)
-                values[name] = flat
-            values["jpeg_busy"] = [0] * (NUM_VCN * _jpeg_rings(gcd))
+            values.update({name: [v for block in blocks for v in block[name]] for name in blocks[0]})
+            values["jpeg_busy"] = [0] * (NUM_VCN * gcd.model.jpeg_rings_per_vcn)
             values["vcn_busy"] = [0] * NUM_VCN
-            values["gfx_below_host_limit_ppt_acc"] = [r.below_host_limit_ppt_ticks] * m.num_xcc
-            values["gfx_below_host_limit_thm_acc"] = [r.below_host_limit_thm_ticks] * m.num_xcc
-            low = [
-                r.partition_low_utilization_ticks[part.index] for part in gcd.partitions for _ in range(part.xcc_count)
-            ]
-            values["gfx_low_utilization_acc"] = low
-            limited = r.below_host_limit_ppt_ticks + r.below_host_limit_thm_ticks
-            values["gfx_below_host_limit_total_acc"] = [limited + ticks for ticks in low]
         else:
             values["num_partition"] = len(blocks)
             values["xcp_stats"] = blocks
@@ -277,27 +245,13 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
 
 def partition_metrics_values(gcd: GcdLayout, r: DieReading, p: int) -> dict[str, gpu_metrics_writer.Value]:
     """One partition's xcp_metrics: its own XCCs' clocks and busy, its decoders, its host-limit counters."""
-    part = gcd.partitions[p]
+    xccs = gcd.partitions[p].xcc_count
     vcns = len(partition_vcns(gcd, p))
-    ppt, thm = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks
-    low = r.partition_low_utilization_ticks[p]
-    xccs = part.xcc_count
     return {
         "current_gfxclk": [r.sclk] * xccs,
         "current_socclk": [r.socclk] * vcns,
         "current_vclk0": [r.vclk] * vcns,
         "current_dclk0": [r.dclk] * vcns,
         "current_uclk": r.mclk,
-        "gfx_busy_inst": [r.partition_gfx_busy[p]] * xccs,
-        "jpeg_busy": [0] * (vcns * _jpeg_rings(gcd)),
-        "vcn_busy": [0] * vcns,
-        "gfx_busy_acc": [r.partition_gfx_acc[p]] * xccs,
-        "gfx_below_host_limit_ppt_acc": [ppt] * xccs,
-        "gfx_below_host_limit_thm_acc": [thm] * xccs,
-        "gfx_low_utilization_acc": [low] * xccs,
-        "gfx_below_host_limit_total_acc": [ppt + thm + low] * xccs,
+        **_xcp_block(gcd, r, p, (1, 8)),
     }
-
-
-# HBM peak bandwidth at the top memory clock (GB/s): MI300X 5.3 TB/s, MI325X 6 TB/s, MI350 8 TB/s
-MEM_MAX_BANDWIDTH_GBS = {"MI300X": 5300, "MI325X": 6000, "MI350X": 8000, "MI355X": 8000}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import threading
@@ -18,11 +19,8 @@ from exporter.simulator.tree import write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
     identity,
-    partition_busy,
-    partition_memory,
     partition_sample,
     partition_truth,
-    partition_zero_sample,
     sample,
     to_jsonable,
 )
@@ -47,12 +45,11 @@ class Simulator:
         self.scenario: Scenario = parse_scenario(scenario)
         self.seed = int(seed)
         self.gcds: list[GcdLayout] = layout(self.fleet)
-        self._packages: list[PackageModel] = []
-        by_package: dict[int, list[GcdLayout]] = {}
-        for gcd in self.gcds:
-            by_package.setdefault(gcd.package_index, []).append(gcd)
-        for dies in by_package.values():
-            self._packages.append(PackageModel(dies, self.scenario, self.seed, len(self.gcds)))
+        # layout() lists a package's dies together
+        self._packages = [
+            PackageModel(list(dies), self.scenario, self.seed, len(self.gcds))
+            for _package, dies in itertools.groupby(self.gcds, key=lambda gcd: gcd.package_index)
+        ]
         self._tree = AtomicTree(self.root)
         self._lock = threading.Lock()
         self._readings: list[DieReading] = []
@@ -67,10 +64,6 @@ class Simulator:
 
     def simulate_processes(self) -> None:
         self.kfd_proc = KfdProcWriter(self.root, self.gcds, self.seed)
-
-    @property
-    def elapsed(self) -> float:
-        return self._elapsed
 
     @property
     def files_written(self) -> int:
@@ -142,12 +135,8 @@ class Simulator:
                 info = partition_truth(gcd, part.index, reading, socket_gpu, ident.device_dir, metrics)
                 if gcd.xcp_metrics_version is not None:
                     info = dataclasses.replace(info, xcp_metrics=partition_metrics_values(gcd, reading, part.index))
-                own, memory = partition_busy(gcd, info), partition_memory(info)
-                if part.index == 0:
-                    first = partition_zero_sample(socket_sample, own, memory) if part.count > 1 else socket_sample
-                    devices.append(SimulatedDevice(gpu, ident, first, info, metrics))
-                else:
-                    devices.append(SimulatedDevice(gpu, ident, partition_sample(own, written_at, memory), info))
+                own = partition_sample(gcd, info, socket_sample)
+                devices.append(SimulatedDevice(gpu, ident, own, info, metrics if part.index == 0 else None))
         self._truth_cache = (readings, tuple(devices))
         return devices
 

@@ -46,7 +46,7 @@ def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
         _write_bridge(tree, gcd)
         _write_pci_device(tree, gcd)
         _write_amdgpu_attributes(tree, gcd, gcds)
-        _write_drm_minors(tree, gcd)
+        _write_minors(tree, gcd.device_relpath, gcd.partitions[0])
         _write_partition_devices(tree, gcd)
         _write_hwmon(tree, gcd)
     _write_kfd(tree, gcds)
@@ -56,22 +56,17 @@ def _write_cpu_hwmons(tree: AtomicTree) -> None:
     # k10temp sensors register before amdgpu loads, so the GPUs' hwmon numbers do not start at 0
     for socket in range(CPU_SOCKETS):
         dev = f"devices/pci0000:00/0000:00:{0x18 + socket:02x}.3"
-        tree.write(f"{dev}/vendor", "0x1022\n")
-        tree.write(f"{dev}/device", "0x14b3\n")
-        tree.write(f"{dev}/class", "0x060000\n")
+        tree.write_files(dev, {"vendor": "0x1022\n", "device": "0x14b3\n", "class": "0x060000\n"})
         hw = f"{dev}/hwmon/hwmon{socket}"
-        tree.write(f"{hw}/name", "k10temp\n")
-        tree.write(f"{hw}/temp1_input", f"{46250 + 1375 * socket}\n")
-        tree.write(f"{hw}/temp1_label", "Tctl\n")
+        tctl = f"{46250 + 1375 * socket}\n"
+        tree.write_files(hw, {"name": "k10temp\n", "temp1_input": tctl, "temp1_label": "Tctl\n"})
         tree.symlink(f"{hw}/device", dev)
         tree.symlink(f"class/hwmon/hwmon{socket}", hw)
 
 
 def _write_bridge(tree: AtomicTree, gcd: GcdLayout) -> None:
     bridge = f"devices/{gcd.pci_root}/{gcd.bridge_bdf}"
-    tree.write(f"{bridge}/vendor", "0x1022\n")
-    tree.write(f"{bridge}/device", "0x1483\n")
-    tree.write(f"{bridge}/class", "0x060400\n")
+    tree.write_files(bridge, {"vendor": "0x1022\n", "device": "0x1483\n", "class": "0x060400\n"})
     tree.symlink(f"bus/pci/devices/{gcd.bridge_bdf}", bridge)
 
 
@@ -99,8 +94,7 @@ def _write_pci_device(tree: AtomicTree, gcd: GcdLayout) -> None:
         "max_link_speed": f"{m.pcie_gts:.1f} GT/s PCIe\n",
         "max_link_width": f"{m.pcie_width}\n",
     }
-    for name, content in files.items():
-        tree.write(f"{dev}/{name}", content)
+    tree.write_files(dev, files)
     tree.symlink(f"{dev}/driver", "bus/pci/drivers/amdgpu")
     tree.symlink(f"{dev}/subsystem", "bus/pci")
     tree.symlink(f"bus/pci/devices/{gcd.bdf}", dev)
@@ -139,8 +133,7 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
         files["available_compute_partition"] = f"{available_compute_modes(gcd)}\n"
         files["current_memory_partition"] = f"{gcd.memory_partition}\n"
         files["available_memory_partition"] = f"{m.memory_partitions}\n"
-    for name, content in files.items():
-        tree.write(f"{dev}/{name}", content)
+    tree.write_files(dev, files)
     if gcd.hive_id:
         # the hive folder is real on the first device of the hive and a link on the others
         first = gcds[gcd.hive_members[0]]
@@ -166,10 +159,6 @@ def _write_minors(tree: AtomicTree, dev: str, part: PartitionLayout) -> None:
         tree.symlink(f"class/drm/{name}", node)
 
 
-def _write_drm_minors(tree: AtomicTree, gcd: GcdLayout) -> None:
-    _write_minors(tree, gcd.device_relpath, gcd.partitions[0])
-
-
 def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
     """Partitions 1..N-1: bare platform devices holding only their DRM minors (the driver redirects
     their ioctls to the socket's PCI device and gives them no sysfs attributes of their own)."""
@@ -178,9 +167,8 @@ def _write_partition_devices(tree: AtomicTree, gcd: GcdLayout) -> None:
         # platform_device_register_simple("amdgpu_xcp", id): the modalias carries the bare name;
         # the DKMS spelling registers "amdgpu_xcp_<n>" as the name itself.
         name = part.platform_device.partition(".")[0]
-        tree.write(f"{dev}/uevent", f"MODALIAS=platform:{name}\n")
-        tree.write(f"{dev}/modalias", f"platform:{name}\n")
-        tree.write(f"{dev}/driver_override", "(null)\n")
+        modalias = f"platform:{name}\n"
+        tree.write_files(dev, {"uevent": f"MODALIAS={modalias}", "modalias": modalias, "driver_override": "(null)\n"})
         tree.symlink(f"{dev}/subsystem", "bus/platform")
         tree.symlink(f"bus/platform/devices/{part.platform_device}", dev)
         _write_minors(tree, dev, part)
@@ -212,19 +200,10 @@ def _write_hwmon(tree: AtomicTree, gcd: GcdLayout) -> None:
         files[f"temp{index}_emergency"] = f"{limits.emergency * 1000}\n"
     if m.has_vddgfx:
         files["in0_label"] = "vddgfx\n"
-    for name, content in files.items():
-        tree.write(f"{hw}/{name}", content)
+    tree.write_files(hw, files)
     tree.symlink(f"{hw}/device", gcd.device_relpath)
     tree.symlink(f"{hw}/subsystem", "class/hwmon")
     tree.symlink(f"class/hwmon/hwmon{gcd.hwmon_index}", hw)
-
-
-def kfd_peers(gcd: GcdLayout, gcds: list[GcdLayout]) -> list[tuple[GcdLayout, int]]:
-    """XGMI peers of a GCD with their KFD io_link weight (15 per hop)."""
-    hive = gcd.hive_members
-    return [
-        (gcds[i], KFD_XGMI_WEIGHT * xgmi_hops(gcd, gcds[i], len(hive))) for i in hive if i != gcd.index and gcd.hive_id
-    ]
 
 
 def kfd_partition_peers(
@@ -233,7 +212,8 @@ def kfd_partition_peers(
     """The XGMI io_links of one partition's KFD node, in KFD node order: every other partition of
     its own socket (intra-socket weight) and every partition of each hive peer (15 per hop)."""
     peers: list[tuple[GcdLayout, PartitionLayout, int]] = []
-    weights = dict((peer.index, weight) for peer, weight in kfd_peers(gcd, gcds))
+    hive = gcd.hive_members if gcd.hive_id else ()
+    weights = {i: KFD_XGMI_WEIGHT * xgmi_hops(gcd, gcds[i], len(hive)) for i in hive if i != gcd.index}
     weights[gcd.index] = KFD_INTRA_SOCKET_WEIGHT
     for other in gcds:
         if other.index not in weights:
@@ -312,39 +292,27 @@ def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, propert
         tree.write(f"{node}/io_links/{i}/properties", link)
 
 
+# The properties every KFD node prints first, in the driver's order (those not set read 0); a GPU
+# node prints its own after them.
+_NODE_PROPERTIES = (
+    "cpu_cores_count", "simd_count", "mem_banks_count", "caches_count", "io_links_count", "p2p_links_count",
+    "cpu_core_id_base", "simd_id_base", "max_waves_per_simd", "lds_size_in_kb", "gds_size_in_kb", "num_gws",
+    "wave_front_size", "array_count", "simd_arrays_per_engine", "cu_per_simd_array", "simd_per_cu",
+    "max_slots_scratch_cu", "gfx_target_version", "vendor_id", "device_id", "location_id", "domain",
+    "drm_render_minor", "hive_id", "num_sdma_engines", "num_sdma_xgmi_engines", "num_sdma_queues_per_engine",
+    "num_cp_queues",
+)  # fmt: skip
+
+
 def _cpu_properties(socket: int, io_links: int) -> str:
-    props = {
-        "cpu_cores_count": CPU_CORES_PER_SOCKET,
-        "simd_count": 0,
-        "mem_banks_count": 1,
-        "caches_count": 0,
-        "io_links_count": io_links,
-        "p2p_links_count": 0,
-        "cpu_core_id_base": socket * CPU_CORES_PER_SOCKET,
-        "simd_id_base": 0,
-        "max_waves_per_simd": 0,
-        "lds_size_in_kb": 0,
-        "gds_size_in_kb": 0,
-        "num_gws": 0,
-        "wave_front_size": 0,
-        "array_count": 0,
-        "simd_arrays_per_engine": 0,
-        "cu_per_simd_array": 0,
-        "simd_per_cu": 0,
-        "max_slots_scratch_cu": 0,
-        "gfx_target_version": 0,
-        "vendor_id": 0,
-        "device_id": 0,
-        "location_id": 0,
-        "domain": 0,
-        "drm_render_minor": 0,
-        "hive_id": 0,
-        "num_sdma_engines": 0,
-        "num_sdma_xgmi_engines": 0,
-        "num_sdma_queues_per_engine": 0,
-        "num_cp_queues": 0,
-        "max_engine_clk_ccompute": 3700,
-    }
+    props = dict.fromkeys(_NODE_PROPERTIES, 0)
+    props.update(
+        cpu_cores_count=CPU_CORES_PER_SOCKET,
+        mem_banks_count=1,
+        io_links_count=io_links,
+        cpu_core_id_base=socket * CPU_CORES_PER_SOCKET,
+        max_engine_clk_ccompute=3700,
+    )
     return "".join(f"{k} {v}\n" for k, v in props.items())
 
 
@@ -353,44 +321,39 @@ def _gpu_properties(gcd: GcdLayout, part: PartitionLayout, io_links: int) -> str
     share = part.count
     # a partition owns its XCCs' CUs and its share of the SDMA engines (two per partition in CPX)
     sdma_total = m.num_sdma_engines + m.num_sdma_xgmi_engines
-    props = {
-        "cpu_cores_count": 0,
-        "simd_count": m.simd_count // share,
-        "mem_banks_count": 1,
-        "caches_count": 0,
-        "io_links_count": io_links,
-        "p2p_links_count": 0,
-        "cpu_core_id_base": 0,
-        "simd_id_base": 2147487744 + 4096 * gcd.index + 256 * part.index,
-        "max_waves_per_simd": 8,
-        "lds_size_in_kb": 64,
-        "gds_size_in_kb": 0,
-        "num_gws": 64,
-        "wave_front_size": 64,
-        "array_count": m.array_count // share,
-        "simd_arrays_per_engine": 1,
-        "cu_per_simd_array": m.cu_per_simd_array,
-        "simd_per_cu": 4,
-        "max_slots_scratch_cu": 32,
-        "gfx_target_version": m.gfx_target_version,
-        "vendor_id": 0x1002,
-        "device_id": m.device_id,
-        "location_id": gcd.partition_location_id(part.index),
-        "domain": 0,
-        "drm_render_minor": part.render_minor,
-        "hive_id": gcd.hive_id,
-        "num_sdma_engines": m.num_sdma_engines,
-        "num_sdma_xgmi_engines": max(0, sdma_total // share - m.num_sdma_engines),
-        "num_sdma_queues_per_engine": 8,
-        "num_cp_queues": 24,
-        "max_engine_clk_fcompute": m.sclk_range[1],
-        "local_mem_size": 0,
-        "fw_version": m.firmware.get("mec", 0),
-        "capability": 746586752,
-        "debug_prop": 1495,
-        "sdma_fw_version": m.firmware.get("sdma", 0),
-        "unique_id": gcd.unique_id,
-        "num_xcc": part.xcc_count,
-        "max_engine_clk_ccompute": 3700,
-    }
+    props = dict.fromkeys(_NODE_PROPERTIES, 0)
+    props.update(
+        simd_count=m.simd_count // share,
+        mem_banks_count=1,
+        io_links_count=io_links,
+        simd_id_base=2147487744 + 4096 * gcd.index + 256 * part.index,
+        max_waves_per_simd=8,
+        lds_size_in_kb=64,
+        num_gws=64,
+        wave_front_size=64,
+        array_count=m.array_count // share,
+        simd_arrays_per_engine=1,
+        cu_per_simd_array=m.cu_per_simd_array,
+        simd_per_cu=4,
+        max_slots_scratch_cu=32,
+        gfx_target_version=m.gfx_target_version,
+        vendor_id=0x1002,
+        device_id=m.device_id,
+        location_id=gcd.partition_location_id(part.index),
+        drm_render_minor=part.render_minor,
+        hive_id=gcd.hive_id,
+        num_sdma_engines=m.num_sdma_engines,
+        num_sdma_xgmi_engines=max(0, sdma_total // share - m.num_sdma_engines),
+        num_sdma_queues_per_engine=8,
+        num_cp_queues=24,
+        max_engine_clk_fcompute=m.sclk_range[1],
+        local_mem_size=0,
+        fw_version=m.firmware.get("mec", 0),
+        capability=746586752,
+        debug_prop=1495,
+        sdma_fw_version=m.firmware.get("sdma", 0),
+        unique_id=gcd.unique_id,
+        num_xcc=part.xcc_count,
+        max_engine_clk_ccompute=3700,
+    )
     return "".join(f"{k} {v}\n" for k, v in props.items())

@@ -43,7 +43,7 @@ from typing import Any
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
-from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers, kfd_peers
+from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
 
 MHZ = 1_000_000.0
 # gpu_metrics residency accumulator -> the exporter's throttle `reason` (ticks are 1 ms)
@@ -95,26 +95,20 @@ def topology(gcd: GcdLayout, gcds: list[GcdLayout], partition: int = 0) -> tuple
     """The KFD io_links of a GCD (of one of its partitions): PCIe to its CPU node (peer ""), then
     XGMI to each hive peer; a partitioned socket's node also links to every other partition of its
     own socket (weight 13) and to every partition of each peer, one link per KFD node, in node order."""
-    links = [TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT)]
-    if not gcd.partitions:
-        links += [TopologyLink(peer.bdf, "xgmi", 1, weight) for peer, weight in kfd_peers(gcd, gcds)]
-        return tuple(links)
-    part = gcd.partitions[partition]
-    links += [
-        TopologyLink(peer.bdf, "xgmi", 1, weight, peer_partition=peer_part.index)
-        for peer, peer_part, weight in kfd_partition_peers(gcd, part, gcds)
-    ]
-    return tuple(links)
+    xgmi = kfd_partition_peers(gcd, gcd.partitions[partition], gcds)
+    return (
+        TopologyLink("", "pcie", 1, KFD_PCIE_WEIGHT),
+        *(TopologyLink(peer.bdf, "xgmi", 1, weight, peer_partition=part.index) for peer, part, weight in xgmi),
+    )
 
 
 def identity(
     gcd: GcdLayout, gcds: list[GcdLayout], device_dir: str, hwmon_dir: str, partition: int = 0
 ) -> DeviceIdentity:
     m = gcd.model
-    part = gcd.partitions[partition] if gcd.partitions else None
     return DeviceIdentity(
         pci_bus_id=gcd.bdf,
-        card=part.card if part is not None else gcd.card,
+        card=gcd.partitions[partition].card,
         device_dir=device_dir,
         unique_id=f"{gcd.unique_id:016x}",
         hwmon_dir=hwmon_dir,
@@ -180,30 +174,21 @@ def partition_truth(
     )
 
 
-def partition_busy(gcd: GcdLayout, info: PartitionTruth) -> dict[str, float]:
-    """A partition's own busy: gfx from its xcp_stats block (v1_6+) and, in fixed layouts (v1_6..v1_8),
-    media from its block's VCN instances (which read 0)."""
+def partition_sample(gcd: GcdLayout, info: PartitionTruth, socket: Sample) -> Sample:
+    """What one partition reports: its own busy (gfx from its xcp_stats block, v1_6+; in fixed
+    layouts also media from its block's VCN instances, which read 0) and, on a partitioned socket,
+    the VRAM it allocates from. Partition 0 adds them to the socket's values; partitions 1..N-1
+    report nothing else (socket-wide values live on partition 0)."""
     busy: dict[str, float] = {}
     if info.gfx_busy is not None:
         busy["gfx"] = info.gfx_busy
         if gcd.metrics_version != (1, 9):
             busy["media"] = 0.0
-    return busy
-
-
-def partition_memory(info: PartitionTruth) -> dict[str, float]:
-    """A partitioned socket's partition: memory_total_bytes["partition_vram"] = its KFD memory bank."""
-    return {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
-
-
-def partition_sample(busy: Mapping[str, float], timestamp: float, memory: Mapping[str, float]) -> Sample:
-    """What a partition 1..N-1 reports of its own: its busy and the VRAM it allocates from
-    (socket-wide values live on partition 0)."""
-    return Sample(timestamp=timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
-
-
-def partition_zero_sample(socket: Sample, busy: Mapping[str, float], memory: Mapping[str, float]) -> Sample:
-    """Partition 0 of a partitioned socket: the socket's values, with its own partition's busy and VRAM."""
+    memory = {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
+    if info.index > 0:
+        return Sample(timestamp=socket.timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+    if info.count == 1:
+        return socket
     return replace(
         socket,
         busy=frozen_map({**socket.busy, **busy}),
@@ -353,22 +338,13 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def _restore_partition(data: Mapping[str, Any] | None) -> PartitionTruth | None:
-    if data is None:
-        return None
-    values = dict(data)
-    for name in ("gfx_busy_per_xcc", "gfx_busy_acc_per_xcc"):
-        values[name] = tuple(values.get(name, ()))
-    return PartitionTruth(**values)
-
-
 def from_jsonable(data: list[Mapping[str, Any]]) -> list[SimulatedDevice]:
     return [
         SimulatedDevice(
             d["gpu"],
             _restore(DeviceIdentity, d["identity"]),
             _restore(Sample, d["sample"]),
-            _restore_partition(d.get("partition")),
+            _restore(PartitionTruth, d["partition"]) if d.get("partition") else None,
             d.get("gpu_metrics"),
         )
         for d in data

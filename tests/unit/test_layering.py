@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "exporter"
 
 LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
-    (("exporter.model",),),
+    # with the kernel's gpu_metrics struct tables: data that imports nothing, written by the simulator
+    (("exporter.model", "exporter.sources.gpu_metrics.layouts"),),
     (("exporter", "exporter.config", "exporter.log", "exporter.safeyaml", "exporter.threads", "exporter.simulator"),),
     (("exporter.sources",), ("exporter.attribution",)),
     (("exporter.pipeline",),),

@@ -4,7 +4,6 @@ tests/integration/test_simulator_real_tools.py."""
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import itertools
 import os
@@ -608,45 +607,40 @@ _REFERENCE_OFFSETS[(1, 8)] = {**_REFERENCE_OFFSETS[(1, 7)], "pcie_lc_perf_other_
 _REFERENCE_SIZES = {(1, 3): 120, (1, 4): 288, (1, 5): 360, (1, 6): 1664, (1, 7): 2208, (1, 8): 3872}
 
 
+# the per-partition blocks: struct size and offsets within one block
+_REFERENCE_BLOCKS = {
+    (1, 6): (168, {"gfx_busy_inst": 0, "jpeg_busy": 32, "vcn_busy": 96, "gfx_busy_acc": 104}),
+    (1, 7): (232, {"vcn_busy": 96, "gfx_busy_acc": 104, "gfx_below_host_limit_acc": 168}),
+    (1, 8): (
+        440,
+        {
+            "jpeg_busy": 32,
+            "vcn_busy": 112,
+            "gfx_busy_acc": 120,
+            "gfx_below_host_limit_ppt_acc": 184,
+            "gfx_below_host_limit_thm_acc": 248,
+            "gfx_low_utilization_acc": 312,
+            "gfx_below_host_limit_total_acc": 376,
+        },
+    ),
+}
+
+
 @pytest.mark.parametrize("version", sorted(_REFERENCE_SIZES))
-def test_gpu_metrics_layouts_match_the_driver(version: tuple[int, int]) -> None:
-    layout = gm.LAYOUTS[version]
-    assert layout.size == _REFERENCE_SIZES[version]
+def test_encoder_writes_every_field_where_the_driver_has_it(version: tuple[int, int]) -> None:
+    assert struct.unpack_from("<HBB", gm.encode(version, {})) == (_REFERENCE_SIZES[version], *version)
     for name, offset in _REFERENCE_OFFSETS[version].items():
-        assert layout.offset(name) == offset, name
-    assert gm.XCP_V1_0.size == 168 and gm.XCP_V1_1.size == 232
-    assert gm.XCP_V1_1.offset("gfx_below_host_limit_acc") == 168
-    assert gm.XCP_V1_2.size == 440
-    assert [gm.XCP_V1_2.offset(n) for n in ("jpeg_busy", "vcn_busy", "gfx_busy_acc")] == [32, 112, 120]
-    assert [
-        gm.XCP_V1_2.offset(n)
-        for n in (
-            "gfx_below_host_limit_ppt_acc",
-            "gfx_below_host_limit_thm_acc",
-            "gfx_low_utilization_acc",
-            "gfx_below_host_limit_total_acc",
-        )
-    ] == [184, 248, 312, 376]
-
-
-_CTYPES = {"B": ctypes.c_uint8, "H": ctypes.c_uint16, "I": ctypes.c_uint32, "Q": ctypes.c_uint64}
-
-
-def _as_ctypes(layout: gm.Layout) -> type[ctypes.Structure]:
-    members: list[tuple[str, object]] = []
-    for f in layout.fields.values():
-        base: object = _as_ctypes(f.sub) if f.sub is not None else _CTYPES[f.kind]
-        members.append((f.name, base * f.count if f.count > 1 else base))  # type: ignore[operator]
-    return type(layout.name, (ctypes.Structure,), {"_fields_": members})
-
-
-@pytest.mark.parametrize("version", sorted(_REFERENCE_SIZES))
-def test_gpu_metrics_layouts_agree_with_the_c_compiler_rules(version: tuple[int, int]) -> None:
-    layout = gm.LAYOUTS[version]
-    struct_type = _as_ctypes(layout)
-    assert ctypes.sizeof(struct_type) == layout.size
-    for f in layout.fields.values():
-        assert getattr(struct_type, f.name).offset == f.offset, f.name
+        if name != "xcp_stats":
+            blob = gm.encode(version, {name: 0x4142})
+            assert blob[offset : offset + 2] == b"\x42\x41", name
+            assert blob.count(b"\x42\x41") == 1, name
+    if version in _REFERENCE_BLOCKS:
+        size, offsets = _REFERENCE_BLOCKS[version]
+        for name, offset in offsets.items():
+            blob = gm.encode(version, {"xcp_stats": [{}, {name: 0x4142}]})
+            start = _REFERENCE_OFFSETS[version]["xcp_stats"] + size + offset
+            assert blob[start : start + 2] == b"\x42\x41", name
+            assert blob.count(b"\x42\x41") == 1, name
 
 
 def test_encoder_fills_unset_fields_with_all_ones() -> None:

@@ -310,6 +310,12 @@ def test_v1_9_encoding_follows_the_kernel_macro() -> None:
     # AMDGPU_METRICS_ENC_ATTR(unit, type, id, instances): unit 31..24, type 23..20, id 19..10, count 9..0
     assert gm.attr_encoding(gm.UNIT_CELSIUS, "H", "temperature_hotspot", 1) == (2 << 24) | (2 << 20) | 1
     assert gm.attr_encoding(gm.UNIT_KB, "Q", "xgmi_read_data_acc", 8) == (9 << 24) | (6 << 20) | (29 << 10) | 8
+    # SMU_13_0_6_METRICS_FIELDS: 47 attributes, 1150 bytes, units as declared (quirks included)
+    assert len(gm.V1_9_FIELDS) == 47 and gm.V1_9_SIZE == 1150
+    fields = {name: (unit, kind, count) for name, unit, kind, count in gm.V1_9_FIELDS}
+    assert fields["pcie_bandwidth_acc"] == (10, "Q", 1) and fields["pcie_link_speed"] == (7, "H", 1)
+    assert fields["jpeg_busy"] == (10, "H", 40) and fields["xgmi_link_status"] == (0, "H", 8)
+    assert fields["firmware_timestamp"] == (5, "Q", 1) and fields["gfx_below_host_limit_total_acc"] == (0, "Q", 8)
     blob = gm.encode((1, 9), {"curr_socket_power": 612})
     assert len(blob) == gm.V1_9_SIZE == 8 + sum(8 + struct.calcsize(k) * n for _, _, k, n in gm.V1_9_FIELDS)
     with pytest.raises(KeyError):
@@ -472,10 +478,10 @@ def test_partitions_carry_their_own_xcp_metrics_when_the_driver_has_them(sysfs: 
         assert part is not None and part.xcp_metrics is not None
         blob = (Path(part.device_dir) / "xcp/xcp_metrics").read_bytes()
         if version == "1.0":
-            layout = gm.PARTITION_V1_0
-            assert struct.unpack_from("<HBB", blob) == (488, 1, 0) and layout.size == 488
-            busy = struct.unpack_from("<8I", blob, layout.offset("gfx_busy_inst"))
-            acc = struct.unpack_from("<8Q", blob, layout.offset("gfx_busy_acc"))
+            # amdgpu_partition_metrics_v1_0: gfx_busy_inst at 48, gfx_busy_acc at 168, 488 bytes
+            assert struct.unpack_from("<HBB", blob) == (488, 1, 0) and gm.PARTITION_V1_0.size == 488
+            busy = struct.unpack_from("<8I", blob, 48)
+            acc = struct.unpack_from("<8Q", blob, 168)
         else:
             assert struct.unpack_from("<HBB", blob)[1:] == (1, 1)
             records = {r.name: r.values for r in read_v1_9_attributes(blob[:2] + b"\x01\x09" + blob[4:])}
