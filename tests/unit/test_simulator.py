@@ -730,15 +730,12 @@ def test_mi300x_tree_follows_the_mi300_driver(sysfs: Path) -> None:
     assert "edge" not in device.sample.temperatures
 
 
-def test_a_64_gcd_tick_is_cheap(sysfs: Path) -> None:
+def test_a_tick_rewrites_only_what_changes(sysfs: Path) -> None:
+    """A tick rewrites the files whose values move, not the tree (its CPU cost is bench material)."""
     sim = Simulator(sysfs, "32xMI250X", "training", seed=1)
     sim.write_tree()
     sim.tick(1.0)
     before = sim.files_written
-    cpu = time.process_time()
     for t in range(2, 7):
         sim.tick(float(t))
-    per_tick_cpu = (time.process_time() - cpu) / 5
-    per_tick_files = (sim.files_written - before) / 5
-    assert per_tick_files < 12 * 64
-    assert per_tick_cpu < 0.5  # measured ~0.05 s on a 2-core box: 1 Hz costs ~5 % of a core
+    assert (sim.files_written - before) / 5 < 12 * 64
