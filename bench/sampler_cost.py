@@ -9,7 +9,8 @@ On one simulated tree (written once, left still, on tmpfs), one after the other,
   3. a bare loop in its own process: every 100 ms, every GCD's gpu_metrics opened, read, closed and
      unpacked (the sampler's extractor), nothing else;
   4. prometheus-node-exporter (drm and hwmon collectors, --path.sysfs at the same tree).
-Prints the sampler's cost in place (1 - 2) against the bare loop (3), and 1 beside 4.
+1 to 3 run --rounds times, interleaved, each figure the least of its runs. Prints the sampler's cost
+in place (1 - 2) against the bare loop (3), and 1 beside 4.
 """
 
 from __future__ import annotations
@@ -110,28 +111,31 @@ def measure_bare(sysfs: Path, seconds: float, settle: float) -> float:
         process.wait()
 
 
-def measure(fleet: str, seconds: float, settle: float) -> dict[str, float]:
+def measure(fleet: str, seconds: float, settle: float, rounds: int) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each figure the least of `rounds` runs (interleaved): the run least disturbed by the machine's other work."""
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="sampler-cost-", dir=shm) as tmp:
         sysfs = write_tree(Path(tmp), fleet)
         gcds = sum(1 for p in (sysfs / "class" / "drm").iterdir() if p.name[4:].isdigit() and p.name.startswith("card"))
         logs = Path(tmp)
-        return {
-            "gcds": gcds,
-            "daemon_default": measure_server(start_daemon(sysfs, logs, "100ms"), seconds, settle),
-            "daemon_no_sampler": measure_server(start_daemon(sysfs, logs, "0"), seconds, settle),
-            "bare_loop": measure_bare(sysfs, seconds, settle),
-            "node_exporter": measure_server(start_node_exporter(sysfs, logs), seconds, settle),
-        }
+        runs: dict[str, list[float]] = {"daemon_default": [], "daemon_no_sampler": [], "bare_loop": []}
+        for _ in range(rounds):
+            runs["daemon_default"].append(measure_server(start_daemon(sysfs, logs, "100ms"), seconds, settle))
+            runs["daemon_no_sampler"].append(measure_server(start_daemon(sysfs, logs, "0"), seconds, settle))
+            runs["bare_loop"].append(measure_bare(sysfs, seconds, settle))
+        figures = {name: min(values) for name, values in runs.items()}
+        figures["node_exporter"] = measure_server(start_node_exporter(sysfs, logs), seconds, settle)
+        figures["gcds"] = gcds
+        return figures, runs
 
 
-def report(fleet: str, seconds: float, r: dict[str, float]) -> list[str]:
+def report(fleet: str, seconds: float, r: dict[str, float], runs: dict[str, list[float]]) -> list[str]:
     rise = r["daemon_default"] - r["daemon_no_sampler"]
     versus_node_exporter = r["daemon_default"] / r["node_exporter"]
     ms = 1e3
     return [
         f"### {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, {fleet} ({r['gcds']:.0f} GCDs),"
-        f" {seconds:g} s per figure, load average at end {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
+        f" {seconds:g} s per run, load average at end {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
         "",
         "| figure (CPU ms per second, from /proc)                         | measured |",
         "|----------------------------------------------------------------|----------|",
@@ -143,17 +147,22 @@ def report(fleet: str, seconds: float, r: dict[str, float]) -> list[str]:
         f"| prometheus-node-exporter (drm, hwmon), scraped every 15 s      | {r['node_exporter'] * ms:8.2f} |",
         f"| daemon at defaults / node-exporter                             | {versus_node_exporter:7.2f}x |",
         "",
+        "Every run (ms/s), the least of each kept above: "
+        + "; ".join(f"{name} {', '.join(f'{v * ms:.2f}' for v in values)}" for name, values in runs.items()),
+        "",
     ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sampler_cost", description=__doc__)
     parser.add_argument("--fleet", default="8xMI250X", help="the simulated node (default: 16 GCDs)")
-    parser.add_argument("--seconds", type=float, default=45.0, help="measured window per figure")
+    parser.add_argument("--seconds", type=float, default=40.0, help="measured window per run")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per figure of the daemon and the bare loop")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after start before measuring")
     parser.add_argument("--output", default=str(RESULTS_FILE), help="markdown file the run is appended to ('' = none)")
     args = parser.parse_args(argv)
-    lines = report(args.fleet, args.seconds, measure(args.fleet, args.seconds, args.settle))
+    figures, runs = measure(args.fleet, args.seconds, args.settle, args.rounds)
+    lines = report(args.fleet, args.seconds, figures, runs)
     print("\n".join(lines))
     if args.output:
         path = Path(args.output)

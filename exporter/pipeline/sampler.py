@@ -87,9 +87,10 @@ class Sampler:
         self.window = window
         self.read_timeout = read_timeout
         self.slots = ring_slots(window, interval)
-        # A healthy read takes microseconds; one running this long is moved aside at the next look.
+        # A healthy read takes microseconds; one running this long is moved aside at the next look,
+        # so a hung device holds the others up for at most watch_every + slow_after, once.
         self.slow_after = min(0.05, interval / 2, read_timeout / 4)
-        self.watch_every = read_timeout / 8
+        self.watch_every = min(0.25, read_timeout / 8)
         self._read = read
         self._clock = clock
         self._devices: dict[tuple[object, ...], _Device] = {}
