@@ -271,10 +271,6 @@ class Poller:
         asks = getattr(self.source, "needs_rediscovery", None)
         return bool(asks()) if callable(asks) else False
 
-    @property
-    def reader_threads(self) -> int:
-        return self._readers.threads
-
     def close(self) -> None:
         self._readers.close()
         self._discoverer.close()

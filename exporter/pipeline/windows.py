@@ -10,11 +10,6 @@ device's own clock (system_clock_counter) across the window, which is exact what
 — energy on every ASIC gives the mean power; on MI300-class tables gfx_activity_acc and
 mem_activity_acc (accumulated %·s) give the mean busy. Elsewhere the mean is the average of the
 samples, which are taken at a fixed interval. min / max are over the samples in the window.
-
-Cost: a window is read every poll but gains only a few samples between two reads, so the ring
-keeps a Summary (min, max, sum, count of every channel) of each whole CHUNK of samples as they
-come; a window merges the summaries of the chunks inside it and reads only the samples at its two
-ends one by one.
 """
 
 from __future__ import annotations
@@ -25,8 +20,6 @@ import math
 import operator
 import threading
 from array import array
-from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.model import DeviceWindow, WindowStat, frozen_map
@@ -36,8 +29,6 @@ WIDTH = len(CHANNELS)
 SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per channel
 _NAN = math.nan
 _U32 = float(1 << 32)
-CHUNK = 8  # samples per Summary the ring keeps
-_NO_LOW, _NO_HIGH = (math.inf,) * WIDTH, (-math.inf,) * WIDTH
 
 # The families exported as windows; "acc" channels only feed the exact means.
 WINDOW_FAMILIES = ("temperature", "power", "busy", "clock")
@@ -57,46 +48,14 @@ def ring_slots(window_seconds: float, interval_seconds: float) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
-    """Per channel over some samples: min, max, sum and count of the values present (NaN skipped)."""
-
-    first: int  # sequence number of the first sample it covers
-    minimum: tuple[float, ...]  # inf where no sample has the value
-    maximum: tuple[float, ...]  # -inf likewise
-    total: tuple[float, ...]
-    count: tuple[int, ...]
-
-
-def summarize(first: int, rows: Sequence[Sequence[float]]) -> Summary:
-    if not rows:
-        return Summary(first, _NO_LOW, _NO_HIGH, (0.0,) * WIDTH, (0,) * WIDTH)
-    # Starting from +inf (-inf), a NaN never wins a comparison: every channel's min (max) skips it.
-    minimum = tuple(map(min, _NO_LOW, *rows))
-    maximum = tuple(map(max, _NO_HIGH, *rows))
-    columns = list(zip(*rows, strict=True))
-    total = list(map(math.fsum, columns))
-    count = [len(rows)] * WIDTH
-    for index in [i for i, t in enumerate(total) if t != t]:  # some samples lack the value
-        present = [v for v in columns[index] if v == v]
-        total[index], count[index] = math.fsum(present), len(present)
-    return Summary(first, minimum, maximum, tuple(total), tuple(count))
-
-
-@dataclass(frozen=True, slots=True)
 class RingView:
     """The samples of one ring, oldest first, copied out of it: times (unix s) and rows of WIDTH floats."""
 
     times: tuple[float, ...] = ()
     rows: array = field(default_factory=lambda: array("d"))  # len(times) x WIDTH, row-major
-    first: int = 0  # sequence number of the first sample
-    summaries: tuple[Summary, ...] = ()  # of whole chunks, some perhaps older than the view
 
     def channel(self, index: int, first: int = 0) -> list[float]:
         return self.rows[first * WIDTH + index :: WIDTH].tolist()
-
-    def summary(self, start: int, end: int) -> Summary:
-        """The summary of the samples [start, end) of the view."""
-        return summarize(self.first + start, [self.rows[i * WIDTH : (i + 1) * WIDTH] for i in range(start, end)])
 
 
 class SampleRing:
@@ -110,9 +69,6 @@ class SampleRing:
         self._rows = array("d", [_NAN]) * (slots * WIDTH)
         self._next = 0  # slot the next sample goes to
         self._count = 0
-        self._appended = 0  # samples ever appended: the sequence number of the next one
-        self._chunk: list[Sequence[float]] = []
-        self._summaries: deque[Summary] = deque(maxlen=slots // CHUNK + 1)
         self._lock = threading.Lock()
 
     @property
@@ -123,24 +79,18 @@ class SampleRing:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, timestamp: float, values: Sequence[float]) -> None:
+    def append(self, timestamp: float, values: tuple[float, ...] | array) -> None:
         row = self._next
-        self._chunk.append(values)
-        summary = summarize(self._appended + 1 - CHUNK, self._chunk) if len(self._chunk) == CHUNK else None
         with self._lock:
             self._times[row] = timestamp
             self._rows[row * WIDTH : (row + 1) * WIDTH] = array("d", values)
             self._next = (row + 1) % self.slots
             self._count = min(self._count + 1, self.slots)
-            self._appended += 1
-            if summary is not None:
-                self._summaries.append(summary)
-                self._chunk = []
 
     def view(self, since: float = -math.inf) -> RingView:
         """The samples taken at or after `since`, plus the newest one before it (oldest first)."""
         with self._lock:
-            count, end, appended, summaries = self._count, self._next, self._appended, tuple(self._summaries)
+            count, end = self._count, self._next
             start = (end - count) % self.slots
             if start + count <= self.slots:
                 times = self._times[start : start + count]
@@ -150,29 +100,27 @@ class SampleRing:
                 times = self._times[start:] + self._times[: count - head]
                 rows = self._rows[start * WIDTH :] + self._rows[: (count - head) * WIDTH]
         first = max(0, bisect.bisect_right(times, since) - 1)
-        return RingView(tuple(times[first:]), rows[first * WIDTH :], appended - count + first, summaries)
+        return RingView(tuple(times[first:]), rows[first * WIDTH :])
 
 
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
     """min / max / mean over the samples of `view` taken in [now - seconds, now]."""
-    count = len(view.times)
     inside = bisect.bisect_left(view.times, now - seconds)
-    # The chunks inside the window (every summary is of a whole chunk, none past the view's end).
-    chunks = [c for c in view.summaries if c.first >= view.first + inside]
-    low = chunks[0].first - view.first if chunks else count
-    high = chunks[-1].first + CHUNK - view.first if chunks else count
-    parts = [view.summary(inside, low), *chunks, view.summary(high, count)]
-    minimum = list(map(min, *(p.minimum for p in parts)))
-    maximum = list(map(max, *(p.maximum for p in parts)))
-    total = list(map(math.fsum, zip(*(p.total for p in parts), strict=True)))
-    present = list(map(sum, zip(*(p.count for p in parts), strict=True)))
     stats: dict[tuple[str, str], WindowStat] = {}
     for index, (family, key) in enumerate(CHANNELS):
-        if family in WINDOW_FAMILIES and present[index]:
-            exact = _exact_mean(view, index)
-            mean = exact if exact is not None else total[index] / present[index]
-            stats[(family, key)] = WindowStat(minimum[index], maximum[index], mean, exact is not None)
-    return DeviceWindow(gpu, count - inside, frozen_map(stats))
+        if family not in WINDOW_FAMILIES:
+            continue
+        values = view.channel(index, inside)
+        total = math.fsum(values)
+        if total != total:  # NaN: some samples lack the value; the others still count
+            values = [v for v in values if v == v]
+            total = math.fsum(values)
+        if not values:
+            continue
+        exact = _exact_mean(view, index)
+        mean = exact if exact is not None else total / len(values)
+        stats[(family, key)] = WindowStat(min(values), max(values), mean, exact is not None)
+    return DeviceWindow(gpu, len(view.times) - inside, frozen_map(stats))
 
 
 def _exact_mean(view: RingView, index: int) -> float | None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from exporter.model import DeviceIdentity
 from exporter.pipeline.sampler import Sampler
-from exporter.pipeline.windows import CHUNK, SLOT_BYTES, WIDTH, RingView, SampleRing, ring_slots, window_stats
+from exporter.pipeline.windows import SLOT_BYTES, WIDTH, RingView, SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import layouts
 from exporter.sources.gpu_metrics.fast import CHANNEL_INDEX, CHANNELS
 
@@ -123,15 +123,14 @@ def test_a_reset_accumulator_falls_back_to_the_sample_mean() -> None:
 
 
 def test_window_stats_are_those_of_the_samples_in_the_window() -> None:
-    # Every window end and length over rings that wrap, distinct values, a few missing (NaN): the
-    # summaries of whole chunks and the samples read one by one must add up to the plain statistics.
+    # Every window end and length over rings that wrap, distinct values, a few missing (NaN).
     def value(t: int, index: int) -> float:
         return NAN if (t + index) % 5 == 0 or family_of[index] == "acc" else float((t * 7 + index * 3) % 23)
 
     family_of = [family for family, _ in CHANNELS]
-    for slots in (2, CHUNK + 1, 3 * CHUNK + 5):
+    for slots in (2, 9, 29):
         ring = SampleRing(slots)
-        for n in range(1, 4 * CHUNK + 2 * slots):
+        for n in range(1, 32 + 2 * slots):
             ring.append(float(n - 1), tuple(value(n - 1, i) for i in range(WIDTH)))
             kept = range(max(0, n - slots), n)
             for seconds in [s + 0.5 for s in range(n + 1)]:
