@@ -60,7 +60,7 @@ def _best_cpu(run: Callable[[], None], repeats: int, rounds: int = 3) -> float:
 
 
 def child_read(args: argparse.Namespace) -> dict[str, Any]:
-    from exporter.pipeline.fast_sampler import read_gpu_metrics
+    from exporter.pipeline.sampler import read_gpu_metrics
     from exporter.sources.gpu_metrics import decode_gpu_metrics
     from exporter.sources.gpu_metrics.channels import channel_values
 
@@ -97,14 +97,14 @@ def child_read(args: argparse.Namespace) -> dict[str, Any]:
 
 def child_sampler(args: argparse.Namespace) -> dict[str, Any]:
     from exporter.model import DeviceIdentity
-    from exporter.pipeline.fast_sampler import FastSampler
+    from exporter.pipeline.sampler import Sampler
 
     paths = _gpu_metrics_paths(args.sysfs, args.limit)
     devices = [
         (gpu, DeviceIdentity(pci_bus_id=f"bench:{gpu}", card=f"card{gpu}", device_dir=os.path.dirname(path)))
         for gpu, path in enumerate(paths)
     ]
-    sampler = FastSampler(interval=args.interval, window=15.0)
+    sampler = Sampler(interval=args.interval, window=15.0)
     sampler.track(devices)
     sampler.sample_once()
     gc.collect()

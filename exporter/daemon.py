@@ -25,13 +25,14 @@ from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
-from exporter.pipeline.fast_sampler import FastSampler
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
+from exporter.pipeline.sampler import Sampler
 from exporter.simulator.demo import sysfs_tree
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
+from exporter.threads import run_once
 from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
 
@@ -115,7 +116,7 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
 
     started = time.monotonic()
     try:
-        info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, read), deadline)
+        info = await asyncio.wait_for(asyncio.wrap_future(run_once(read, "host-info")), deadline)
     except TimeoutError:
         log.warning("host_info_timeout", deadline=deadline)
         return None
@@ -123,11 +124,11 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
-def fast_sampler(settings: Settings) -> FastSampler | None:
+def fast_sampler(settings: Settings) -> Sampler | None:
     """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
     if not settings.fast_interval:
         return None
-    return FastSampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+    return Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
 
 
 class Reloader:

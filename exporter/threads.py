@@ -82,3 +82,11 @@ class DaemonPool:
             count = len(self._threads)
         for _ in range(count):
             self._work.put(None)
+
+
+def run_once(fn: Callable[[], T], name: str) -> concurrent.futures.Future[T]:
+    """fn on a daemon thread of its own, which ends when fn returns (or is abandoned if it never does)."""
+    pool = DaemonPool(1, name)
+    future = pool.submit(fn)
+    pool.close()
+    return future

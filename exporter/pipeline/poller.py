@@ -270,10 +270,6 @@ class Poller:
         """A source that knows its devices changed (an MI300 partition mode switch) says so."""
         return self.source.needs_rediscovery()
 
-    @property
-    def reader_threads(self) -> int:
-        return self._readers.threads
-
     def close(self) -> None:
         self._readers.close()
         self._discoverer.close()

@@ -14,7 +14,10 @@ samples, which are taken at a fixed interval. min / max are over the samples in 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 import threading
 from array import array
 from dataclasses import dataclass, field
@@ -96,28 +99,28 @@ class SampleRing:
                 head = self.slots - start
                 times = self._times[start:] + self._times[: count - head]
                 rows = self._rows[start * WIDTH :] + self._rows[: (count - head) * WIDTH]
-        first = 0
-        while first + 1 < len(times) and times[first + 1] <= since:
-            first += 1
+        first = max(0, bisect.bisect_right(times, since) - 1)
         return RingView(tuple(times[first:]), rows[first * WIDTH :])
 
 
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
     """min / max / mean over the samples of `view` taken in [now - seconds, now]."""
-    start = now - seconds
-    times = view.times
-    inside = next((i for i, t in enumerate(times) if t >= start), len(times))
+    inside = bisect.bisect_left(view.times, now - seconds)
     stats: dict[tuple[str, str], WindowStat] = {}
     for index, (family, key) in enumerate(CHANNELS):
         if family not in WINDOW_FAMILIES:
             continue
-        values = [v for v in view.channel(index, inside) if v == v]
+        values = view.channel(index, inside)
+        total = math.fsum(values)
+        if total != total:  # NaN: some samples lack the value; the others still count
+            values = [v for v in values if v == v]
+            total = math.fsum(values)
         if not values:
             continue
         exact = _exact_mean(view, index)
-        mean = exact if exact is not None else math.fsum(values) / len(values)
+        mean = exact if exact is not None else total / len(values)
         stats[(family, key)] = WindowStat(min(values), max(values), mean, exact is not None)
-    return DeviceWindow(gpu, len(times) - inside, frozen_map(stats))
+    return DeviceWindow(gpu, len(view.times) - inside, frozen_map(stats))
 
 
 def _exact_mean(view: RingView, index: int) -> float | None:
@@ -126,10 +129,13 @@ def _exact_mean(view: RingView, index: int) -> float | None:
     if spec is None:
         return None
     accumulator, wrap, factor = spec
-    pairs = [(a, c) for a, c in zip(view.channel(accumulator), view.channel(_CLOCK), strict=True) if a == a and c == c]
-    if len(pairs) < 2:
+    accumulators, clocks = view.channel(accumulator), view.channel(_CLOCK)
+    sums = list(map(operator.add, accumulators, clocks))  # NaN where either is missing
+    carried = list(itertools.compress(range(len(sums)), map(operator.eq, sums, sums)))
+    if len(carried) < 2:
         return None
-    (first_acc, first_clock), (last_acc, last_clock) = pairs[0], pairs[-1]
+    first_acc, first_clock = accumulators[carried[0]], clocks[carried[0]]
+    last_acc, last_clock = accumulators[carried[-1]], clocks[carried[-1]]
     elapsed = last_clock - first_clock
     delta = last_acc - first_acc
     if wrap is not None:

@@ -1,4 +1,4 @@
-"""The fast sampler: one gpu_metrics read per device every --fast.interval (default 100 ms).
+"""The sampler: one gpu_metrics read per device every --fast.interval (default 100 ms).
 
 Why a second loop beside the poller: a 1 s poll read by a 15 s scrape shows one value per 15 s,
 so a 300 ms spike or a job busy half of each step is invisible. gpu_metrics alone carries the
@@ -6,22 +6,23 @@ temperatures, power, busy and clocks, in one read (one SMU round trip), so this 
 that file and decodes only those fields (sources/gpu_metrics/channels.py), into a bounded ring per device that
 the windows and the waveform API read.
 
-It runs on its own thread, never on the event loop, with the poller's rules for hung devices:
-each device has at most one read in flight; one reader thread drains a cycle's queue, and another
-joins only when a read has run for `fan_out_after`, so a slow device delays nobody else; a device
-whose read runs past the read deadline is marked down and skipped until that read returns — a hung
-GPU costs one blocked thread, never a growing pile.
+One thread reads every device in turn, never on the event loop: a healthy read costs microseconds,
+so a cycle handed to other threads would cost more in wake-ups than in reads. The poller's rules for
+hung devices hold: a watcher looks every `watch_every` seconds, and a read running for `slow_after`
+is moved aside (its thread is left to finish it; a new loop goes on with the other devices); its
+device is skipped until that read returns, and counted down once the read passes the read
+deadline. A hung GPU costs one blocked thread, never a growing pile.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import errno
 import math
 import os
-import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import GpuMetricsError
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
 from exporter.sources.identity import measures_package_power
+from exporter.threads import DaemonPool
 
 _POWER = CHANNEL_INDEX[("power", "socket")]
 _ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
@@ -62,15 +64,14 @@ class _Device:
     path: str
     ring: SampleRing
     mask_power: bool
-    busy: bool = False  # a read is running (possibly stuck) on a reader thread
-    reading_since: float = 0.0
+    reading_since: float | None = None  # monotonic start of the read running now (possibly stuck)
     timed_out: bool = False  # the running read has passed the deadline (counted once)
     samples: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
 
-class FastSampler:
-    """Samples gpu_metrics of every tracked device on a fixed schedule, on its own threads."""
+class Sampler:
+    """Samples gpu_metrics of every tracked device on a fixed schedule, on one thread."""
 
     def __init__(
         self,
@@ -87,14 +88,21 @@ class FastSampler:
         self.window = window
         self.read_timeout = read_timeout
         self.slots = ring_slots(window, interval)
+        # A healthy read takes microseconds; one running this long is moved aside at the next look,
+        # so a hung device holds the others up for at most watch_every + slow_after, once.
+        self.slow_after = min(0.05, interval / 2, read_timeout / 4)
+        self.watch_every = min(0.25, read_timeout / 8)
         self._read = read
         self._clock = clock
         self._devices: dict[tuple[object, ...], _Device] = {}
         self._by_gpu: dict[int, _Device] = {}
         self._without_table: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()  # guards the device set and the cycle histogram
-        self._readers: _Readers | None = None
-        self._thread: threading.Thread | None = None
+        # The loop, the watcher, and at most one stuck read per device (grown by track()).
+        self._pool = DaemonPool(2, "sampler")
+        self._loop = 0  # which loop reads; one moved aside ends after its stuck read
+        self._running: concurrent.futures.Future[None] | None = None
+        self._reading: _Device | None = None  # the device the current loop is reading
         self._stop = threading.Event()
         self._cycle_durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
         self.cycles = 0
@@ -131,12 +139,7 @@ class FastSampler:
                 kept[key] = device
             self._devices = kept
             self._by_gpu = {d.gpu: d for d in kept.values()}
-            # One reader per device plus two: at most one read per device is ever in flight, so even
-            # with every device hung two readers are free. Started up front: the count never changes
-            # with load or hangs (a pool that grows on demand would add threads under CPU pressure).
-            if self._readers is None:
-                self._readers = _Readers()
-            self._readers.grow_to(len(kept) + 2)
+        self._pool.resize(len(kept) + 2)
 
     @property
     def ring_bytes_per_device(self) -> int:
@@ -144,21 +147,24 @@ class FastSampler:
 
     # -- the loop ------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fast-sampler", daemon=True)
-            self._thread.start()
+        if self._running is None:
+            self._running = self._pool.submit(self._run, self._loop)
+            self._pool.submit(self._watch)
 
     def stop(self) -> None:
+        """Stop sampling; waits (up to the read deadline) for the cycle under way to end."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-        if self._readers is not None:
-            self._readers.close()
+        if self._running is not None:
+            with contextlib.suppress(TimeoutError):
+                self._running.result(timeout=self.read_timeout)
+        self._pool.close()
 
-    def _run(self) -> None:
+    def _run(self, loop: int) -> None:
         next_tick = time.monotonic()
-        while not self._stop.is_set():
-            self.sample_once(until=next_tick + self.interval)
+        while True:
+            self.sample_once(loop)
+            if loop != self._loop:
+                return  # moved aside while stuck in a read: another loop has taken over
             next_tick += self.interval
             delay = next_tick - time.monotonic()
             if delay < 0:  # a slow cycle: skip the missed ticks instead of bursting
@@ -167,38 +173,43 @@ class FastSampler:
             if self._stop.wait(delay):
                 return
 
-    def sample_once(self, until: float | None = None) -> float:
-        """One fast cycle: read every device that is not stuck. Returns its duration (seconds).
+    def _watch(self) -> None:
+        """A read running for `slow_after` is left to its thread; a new loop goes on without it."""
+        while not self._stop.wait(self.watch_every):
+            device = self._reading
+            since = device.reading_since if device is not None else None
+            if since is not None and time.monotonic() - since >= self.slow_after:
+                self._loop += 1
+                self._reading = None
+                self._running = self._pool.submit(self._run, self._loop)
 
-        Waits for the cycle until it finishes or `until` (monotonic; default: the read deadline),
-        whichever comes first; reads still running then finish on their thread and are recorded.
+    def sample_once(self, loop: int | None = None) -> float:
+        """One cycle on the calling thread: every device not stuck in an earlier read, in turn.
+
+        Returns its duration (seconds); a cycle whose loop was moved aside ends after its stuck read.
         """
         started = time.monotonic()
         with self._lock:
             devices = list(self._devices.values())
-            executor = self._readers
-        queued = []
         for device in devices:
-            if device.busy:
-                if not device.timed_out and started - device.reading_since >= self.read_timeout:
+            since = device.reading_since
+            if since is not None:  # still in the read it started: never pile another one on top
+                if not device.timed_out and started - since >= self.read_timeout:
                     device.timed_out = True
                     device.errors["timeout"] = device.errors.get("timeout", 0) + 1
-                continue  # still in the read it started: never pile another one on top
-            queued.append(device)
-        if not queued or executor is None:
-            return 0.0
-        cycle = _Cycle(queued, self)
-        executor.submit(cycle.drain)
-        deadline = started + self.read_timeout if until is None else min(until, started + self.read_timeout)
-        fan_out_after = min(0.05, self.interval / 2, self.read_timeout / 4)
-        while not cycle.finished.wait(min(fan_out_after, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                break
-            if cycle.needs_helper(fan_out_after):
-                executor.submit(cycle.drain)
-        duration = cycle.close()
-        if duration is None:
-            duration = time.monotonic() - started
+                continue
+            device.reading_since = time.monotonic()
+            self._reading = device
+            try:
+                self._read_device(device)
+            except Exception:  # a bug must never end the loop or leave the device stuck
+                device.errors["internal_error"] = device.errors.get("internal_error", 0) + 1
+            device.reading_since = None
+            device.timed_out = False
+            if loop is not None and loop != self._loop:
+                return 0.0
+        self._reading = None
+        duration = time.monotonic() - started
         with self._lock:
             self._cycle_durations = self._cycle_durations.observe(duration)
             self.cycles += 1
@@ -232,7 +243,8 @@ class FastSampler:
         windows: list[DeviceWindow] = []
         monotonic = time.monotonic()
         for device in devices:
-            if device.busy and monotonic - device.reading_since >= self.read_timeout:
+            since = device.reading_since
+            if since is not None and monotonic - since >= self.read_timeout:
                 continue  # hung: its window would show the values from before it hung as current
             windows.append(window_stats(device.gpu, device.ring.view(now - self.window), now, self.window))
         stats = FastStats(
@@ -271,80 +283,3 @@ class FastSampler:
     def gpus_sampled(self) -> Sequence[int]:
         with self._lock:
             return sorted(self._by_gpu)
-
-
-class _Readers:
-    """A fixed set of reader threads taking jobs from one queue (threads only ever added, never piled)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def grow_to(self, count: int) -> None:
-        while len(self._threads) < count:
-            thread = threading.Thread(target=self._work, name=f"fast-read-{len(self._threads)}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            job()  # _Cycle.drain never raises
-
-    def close(self) -> None:
-        for _ in self._threads:
-            self._jobs.put(None)  # a reader stuck in a hung read never takes its None: it is a daemon
-
-
-class _Cycle:
-    """The queue of one fast cycle, drained by one or more reader threads."""
-
-    def __init__(self, devices: list[_Device], sampler: FastSampler) -> None:
-        self._queue = deque(devices)
-        self._sampler = sampler
-        self._lock = threading.Lock()
-        self._closed = False
-        self._pending = len(devices)
-        self._reading: dict[int, float] = {}  # id(device) -> when its read started
-        self._started = time.monotonic()
-        self._duration: float | None = None
-        self.finished = threading.Event()
-
-    def drain(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed or not self._queue:
-                    return
-                device = self._queue.popleft()
-                device.busy = True
-                device.timed_out = False
-                device.reading_since = now = time.monotonic()
-                self._reading[id(device)] = now
-            try:
-                self._sampler._read_device(device)
-            except Exception:  # a bug must never kill the reader or leave the device busy
-                device.errors["internal_error"] = device.errors.get("internal_error", 0) + 1
-            with self._lock:
-                device.busy = False
-                del self._reading[id(device)]
-                self._pending -= 1
-                if self._pending == 0 and self._duration is None:
-                    self._duration = time.monotonic() - self._started
-                    self.finished.set()
-
-    def needs_helper(self, slow_after: float) -> bool:
-        """True when every running read has been at it for `slow_after` and devices still wait."""
-        now = time.monotonic()
-        with self._lock:
-            return bool(self._queue) and all(now - t >= slow_after for t in self._reading.values())
-
-    def close(self) -> float | None:
-        """Stop handing out devices (unread ones wait for the next cycle); the duration if it finished."""
-        with self._lock:
-            self._closed = True
-            return self._duration
