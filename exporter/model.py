@@ -235,7 +235,7 @@ class FastStats:
 class WindowSnapshot:
     """Every device's sliding window at one instant (pipeline/windows.py), whoever scrapes."""
 
-    taken_at: float
+    monotonic_at: float  # time.monotonic() of the instant the windows end at
     window_seconds: float
     interval_seconds: float
     devices: tuple[DeviceWindow, ...] = ()

@@ -109,7 +109,7 @@ class Pipeline:
             # The join of the two samplers: the fast one follows the devices the poller knows (same
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
             self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
-            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.taken_at))
+            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.monotonic_at))
         snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)

@@ -80,7 +80,8 @@ class Sampler:
         window: float = 15.0,
         read_timeout: float = 2.0,
         read: Callable[[str], bytes] = read_gpu_metrics,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0 or window <= 0 or read_timeout <= 0:
             raise ValueError("fast interval, window and read timeout must be positive")
@@ -93,7 +94,11 @@ class Sampler:
         self.slow_after = min(0.05, interval / 2, read_timeout / 4)
         self.watch_every = min(0.25, read_timeout / 8)
         self._read = read
+        # Samples are stamped on the monotonic clock, so a step of the wall clock can neither
+        # stretch a window nor make a waveform run backwards; the waveform is shown on the wall
+        # clock with one offset per answer.
         self._clock = clock
+        self._wall_clock = wall_clock
         self._devices: dict[tuple[object, ...], _Device] = {}
         self._by_gpu: dict[int, _Device] = {}
         self._without_table: set[tuple[object, ...]] = set()
@@ -235,7 +240,7 @@ class Sampler:
 
     # -- what is published ----------------------------------------------------------------------
     def windows(self, now: float | None = None) -> WindowSnapshot:
-        """Every device's window as of `now` (default: the clock), with the sampler's counters."""
+        """Every device's window as of `now` (monotonic seconds, default: now), with the sampler's counters."""
         now = self._clock() if now is None else now
         with self._lock:
             devices = sorted(self._devices.values(), key=lambda d: d.gpu)
@@ -260,6 +265,7 @@ class Sampler:
             device = self._by_gpu.get(gpu)
         if device is None:
             return None
+        offset = self._wall_clock() - self._clock()
         now = self._clock() if now is None else now
         view = device.ring.view(now - seconds)
         first = next((i for i, t in enumerate(view.times) if t >= now - seconds), len(view.times))
@@ -274,7 +280,7 @@ class Sampler:
             "pci_bus_id": device.identity.pci_bus_id,
             "interval_seconds": self.interval,
             "seconds": seconds,
-            "timestamps": list(view.times[first:]),
+            "timestamps": [t + offset for t in view.times[first:]],
             "temperatures_celsius": columns["temperature"],
             "power_watts": columns["power"].get("socket"),
             "busy_ratio": columns["busy"],

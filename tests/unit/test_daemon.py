@@ -140,7 +140,7 @@ def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(t
     state = type(state)(identity=identity, gpu=gpu, sample=state.sample, up=True)
     pipeline.on_snapshot(Snapshot(taken_at=1000.0, devices=(state,)))  # the sampler learns the device
     fast.sample_once()
-    pipeline.on_snapshot(Snapshot(taken_at=fast._clock(), devices=(state,)))
+    pipeline.on_snapshot(Snapshot(taken_at=1001.0, monotonic_at=fast._clock(), devices=(state,)))
     published = pipeline.state.published
     assert published is not None and published.snapshot.windows is not None
     (window,) = published.snapshot.windows.devices

@@ -206,7 +206,7 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
     published = _snapshot()
     durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1)).observe(0.0004).observe(0.03)
     windows = WindowSnapshot(
-        taken_at=1001.0,
+        monotonic_at=1001.0,
         window_seconds=15.0,
         interval_seconds=0.1,
         devices=(

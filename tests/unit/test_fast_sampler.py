@@ -282,7 +282,7 @@ def test_tracking_keeps_rings_of_known_devices_and_drops_gone_ones(tmp_path: Pat
 
 def test_waveform_columns(tmp_path: Path) -> None:
     clock = [1000.0]
-    sampler = Sampler(interval=0.1, window=5.0, clock=lambda: clock[0])
+    sampler = Sampler(interval=0.1, window=5.0, clock=lambda: clock[0], wall_clock=lambda: clock[0])
     sampler.track(make_devices(tmp_path, 1))
     for _ in range(5):
         sampler.sample_once()
@@ -313,4 +313,20 @@ def test_a_device_without_a_table_is_never_sampled(tmp_path: Path) -> None:
     assert dict(snapshot.stats.samples) == {0: 2}
     assert dict(snapshot.stats.read_errors) == {}
     assert sampler.gpus_sampled() == [0]
+    sampler.stop()
+
+
+def test_a_wall_clock_step_back_never_makes_a_waveform_run_backwards(tmp_path: Path) -> None:
+    monotonic, wall = [50.0], [1000.0]
+    sampler = Sampler(interval=0.1, window=5.0, clock=lambda: monotonic[0], wall_clock=lambda: wall[0])
+    sampler.track(make_devices(tmp_path, 1))
+    for step in range(6):
+        sampler.sample_once()
+        monotonic[0] += 0.1
+        wall[0] += 0.1 - (7200.0 if step == 2 else 0.0)  # the wall clock is set back two hours mid-way
+    wave = sampler.waveform(0, 1.0)
+    assert wave is not None and len(wave["timestamps"]) == 6
+    assert all(b > a for a, b in zip(wave["timestamps"], wave["timestamps"][1:], strict=False))
+    assert wave["timestamps"][-1] == pytest.approx(wall[0] - 0.1)  # shown on today's wall clock
+    assert sampler.windows().devices[0].samples == 6  # and the window still spans them all
     sampler.stop()
