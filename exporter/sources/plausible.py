@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -58,18 +59,23 @@ MAX_XGMI_ERRORS_PER_READ = 2**32
 
 
 def _range_check(low: float, high: float, low_exclusive: bool) -> Callable[[object], bool]:
-    """True for a finite number in range (NaN fails every comparison); bools and non-numbers are no range's business."""
+    """True for a finite number in range; bools and non-numbers are no range's business.
+
+    Both bounds are made inclusive and finite, so one chained comparison also rejects an excluded
+    lowest value, infinities and NaN (which fails every comparison).
+    """
+    low = math.nextafter(low, _INF) if low_exclusive else low
+    high = min(high, sys.float_info.max)
 
     def check(value: object) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return True
-        above = low < value if low_exclusive else low <= value
-        return above and value <= high and value != _INF and value != -_INF
+        if value.__class__ is float or value.__class__ is int:  # nearly every value: the short way
+            return low <= value <= high
+        return isinstance(value, bool) or not isinstance(value, int | float) or low <= value <= high
 
     return check
 
 
-_CHECKS: Mapping[str, Callable[[object], bool]] = {
+CHECKS: Mapping[str, Callable[[object], bool]] = {
     name: _range_check(low, high, name in LOW_EXCLUSIVE) for name, (low, high) in RANGES.items()
 }
 # Sample fields with a range that are mappings (key -> value); the others with a range are scalars.
@@ -80,7 +86,7 @@ _MAPPING_FIELDS = frozenset(
 
 def plausible(field: str, value: object) -> bool:
     """True if `value` is one the field can take (bools and fields without a range always are)."""
-    check = _CHECKS.get(field)
+    check = CHECKS.get(field)
     return check is None or check(value)
 
 
@@ -92,7 +98,7 @@ def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
     """
     changes: dict[str, Any] = {}
     rejected: dict[str, int] = {}
-    for name, check in _CHECKS.items():
+    for name, check in CHECKS.items():
         value = getattr(sample, name)
         if name in _MAPPING_FIELDS:
             kept = {key: item for key, item in value.items() if check(item)}

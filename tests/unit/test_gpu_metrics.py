@@ -9,7 +9,6 @@ independently of exporter/sources/gpu_metrics/layouts.py. Like the driver, every
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -50,10 +49,10 @@ U64_NONE = 0xFFFFFFFFFFFFFFFF
 
 def assert_metrics(actual: GpuMetrics, **expected: Any) -> None:
     """Every GpuMetrics field equals `expected` (floats approximately); unnamed fields are empty/None."""
-    for fld in dataclasses.fields(GpuMetrics):
-        got = getattr(actual, fld.name)
-        if fld.name in expected:
-            want = expected[fld.name]
+    for name in GpuMetrics._fields:
+        got = getattr(actual, name)
+        if name in expected:
+            want = expected[name]
         elif isinstance(got, Mapping):
             want = {}
         elif isinstance(got, tuple):
@@ -61,17 +60,17 @@ def assert_metrics(actual: GpuMetrics, **expected: Any) -> None:
         else:
             want = None
         if isinstance(want, Mapping):
-            assert dict(got) == pytest.approx(want, rel=1e-12), fld.name
-            assert set(got) == set(want), fld.name
+            assert dict(got) == pytest.approx(want, rel=1e-12), name
+            assert set(got) == set(want), name
         elif isinstance(want, tuple):
-            assert len(got) == len(want), fld.name
+            assert len(got) == len(want), name
             for got_item, want_item in zip(got, want, strict=True):
-                assert got_item == pytest.approx(want_item, rel=1e-12), fld.name
+                assert got_item == pytest.approx(want_item, rel=1e-12), name
         elif isinstance(want, float):
-            assert got == pytest.approx(want, rel=1e-12), fld.name
+            assert got == pytest.approx(want, rel=1e-12), name
         else:
-            assert got == want, fld.name
-            assert type(got) is type(want), fld.name
+            assert got == want, name
+            assert type(got) is type(want), name
 
 
 NO_THROTTLE = {name: False for name in throttle_reasons(0)}

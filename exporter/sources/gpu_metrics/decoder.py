@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 from exporter.model import frozen_map
 from exporter.sources.gpu_metrics.layouts import (
@@ -105,23 +105,29 @@ class GpuMetricsError(ValueError):
     """The blob is not a gpu_metrics table this decoder can read; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuMetrics:
-    """One decoded gpu_metrics table in SI units. None / absent key = not supplied by the device."""
+_EMPTY: Mapping[Any, Any] = frozen_map()
+
+
+class GpuMetrics(NamedTuple):
+    """One decoded gpu_metrics table in SI units. None / absent key = not supplied by the device.
+
+    A NamedTuple rather than a frozen dataclass: one is made per device on every poll, and a tuple
+    is made in one step where a frozen dataclass sets its forty attributes one at a time.
+    """
 
     format_revision: int
     content_revision: int
     structure_size: int
-    temperatures: Mapping[str, float] = field(default_factory=frozen_map)  # °C
+    temperatures: Mapping[str, float] = _EMPTY  # °C
     power_watts: float | None = None
     energy_joules: float | None = None
-    busy: Mapping[str, float] = field(default_factory=frozen_map)  # ratio 0..1
-    clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)
-    clocks_average_hertz: Mapping[str, float] = field(default_factory=frozen_map)
-    voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)
+    busy: Mapping[str, float] = _EMPTY  # ratio 0..1
+    clocks_hertz: Mapping[str, float] = _EMPTY
+    clocks_average_hertz: Mapping[str, float] = _EMPTY
+    voltages_volts: Mapping[str, float] = _EMPTY
     throttle_status: int | None = None  # raw, ASIC-specific bits
     indep_throttle_status: int | None = None  # raw SMU_THROTTLER_* bits
-    throttle: Mapping[str, bool] = field(default_factory=frozen_map)
+    throttle: Mapping[str, bool] = _EMPTY
     fan_rpm: float | None = None
     pcie_link_width: int | None = None
     pcie_link_transfers_per_second: float | None = None
@@ -134,9 +140,9 @@ class GpuMetrics:
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
     xgmi_link_speed_bytes_per_second: float | None = None  # whole link: lane rate x width / 8
-    xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)
-    xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
-    xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
+    xgmi_link_up: Mapping[int, bool] = _EMPTY
+    xgmi_read_bytes: Mapping[int, float] = _EMPTY  # cumulative
+    xgmi_write_bytes: Mapping[int, float] = _EMPTY
     gfx_activity_acc: int | None = None
     mem_activity_acc: int | None = None
     system_clock_counter_seconds: float | None = None
@@ -152,7 +158,7 @@ class GpuMetrics:
     # MI300 v1_6+: the firmware's sample count and, per throttler, how many of those samples it was
     # holding the clocks back (prochot, ppt, socket_thm, vr_thm, hbm_thm), raw u32 counters that wrap.
     accumulation_counter: int | None = None
-    residency_acc: Mapping[str, int] = field(default_factory=frozen_map)
+    residency_acc: Mapping[str, int] = _EMPTY
 
     @property
     def version(self) -> str:
@@ -588,6 +594,7 @@ def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
     link = plan.slots.get("xgmi_link_status")
     links = flat[link[0] : link[1]] if link else ()
     indep = scalars.get("indep_throttle_status")
+    frozen: dict[str, Any] = {name: frozen_map(values) for name, values in mappings.items()}
     return GpuMetrics(
         format_revision=format_revision,
         content_revision=content_revision,
@@ -598,7 +605,7 @@ def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
         partition_vcn_busy=tuple(_ratios(flat, partition.get("vcn_busy")) for partition in partitions),
         partition_jpeg_busy=tuple(_ratios(flat, partition.get("jpeg_busy")) for partition in partitions),
         **scalars,
-        **{name: frozen_map(values) for name, values in mappings.items()},
+        **frozen,
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from exporter.model import DeviceIdentity, Sample
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import plausible
+from exporter.sources.plausible import CHECKS, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
 Key = str | int | tuple[str, str]
@@ -190,11 +190,21 @@ class SampleValues:
         """
         for name in names:
             value = getattr(metrics, name)
-            if name in MAPPING_FIELDS:
+            check = CHECKS.get(name)
+            if name not in MAPPING_FIELDS:
+                if value is None:
+                    continue
+                if check is None or check(value):
+                    self.scalars[name] = value
+                else:
+                    record("gpu_metrics", "implausible", f"{name} {value!r}")
+            elif value:
+                target = self.mapping(name)
                 for key, item in value.items():
-                    self.set(name, key, item, "gpu_metrics")
-            elif value is not None:
-                self.set(name, None, value, "gpu_metrics")
+                    if check is None or check(item):
+                        target[key] = item
+                    else:
+                        record("gpu_metrics", "implausible", f"{name} {item!r}")
 
     def sample(self, timestamp: float, file_errors: Mapping[tuple[str, str], int] | None = None) -> Sample:
         """The finished Sample. Call once, last: the Sample takes over these mappings (read-only views, no copies)."""
