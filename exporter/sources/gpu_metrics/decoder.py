@@ -41,6 +41,9 @@ from exporter.sources.gpu_metrics.layouts import (
     V1_9_ENCODING,
     V1_9_FIXED,
     V1_9_FORMAT_REVISION,
+    XCP_V1_0,
+    XCP_V1_1,
+    XCP_V1_2,
     AttrType,
     AttrUnit,
     Layout,
@@ -226,66 +229,40 @@ _DATA = {AttrUnit.DATA_KB: (1024.0, 1)}
 _ENERGY = {AttrUnit.NONE: (ENERGY_JOULES_PER_TICK, 1)}
 _PERCENT = {AttrUnit.PERCENT: (1, 100)}  # as a 0..1 ratio; a value outside 0..100 % is not a utilisation
 
-# GpuMetrics key -> the kernel field it is read from.
-_TEMPERATURE_FIELDS = {
-    "edge": "temperature_edge",
-    "junction": "temperature_hotspot",
-    "memory": "temperature_mem",
-    "vr_gfx": "temperature_vrgfx",
-    "vr_soc": "temperature_vrsoc",
-    "vr_mem": "temperature_vrmem",
-}
-_CLOCK_FIELDS = {
-    "gfx": "current_gfxclk",
-    "soc": "current_socclk",
-    "memory": "current_uclk",
-    "video": "current_vclk0",
-    "decode": "current_dclk0",
-}
-_AVERAGE_CLOCK_FIELDS = {
-    "gfx": "average_gfxclk_frequency",
-    "soc": "average_socclk_frequency",
-    "memory": "average_uclk_frequency",
-    "video": "average_vclk0_frequency",
-    "decode": "average_dclk0_frequency",
-}
-_VOLTAGE_FIELDS = {"gfx": "voltage_gfx", "soc": "voltage_soc", "memory": "voltage_mem"}
-_COUNTERS = {  # GpuMetrics field -> kernel field, both as stored
-    "throttle_status": "throttle_status",
-    "indep_throttle_status": "indep_throttle_status",
-    "pcie_link_width": "pcie_link_width",
-    "pcie_bandwidth_acc": "pcie_bandwidth_acc",
-    "pcie_replays": "pcie_replay_count_acc",
-    "pcie_recoveries": "pcie_l0_to_recov_count_acc",
-    "pcie_replay_rollovers": "pcie_replay_rover_count_acc",
-    "pcie_naks_sent": "pcie_nak_sent_count_acc",
-    "pcie_naks_received": "pcie_nak_rcvd_count_acc",
-    "xgmi_link_width": "xgmi_link_width",
-    "gfx_activity_acc": "gfx_activity_acc",
-    "mem_activity_acc": "mem_activity_acc",
-    "num_partitions": "num_partition",
-    "accumulation_counter": "accumulation_counter",
-}
-
 Key = str | int | None  # the key within a mapping field; None for a scalar field
 # Which elements of a kernel field: element 0, every element (key + index), the highest supplied,
 # or the first supplied (a percent: the first within 0..100).
 Elements = Literal["first", "each", "highest", "any"]
 
 # (GpuMetrics field, key, kernel field, elements, kind). Where two rows fill one value, the first
-# supplied wins. xgmi_lane_rate is not a GpuMetrics field: _build turns it into the link's rate.
+# supplied wins. xgmi_lane_rate is not a GpuMetrics field: the decode turns it into the link's rate.
 _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
-    *(("temperatures", key, name, "first", _TEMPERATURE) for key, name in _TEMPERATURE_FIELDS.items()),
+    ("temperatures", "edge", "temperature_edge", "first", _TEMPERATURE),
+    ("temperatures", "junction", "temperature_hotspot", "first", _TEMPERATURE),
+    ("temperatures", "memory", "temperature_mem", "first", _TEMPERATURE),
+    ("temperatures", "vr_gfx", "temperature_vrgfx", "first", _TEMPERATURE),
+    ("temperatures", "vr_soc", "temperature_vrsoc", "first", _TEMPERATURE),
+    ("temperatures", "vr_mem", "temperature_vrmem", "first", _TEMPERATURE),
     ("temperatures", "hbm", "temperature_hbm", "each", _TEMPERATURE),
     ("power_watts", None, "curr_socket_power", "first", _POWER),
     ("power_watts", None, "average_socket_power", "first", _POWER),
     ("energy_joules", None, "energy_accumulator", "first", _ENERGY),
     ("busy", "gfx", "average_gfx_activity", "any", _PERCENT),
     ("busy", "memory", "average_umc_activity", "any", _PERCENT),
-    ("busy", "media", "average_mm_activity", "any", _PERCENT),  # MI2xx; else _build takes the busiest VCN
-    *(("clocks_hertz", key, name, "highest", _CLOCK) for key, name in _CLOCK_FIELDS.items()),
-    *(("clocks_average_hertz", key, name, "first", _CLOCK) for key, name in _AVERAGE_CLOCK_FIELDS.items()),
-    *(("voltages_volts", key, name, "first", _MILLIVOLT) for key, name in _VOLTAGE_FIELDS.items()),
+    ("busy", "media", "average_mm_activity", "any", _PERCENT),  # MI2xx; else the busiest VCN (see the decode)
+    ("clocks_hertz", "gfx", "current_gfxclk", "highest", _CLOCK),
+    ("clocks_hertz", "soc", "current_socclk", "highest", _CLOCK),
+    ("clocks_hertz", "memory", "current_uclk", "highest", _CLOCK),
+    ("clocks_hertz", "video", "current_vclk0", "highest", _CLOCK),
+    ("clocks_hertz", "decode", "current_dclk0", "highest", _CLOCK),
+    ("clocks_average_hertz", "gfx", "average_gfxclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "soc", "average_socclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "memory", "average_uclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "video", "average_vclk0_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "decode", "average_dclk0_frequency", "first", _CLOCK),
+    ("voltages_volts", "gfx", "voltage_gfx", "first", _MILLIVOLT),
+    ("voltages_volts", "soc", "voltage_soc", "first", _MILLIVOLT),
+    ("voltages_volts", "memory", "voltage_mem", "first", _MILLIVOLT),
     ("fan_rpm", None, "current_fan_speed", "first", _FLOAT),
     ("pcie_link_transfers_per_second", None, "pcie_link_speed", "first", _RATE),
     ("pcie_bandwidth_bytes_per_second", None, "pcie_bandwidth_inst", "first", _BANDWIDTH),
@@ -294,7 +271,20 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("xgmi_write_bytes", "", "xgmi_write_data_acc", "each", _DATA),
     ("system_clock_counter_seconds", None, "system_clock_counter", "first", _TIME),
     ("firmware_timestamp_seconds", None, "firmware_timestamp", "first", _TIME),
-    *((field, None, name, "first", _AS_STORED) for field, name in _COUNTERS.items()),
+    ("throttle_status", None, "throttle_status", "first", _AS_STORED),
+    ("indep_throttle_status", None, "indep_throttle_status", "first", _AS_STORED),
+    ("pcie_link_width", None, "pcie_link_width", "first", _AS_STORED),
+    ("pcie_bandwidth_acc", None, "pcie_bandwidth_acc", "first", _AS_STORED),
+    ("pcie_replays", None, "pcie_replay_count_acc", "first", _AS_STORED),
+    ("pcie_recoveries", None, "pcie_l0_to_recov_count_acc", "first", _AS_STORED),
+    ("pcie_replay_rollovers", None, "pcie_replay_rover_count_acc", "first", _AS_STORED),
+    ("pcie_naks_sent", None, "pcie_nak_sent_count_acc", "first", _AS_STORED),
+    ("pcie_naks_received", None, "pcie_nak_rcvd_count_acc", "first", _AS_STORED),
+    ("xgmi_link_width", None, "xgmi_link_width", "first", _AS_STORED),
+    ("gfx_activity_acc", None, "gfx_activity_acc", "first", _AS_STORED),
+    ("mem_activity_acc", None, "mem_activity_acc", "first", _AS_STORED),
+    ("num_partitions", None, "num_partition", "first", _AS_STORED),
+    ("accumulation_counter", None, "accumulation_counter", "first", _AS_STORED),
     *(("residency_acc", reason, f"{reason}_residency_acc", "first", _AS_STORED) for reason in RESIDENCY_REASONS),
 )
 
@@ -312,19 +302,7 @@ Target = Callable[[str, Key], tuple[int, Key] | None]
 Place = tuple[str, int, int, int, int, int]
 
 # In v1.9 these arrays live at the top level; fixed layouts keep them per partition.
-_PARTITION_FIELDS = frozenset(
-    {
-        "gfx_busy_inst",
-        "jpeg_busy",
-        "vcn_busy",
-        "gfx_busy_acc",
-        "gfx_below_host_limit_acc",
-        "gfx_below_host_limit_ppt_acc",
-        "gfx_below_host_limit_thm_acc",
-        "gfx_low_utilization_acc",
-        "gfx_below_host_limit_total_acc",
-    }
-)
+_PARTITION_FIELDS = frozenset(f.name for block in (XCP_V1_0, XCP_V1_1, XCP_V1_2) for f in block.fields)
 _TYPE_CODES = frozenset(t.value for t in AttrType)
 _INF = float("inf")
 
