@@ -200,8 +200,11 @@ class SampleValues:
                     record("gpu_metrics", "implausible", f"{name} {value!r}")
             elif value:
                 target = self.mapping(name)
+                if check is None or all(map(check, value.values())):
+                    target.update(value)
+                    continue
                 for key, item in value.items():
-                    if check is None or check(item):
+                    if check(item):
                         target[key] = item
                     else:
                         record("gpu_metrics", "implausible", f"{name} {item!r}")
