@@ -63,40 +63,16 @@ _ESM_CODES = range(128, 256)
 # SMU_THROTTLER_*_BIT (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h): the ASIC-independent bits of
 # indep_throttle_status, named by their lower-case short names.
 THROTTLER_BITS: Mapping[int, str] = {
-    0: "ppt0",
-    1: "ppt1",
-    2: "ppt2",
-    3: "ppt3",
-    4: "spl",
-    5: "fppt",
-    6: "sppt",
-    7: "sppt_apu",
-    16: "tdc_gfx",
-    17: "tdc_soc",
-    18: "tdc_mem",
-    19: "tdc_vdd",
-    20: "tdc_cvip",
-    21: "edc_cpu",
-    22: "edc_gfx",
-    23: "apcc",
-    32: "temp_gpu",
-    33: "temp_core",
-    34: "temp_mem",
-    35: "temp_edge",
-    36: "temp_hotspot",
-    37: "temp_soc",
-    38: "temp_vr_gfx",
-    39: "temp_vr_soc",
-    40: "temp_vr_mem0",
-    41: "temp_vr_mem1",
-    42: "temp_liquid0",
-    43: "temp_liquid1",
-    44: "vrhot0",
-    45: "vrhot1",
-    46: "prochot_cpu",
-    47: "prochot_gfx",
-    56: "ppm",
-    57: "fit",
+    first_bit + offset: name
+    for first_bit, names in (
+        (0, ("ppt0", "ppt1", "ppt2", "ppt3", "spl", "fppt", "sppt", "sppt_apu")),  # power
+        (16, ("tdc_gfx", "tdc_soc", "tdc_mem", "tdc_vdd", "tdc_cvip", "edc_cpu", "edc_gfx", "apcc")),  # current
+        (32, ("temp_gpu", "temp_core", "temp_mem", "temp_edge", "temp_hotspot", "temp_soc")),  # temperature
+        (38, ("temp_vr_gfx", "temp_vr_soc", "temp_vr_mem0", "temp_vr_mem1", "temp_liquid0", "temp_liquid1")),
+        (44, ("vrhot0", "vrhot1", "prochot_cpu", "prochot_gfx")),
+        (56, ("ppm", "fit")),  # other
+    )
+    for offset, name in enumerate(names)
 }
 
 
@@ -314,7 +290,7 @@ class Plan:
     codec: struct.Struct | None  # the fixed layout's one unpack; None for v1.9 (its record walk)
     picks: tuple[Pick, ...]  # the values of one element, each value's lowest-priority source first
     spans: tuple[Span, ...]
-    slots: Mapping[str, Slot]  # every placed top-level field, for the values _build derives
+    slots: Mapping[str, Slot]  # every placed top-level field, for the values the decode derives
     partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks (or v1.9's one), in index order
 
 
