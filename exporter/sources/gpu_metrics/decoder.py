@@ -18,6 +18,7 @@ import functools
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from exporter.model import frozen_map
@@ -545,22 +546,17 @@ def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
         vcn += [ratio for partition in partitions for ratio in _ratios(flat, partition.get("vcn_busy"))]
         if vcn:
             busy["media"] = max(vcn)
-    link = plan.slots.get("xgmi_link_status")
-    links = flat[link[0] : link[1]] if link else ()
-    indep = scalars.get("indep_throttle_status")
-    frozen: dict[str, Any] = {name: frozen_map(values) for name, values in mappings.items()}
-    return GpuMetrics(
-        format_revision=format_revision,
-        content_revision=content_revision,
-        structure_size=structure_size,
-        throttle=frozen_map() if indep is None else _throttle(indep),
-        xgmi_link_up=frozen_map({i: v == 1 for i, v in enumerate(links) if v in (0, 1)}),
-        partition_gfx_busy=tuple(_ratios(flat, partition.get("gfx_busy_inst")) for partition in partitions),
-        partition_vcn_busy=tuple(_ratios(flat, partition.get("vcn_busy")) for partition in partitions),
-        partition_jpeg_busy=tuple(_ratios(flat, partition.get("jpeg_busy")) for partition in partitions),
-        **scalars,
-        **frozen,
-    )
+    if partitions:
+        for field, name in (("gfx", "gfx_busy_inst"), ("vcn", "vcn_busy"), ("jpeg", "jpeg_busy")):
+            scalars[f"partition_{field}_busy"] = tuple(_ratios(flat, partition.get(name)) for partition in partitions)
+    if (link := plan.slots.get("xgmi_link_status")) is not None:
+        mappings["xgmi_link_up"] = {i: v == 1 for i, v in enumerate(flat[link[0] : link[1]]) if v in (0, 1)}
+    if (indep := scalars.get("indep_throttle_status")) is not None:
+        scalars["throttle"] = _throttle(indep)
+    # Only what was supplied (the rest keeps its empty default); the dicts are this decode's own,
+    # so they are wrapped read-only rather than copied.
+    frozen: dict[str, Any] = {name: MappingProxyType(values) for name, values in mappings.items() if values}
+    return GpuMetrics(format_revision, content_revision, structure_size, **scalars, **frozen)
 
 
 @functools.lru_cache(maxsize=256)
