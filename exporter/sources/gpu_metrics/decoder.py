@@ -494,9 +494,9 @@ def take(plan: Plan, flat: Sequence[int], targets: Sequence[Any]) -> None:
         if value != ones and low <= value <= high:
             targets[target][key] = value if multiply is None else value * multiply / divide  # type: ignore[operator]
     for target, key, first, stop, ones, multiply, divide in plan.spans:
-        supplied = [value for value in flat[first:stop] if value != ones]
-        if supplied:
-            targets[target][key] = max(supplied) * multiply / divide
+        highest = max(filter(ones.__ne__, flat[first:stop]), default=None)
+        if highest is not None:
+            targets[target][key] = highest * multiply / divide
 
 
 # --- step 3: the flat values -> GpuMetrics ----------------------------------------------------------
