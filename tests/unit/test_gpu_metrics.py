@@ -380,6 +380,14 @@ def test_v1_5_every_field() -> None:
     )
 
 
+def test_mapping_keys_follow_one_order_whatever_the_layout() -> None:
+    # MI300's per-XCC clock arrays and its single memory clock are listed like MI200's single clocks.
+    blob = table(360, 5)
+    _mi300_top(blob)
+    _mi300_links_and_clocks(blob, energy=88, pcie=112, acc=120, bandwidth=128, xgmi=176, fw=304, clocks=312)
+    assert list(decode_gpu_metrics(bytes(blob)).clocks_hertz) == ["gfx", "soc", "memory", "video", "decode"]
+
+
 def test_v1_6_early_reverted_layout_every_field() -> None:
     blob = table(384, 6)
     _mi300_top(blob)

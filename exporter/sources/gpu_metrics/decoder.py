@@ -189,26 +189,26 @@ def throttle_reasons(indep_bits: int) -> dict[str, bool]:
 
 # --- step 1: what each GpuMetrics value is read from -------------------------------------------
 
-# A conversion of a stored number to its SI unit, value * multiply / divide: dividing keeps a percent
-# exact (35 / 100 is 0.35, 35 * 0.01 is not). (None, None) = the number as stored.
-Conversion = tuple[float | None, float | None]
+# How a stored number becomes its SI value: ("*", f) multiplies by f; ("/", d) divides by d, which
+# keeps a percent exact (35 / 100 is 0.35, 35 * 0.01 is not); ("=", 1) keeps the number as stored.
+Conversion = tuple[Literal["*", "/", "="], float]
 Kind = Mapping[AttrUnit, Conversion] | Conversion  # by the unit stored in (others are left out), or any unit
-_AS_STORED: Conversion = (None, None)
-_FLOAT: Conversion = (1.0, 1)
-_MILLIVOLT: Conversion = (1, 1000.0)  # the kernel's only voltage unit; no v1.9 record declares one
-_TEMPERATURE = {AttrUnit.TEMP_CELSIUS: (1.0, 1)}
-_POWER = {AttrUnit.POWER_WATT: (1.0, 1)}
-_CLOCK = {AttrUnit.CLOCK_MHZ: (1e6, 1)}
-_TIME = {AttrUnit.TIME_NS: (1e-9, 1), AttrUnit.TIME_10NS: (1e-8, 1)}
-_RATE = {AttrUnit.SPEED_GTS: (1e9, 1), AttrUnit.SPEED_100MTS: (1e8, 1)}  # per second, per lane
-_BANDWIDTH = {AttrUnit.BANDWIDTH_GBS: (1e9, 1)}
-_DATA = {AttrUnit.DATA_KB: (1024.0, 1)}
-_ENERGY = {AttrUnit.NONE: (ENERGY_JOULES_PER_TICK, 1)}
-_PERCENT = {AttrUnit.PERCENT: (1, 100)}  # as a 0..1 ratio; a value outside 0..100 % is not a utilisation
+_AS_STORED: Conversion = ("=", 1)
+_FLOAT: Conversion = ("*", 1.0)
+_MILLIVOLT: Conversion = ("/", 1000.0)  # the kernel's only voltage unit; no v1.9 record declares one
+_TEMPERATURE: Kind = {AttrUnit.TEMP_CELSIUS: ("*", 1.0)}
+_POWER: Kind = {AttrUnit.POWER_WATT: ("*", 1.0)}
+_CLOCK: Kind = {AttrUnit.CLOCK_MHZ: ("*", 1e6)}
+_TIME: Kind = {AttrUnit.TIME_NS: ("*", 1e-9), AttrUnit.TIME_10NS: ("*", 1e-8)}
+_RATE: Kind = {AttrUnit.SPEED_GTS: ("*", 1e9), AttrUnit.SPEED_100MTS: ("*", 1e8)}  # per second, per lane
+_BANDWIDTH: Kind = {AttrUnit.BANDWIDTH_GBS: ("*", 1e9)}
+_DATA: Kind = {AttrUnit.DATA_KB: ("*", 1024.0)}
+_ENERGY: Kind = {AttrUnit.NONE: ("*", ENERGY_JOULES_PER_TICK)}
+_PERCENT: Kind = {AttrUnit.PERCENT: ("/", 100)}  # as a 0..1 ratio; outside 0..100 % is not a utilisation
 
 Key = str | int | None  # the key within a mapping field; None for a scalar field
-# Which elements of a kernel field: element 0, every element (key + index), the highest supplied,
-# or the first supplied (a percent: the first within 0..100).
+# Which elements of a kernel field: element 0, every element (key + index), the highest supplied
+# (multiplied), or the first supplied (a percent: the first within 0..100).
 Elements = Literal["first", "each", "highest", "any"]
 
 # (GpuMetrics field, key, kernel field, elements, kind). Where two rows fill one value, the first
@@ -269,10 +269,13 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
 # --- step 2: a plan per table layout: which unpacked value goes where, converted how --------------
 
 Slot = tuple[int, int, int, int]  # [first, stop) in the table's flat values, its all-ones value, AttrUnit code
-# One value to take: target, key, index in the flat values, all-ones, lowest and highest accepted, conversion.
-Pick = tuple[int, Key, int, int, float, float, float | None, float | None]
-# The highest supplied of a run of values: target, key, first, stop, all-ones, multiply, divide.
-Span = tuple[int, Key, int, int, int, float, float]
+# One value to take from the flat values: target, key, index, all-ones, then per conversion the
+# factor; the lowest and highest accepted and the divisor; or nothing (as stored).
+Scaled = tuple[int, Key, int, int, float]
+Divided = tuple[int, Key, int, int, float, float, float]
+Stored = tuple[int, Key, int, int]
+# The highest supplied of a run of values: target, key, first, stop, all-ones, factor.
+Span = tuple[int, Key, int, int, int, float]
 # Where a view puts one GpuMetrics value: (index of its target, key there), or None when not wanted.
 Target = Callable[[str, Key], tuple[int, Key] | None]
 # A kernel field placed in the flat values: name, first, stop, all-ones, AttrUnit code, partition (-1: none).
@@ -286,10 +289,16 @@ _INF = float("inf")
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One table layout, worked out once: which flat value fills each result value, already converted."""
+    """One table layout, worked out once: which flat value fills each result value, already converted.
+
+    Each value's sources are listed lowest priority first (the last write stands), all of one kind,
+    so a mapping's keys are set in the read table's order.
+    """
 
     codec: struct.Struct | None  # the fixed layout's one unpack; None for v1.9 (its record walk)
-    picks: tuple[Pick, ...]  # the values of one element, each value's lowest-priority source first
+    scaled: tuple[Scaled, ...]
+    divided: tuple[Divided, ...]
+    stored: tuple[Stored, ...]
     spans: tuple[Span, ...]
     slots: Mapping[str, Slot]  # every placed top-level field, for the values the decode derives
     partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks (or v1.9's one), in index order
@@ -304,28 +313,33 @@ def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, 
         else:
             partitions += [{} for _ in range(partition + 1 - len(partitions))]
             partitions[partition][name] = (first, stop, ones, unit)
-    sources: dict[tuple[int, Key], list[Pick]] = {}
+    sources: dict[tuple[int, Key], list[tuple[str, tuple[Any, ...]]]] = {}
     spans: list[Span] = []
     for value, key, name, elements, kind in _READS:
         slot = slots.get(name)
+        if slot is None:
+            continue  # not in this table
         # AttrUnit is an IntEnum: a plain int code finds its member's entry; an unknown code finds none.
-        conversion = kind.get(slot[3]) if slot and isinstance(kind, Mapping) else kind  # type: ignore[call-overload]
-        if slot is None or conversion is None:
-            continue  # not in this table, or stored in a unit this value is not measured in
-        multiply, divide = _FLOAT if as_float and conversion is _AS_STORED else conversion
-        low, high = (0, 100) if kind is _PERCENT else (-_INF, _INF)
+        conversion = kind.get(slot[3]) if isinstance(kind, Mapping) else kind  # type: ignore[call-overload]
+        if conversion is None:
+            continue  # stored in a unit this value is not measured in
+        operation, number = _FLOAT if as_float and conversion is _AS_STORED else conversion
         first, stop, ones, _ = slot
-        if elements == "highest" and stop - first > 1:
+        if elements == "highest":
             if (where := target(value, key)) is not None:
-                spans.append((*where, first, stop, ones, multiply, divide))  # type: ignore[arg-type]
+                spans.append((*where, first, stop, ones, number))
             continue
+        low, high = (0, 100) if kind is _PERCENT else (-_INF, _INF)
         for index in range(first, min(stop, first + 1) if elements == "first" else stop):
             element_key = (f"{key}{index - first}" if key else index - first) if elements == "each" else key
             if (where := target(value, element_key)) is not None:
-                sources.setdefault(where, []).append((*where, index, ones, low, high, multiply, divide))
-    # Written in order, the last write stands: each value's sources go lowest priority first.
-    picks = tuple(pick for found in sources.values() for pick in reversed(found))
-    return Plan(codec, picks, tuple(spans), slots, tuple(partitions))
+                extra = {"*": (number,), "/": (low, high, number), "=": ()}[operation]
+                sources.setdefault(where, []).append((operation, (*where, index, ones, *extra)))
+    picks: dict[str, list[Any]] = {"*": [], "/": [], "=": []}
+    for found in sources.values():
+        for operation, pick in reversed(found):
+            picks[operation].append(pick)
+    return Plan(codec, tuple(picks["*"]), tuple(picks["/"]), tuple(picks["="]), tuple(spans), slots, tuple(partitions))
 
 
 def _as_bytes(blob: object) -> bytes:
@@ -489,14 +503,22 @@ class Plans:
 
 def take(plan: Plan, flat: Sequence[int], targets: Sequence[Any]) -> None:
     """Write every value the plan finds in a table's flat values into its target (a dict, or a list)."""
-    for target, key, index, ones, low, high, multiply, divide in plan.picks:
+    for target, key, index, ones, factor in plan.scaled:
+        value = flat[index]
+        if value != ones:
+            targets[target][key] = value * factor
+    for target, key, index, ones, low, high, divisor in plan.divided:
         value = flat[index]
         if value != ones and low <= value <= high:
-            targets[target][key] = value if multiply is None else value * multiply / divide  # type: ignore[operator]
-    for target, key, first, stop, ones, multiply, divide in plan.spans:
-        highest = max(filter(ones.__ne__, flat[first:stop]), default=None)
-        if highest is not None:
-            targets[target][key] = highest * multiply / divide
+            targets[target][key] = value / divisor
+    for target, key, index, ones in plan.stored:
+        value = flat[index]
+        if value != ones:
+            targets[target][key] = value
+    for target, key, first, stop, ones, factor in plan.spans:
+        supplied = [value for value in flat[first:stop] if value != ones]
+        if supplied:
+            targets[target][key] = max(supplied) * factor
 
 
 # --- step 3: the flat values -> GpuMetrics ----------------------------------------------------------
