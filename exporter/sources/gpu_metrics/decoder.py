@@ -516,9 +516,11 @@ def take(plan: Plan, flat: Sequence[int], targets: Sequence[Any]) -> None:
         if value != ones:
             targets[target][key] = value
     for target, key, first, stop, ones, factor in plan.spans:
-        supplied = [value for value in flat[first:stop] if value != ones]
-        if supplied:
-            targets[target][key] = max(supplied) * factor
+        run = flat[first:stop]
+        if ones in run:
+            run = [value for value in run if value != ones]
+        if run:
+            targets[target][key] = max(run) * factor
 
 
 # --- step 3: the flat values -> GpuMetrics ----------------------------------------------------------
