@@ -23,7 +23,7 @@ from typing import Any, Literal
 from exporter.model import DeviceIdentity, Sample
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import CHECKS, plausible
+from exporter.sources.plausible import all_plausible, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
 Key = str | int | tuple[str, str]
@@ -190,21 +190,19 @@ class SampleValues:
         """
         for name in names:
             value = getattr(metrics, name)
-            check = CHECKS.get(name)
             if name not in MAPPING_FIELDS:
-                if value is None:
-                    continue
-                if check is None or check(value):
-                    self.scalars[name] = value
-                else:
-                    record("gpu_metrics", "implausible", f"{name} {value!r}")
+                if value is not None:
+                    if plausible(name, value):
+                        self.scalars[name] = value
+                    else:
+                        record("gpu_metrics", "implausible", f"{name} {value!r}")
             elif value:
                 target = self.mapping(name)
-                if check is None or all(map(check, value.values())):
+                if all_plausible(name, value.values()):
                     target.update(value)
                     continue
                 for key, item in value.items():
-                    if check(item):
+                    if plausible(name, item):
                         target[key] = item
                     else:
                         record("gpu_metrics", "implausible", f"{name} {item!r}")
