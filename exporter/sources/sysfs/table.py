@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from exporter.model import DeviceIdentity, Sample
+from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
 from exporter.sources.plausible import all_plausible, plausible
@@ -128,6 +128,9 @@ GPU_METRICS_FIELDS: tuple[str, ...] = (
 
 # Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
+# Every mapping field given as the one shared empty mapping: a Sample built with these calls no
+# default factory for the twenty-odd fields a device leaves empty.
+_NO_MAPPINGS = {name: frozen_map() for name in MAPPING_FIELDS}
 
 
 class SampleValues:
@@ -212,7 +215,7 @@ class SampleValues:
         if file_errors is not None:
             self.mappings["file_errors"] = dict(file_errors)
         views = {name: MappingProxyType(mapping) for name, mapping in self.mappings.items() if mapping}
-        return Sample(timestamp=timestamp, **self.scalars, **views)  # type: ignore[arg-type]
+        return Sample(timestamp=timestamp, **self.scalars, **{**_NO_MAPPINGS, **views})  # type: ignore[arg-type]
 
 
 # Rows with their paths resolved for one device, and the mapping fields whose rows fill only an empty field.
