@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from exporter.model import Sample, frozen_map
@@ -57,21 +58,29 @@ LOW_EXCLUSIVE = frozenset({"temperatures", "temperature_thresholds", "memory_tot
 MAX_XGMI_ERRORS_PER_READ = 2**32
 
 
-def _range_check(low: float, high: float, low_exclusive: bool) -> Callable[[object], bool]:
-    """True for a finite number in range (NaN fails every comparison); bools and non-numbers are no range's business."""
+def _inclusive(low: float, high: float, low_exclusive: bool) -> tuple[float, float]:
+    """Both bounds inclusive and finite: one chained comparison then also rejects an excluded lowest
+    value, infinities and NaN (which fails every comparison)."""
+    return (math.nextafter(low, _INF) if low_exclusive else low), min(high, sys.float_info.max)
+
+
+BOUNDS: Mapping[str, tuple[float, float]] = {
+    name: _inclusive(low, high, name in LOW_EXCLUSIVE) for name, (low, high) in RANGES.items()
+}
+
+
+def _range_check(low: float, high: float) -> Callable[[object], bool]:
+    """True for a finite number in range; bools and non-numbers are no range's business."""
 
     def check(value: object) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return True
-        above = low < value if low_exclusive else low <= value
-        return above and value <= high and value != _INF and value != -_INF
+        if value.__class__ is float or value.__class__ is int:  # nearly every value: the short way
+            return low <= value <= high
+        return isinstance(value, bool) or not isinstance(value, int | float) or low <= value <= high
 
     return check
 
 
-_CHECKS: Mapping[str, Callable[[object], bool]] = {
-    name: _range_check(low, high, name in LOW_EXCLUSIVE) for name, (low, high) in RANGES.items()
-}
+CHECKS: Mapping[str, Callable[[object], bool]] = {name: _range_check(*bounds) for name, bounds in BOUNDS.items()}
 # Sample fields with a range that are mappings (key -> value); the others with a range are scalars.
 _MAPPING_FIELDS = frozenset(
     f.name for f in dataclasses.fields(Sample) if f.name in RANGES and f.default_factory is not dataclasses.MISSING
@@ -80,8 +89,21 @@ _MAPPING_FIELDS = frozenset(
 
 def plausible(field: str, value: object) -> bool:
     """True if `value` is one the field can take (bools and fields without a range always are)."""
-    check = _CHECKS.get(field)
+    check = CHECKS.get(field)
     return check is None or check(value)
+
+
+def all_plausible(field: str, values: Collection[float]) -> bool:
+    """plausible() of every one of a mapping's values, with no call per value when all are: min, max
+    and sum run in C (a NaN can hide from min and max, never from the sum). Only when that finds
+    something is each value checked on its own."""
+    bounds = BOUNDS.get(field)
+    if bounds is None or not values:
+        return True
+    low, high = bounds
+    if low <= min(values) and max(values) <= high and math.isfinite(sum(values)):
+        return True
+    return all(map(CHECKS[field], values))
 
 
 def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
@@ -92,7 +114,7 @@ def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
     """
     changes: dict[str, Any] = {}
     rejected: dict[str, int] = {}
-    for name, check in _CHECKS.items():
+    for name, check in CHECKS.items():
         value = getattr(sample, name)
         if name in _MAPPING_FIELDS:
             kept = {key: item for key, item in value.items() if check(item)}

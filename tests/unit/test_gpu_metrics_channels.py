@@ -139,10 +139,10 @@ def test_two_v1_9_tables_of_one_size_with_their_records_swapped() -> None:
 
 
 def test_only_the_channels_fields_are_unpacked() -> None:
-    from exporter.sources.gpu_metrics.channels import _DECODER
+    from exporter.sources.gpu_metrics.channels import _PLANS
 
     layout = layouts.V1_8
-    plan = _DECODER.plans[(layout.size, layout.format_revision, layout.content_revision)]
+    plan = _PLANS.fixed[(layout.size, layout.format_revision, layout.content_revision)]
     # One tuple element per wanted element: 3 temperatures, 2 powers... never the 3.8 kB of xcp_stats.
     assert len(plan.codec.unpack_from(random_table(layout, random.Random(1), 1.0))) < 40
 

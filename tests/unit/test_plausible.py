@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.model import Sample, frozen_map
-from exporter.sources.plausible import _MAPPING_FIELDS, LOW_EXCLUSIVE, RANGES, plausible, without_implausible
+from exporter.sources.plausible import (
+    _MAPPING_FIELDS,
+    LOW_EXCLUSIVE,
+    RANGES,
+    all_plausible,
+    plausible,
+    without_implausible,
+)
 
 # Values on and around every field's edges, plus the ones hardware hands out (all-ones, NaN, inf).
 _EDGES = sorted({edge for low, high in RANGES.values() for edge in (low, high) if math.isfinite(edge)})
@@ -34,6 +41,19 @@ def test_every_range_edge() -> None:
         for value in (True, None, "12"):  # no range's business
             assert plausible(name, value), (name, value)
     assert plausible("throttle", 1e99)  # a field without a range
+
+
+@given(st.sampled_from(sorted(_MAPPING_FIELDS)), st.lists(numbers, max_size=12))
+@settings(max_examples=400, deadline=None)
+def test_a_whole_mapping_is_judged_like_each_value(name: str, values: list[float]) -> None:
+    assert all_plausible(name, values) == all(plausible(name, value) for value in values)
+
+
+def test_a_nan_hidden_from_min_and_max_is_still_found() -> None:
+    # max([50.0, nan]) is 50.0 and min is 50.0: the sum is what gives the NaN away.
+    assert not all_plausible("temperatures", [50.0, math.nan])
+    assert not all_plausible("temperatures", [50.0, math.inf])
+    assert all_plausible("temperatures", [50.0, 60.0])
 
 
 @st.composite

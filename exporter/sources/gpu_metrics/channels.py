@@ -1,25 +1,15 @@
 """The sub-second sampler's view of gpu_metrics: a few values of each table as a flat tuple of floats.
 
-The same decoder as the poll's, told to unpack only the kernel fields these channels come from (the
-rest of a table, the 3.8 kB of per-partition blocks included, is skipped); the channels are read
-off its raw fields by the rules (and field map) GpuMetrics is built with. NaN = not supplied.
+The same decoder as the poll's, its plans restricted to these channels: only the kernel fields they
+come from are unpacked (the rest of a table, the 3.8 kB of per-partition blocks included, is
+skipped) and each channel is the GpuMetrics value of the same rule. NaN = not supplied.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
-from exporter.sources.gpu_metrics.decoder import (
-    _CLOCK,
-    _CLOCK_FIELDS,
-    _POWER,
-    _POWER_FIELDS,
-    _TIME,
-    FieldDecoder,
-    _energy,
-    _temperatures,
-)
+from exporter.sources.gpu_metrics.decoder import Key, Plans, take
 
 # What the fast sampler records, as (family, key): families are those of the window metrics, keys
 # their label values (sensor, engine, domain). Accumulators are family "acc".
@@ -51,7 +41,28 @@ CHANNEL_INDEX = {channel: index for index, channel in enumerate(CHANNELS)}
 # fields too but their firmware's accumulation is not documented, so MI200 means come from samples.
 ACTIVITY_ACCUMULATOR_FIRST = (1, 4)
 
-_DECODER = FieldDecoder(
+# Each channel's GpuMetrics value: a key of a mapping field, or a scalar field.
+_MAPPING_OF = {"temperature": "temperatures", "busy": "busy", "clock": "clocks_hertz"}
+_SCALAR_OF = {
+    ("power", "socket"): "power_watts",
+    ("acc", "energy_joules"): "energy_joules",
+    ("acc", "gfx_activity"): "gfx_activity_acc",
+    ("acc", "mem_activity"): "mem_activity_acc",
+    ("acc", "clock_seconds"): "system_clock_counter_seconds",
+}
+_CHANNEL_OF: dict[tuple[str, Key], int] = {
+    (_MAPPING_OF[family], key) if family in _MAPPING_OF else (_SCALAR_OF[family, key], None): index
+    for index, (family, key) in enumerate(CHANNELS)
+}
+
+
+def _channel(field: str, key: Key) -> tuple[int, Key] | None:
+    index = _CHANNEL_OF.get((field, key))
+    return None if index is None else (0, index)
+
+
+_PLANS = Plans(
+    _channel,
     frozenset(
         {
             "temperature_edge",
@@ -73,26 +84,19 @@ _DECODER = FieldDecoder(
             "mem_activity_acc",
             "system_clock_counter",
         }
-    )
+    ),
+    as_float=True,
 )
 _NAN = math.nan
+_ACTIVITY_ACCUMULATORS = (CHANNEL_INDEX["acc", "gfx_activity"], CHANNEL_INDEX["acc", "mem_activity"])
 
 
 def channel_values(blob: bytes) -> tuple[float, ...]:
     """CHANNELS-ordered floats of one gpu_metrics read (NaN = not supplied); GpuMetricsError if unreadable."""
-    read, format_revision, content_revision, _ = _DECODER.fields(blob)
-    accumulated = (format_revision, content_revision) >= ACTIVITY_ACCUMULATOR_FIRST
-    by_family: dict[str, Mapping[str, float | None]] = {
-        "temperature": _temperatures(read),
-        "busy": {"gfx": read.ratio("average_gfx_activity"), "memory": read.ratio("average_umc_activity")},
-        "clock": {key: read.highest(_CLOCK_FIELDS[key], _CLOCK) for key in ("gfx", "memory", "soc")},
-        "power": {"socket": next(iter(read.each(_POWER_FIELDS, _POWER).values()), None)},
-        "acc": {
-            "energy_joules": _energy(read),
-            "gfx_activity": read.first.get("gfx_activity_acc") if accumulated else None,
-            "mem_activity": read.first.get("mem_activity_acc") if accumulated else None,
-            "clock_seconds": read.scaled("system_clock_counter", _TIME),
-        },
-    }
-    values = (by_family[family].get(key) for family, key in CHANNELS)
-    return tuple(_NAN if value is None else float(value) for value in values)
+    plan, flat, format_revision, content_revision, _ = _PLANS.unpack(blob)
+    values = [_NAN] * len(CHANNELS)
+    take(plan, flat, (values,))
+    if (format_revision, content_revision) < ACTIVITY_ACCUMULATOR_FIRST:
+        for index in _ACTIVITY_ACCUMULATORS:
+            values[index] = _NAN
+    return tuple(values)

@@ -3,21 +3,23 @@
 Any bytes in, a `GpuMetrics` (SI units) or a `GpuMetricsError` out, nothing else. Covers v1_0 .. v1_8
 (fixed C layouts, see layouts.py) and v1.9 (self-describing records).
 
-Decoding is two steps so every version shares one set of unit rules:
-  1. unpack the blob into raw fields: one precomputed struct per fixed layout (or the v1.9 record
-     walk) gives flat values and where each kernel field sits in them, plus the unit each field is
-     stored in (implied for fixed layouts, declared by v1.9 records); all-ones reads as not supplied
-     (the driver fills the table with 0xFF before writing what the firmware supplies);
-  2. build `GpuMetrics` from the raw fields, converting by unit. A field whose unit is not the one
-     its metric needs is left out rather than guessed.
+One table, _READS, says which kernel field each GpuMetrics value is read from and how it converts
+by the unit the field is stored in (implied for fixed layouts, declared by v1.9 records); a field
+stored in a unit its value is not measured in is left out rather than guessed. From it, a Plan per
+layout lists which unpacked value fills which result value, converted how: made once per fixed
+layout (one struct unpack) and once per v1.9 record list (its walk), so a decode is the unpack plus
+one pass over the plan's short lists. All-ones reads as not supplied (the driver fills the table with 0xFF before
+writing what the firmware supplies). The sampler's view (channels.py) is a plan over its values only.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
 
 from exporter.model import frozen_map
 from exporter.sources.gpu_metrics.layouts import (
@@ -40,6 +42,9 @@ from exporter.sources.gpu_metrics.layouts import (
     V1_9_ENCODING,
     V1_9_FIXED,
     V1_9_FORMAT_REVISION,
+    XCP_V1_0,
+    XCP_V1_1,
+    XCP_V1_2,
     AttrType,
     AttrUnit,
     Layout,
@@ -59,40 +64,16 @@ _ESM_CODES = range(128, 256)
 # SMU_THROTTLER_*_BIT (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h): the ASIC-independent bits of
 # indep_throttle_status, named by their lower-case short names.
 THROTTLER_BITS: Mapping[int, str] = {
-    0: "ppt0",
-    1: "ppt1",
-    2: "ppt2",
-    3: "ppt3",
-    4: "spl",
-    5: "fppt",
-    6: "sppt",
-    7: "sppt_apu",
-    16: "tdc_gfx",
-    17: "tdc_soc",
-    18: "tdc_mem",
-    19: "tdc_vdd",
-    20: "tdc_cvip",
-    21: "edc_cpu",
-    22: "edc_gfx",
-    23: "apcc",
-    32: "temp_gpu",
-    33: "temp_core",
-    34: "temp_mem",
-    35: "temp_edge",
-    36: "temp_hotspot",
-    37: "temp_soc",
-    38: "temp_vr_gfx",
-    39: "temp_vr_soc",
-    40: "temp_vr_mem0",
-    41: "temp_vr_mem1",
-    42: "temp_liquid0",
-    43: "temp_liquid1",
-    44: "vrhot0",
-    45: "vrhot1",
-    46: "prochot_cpu",
-    47: "prochot_gfx",
-    56: "ppm",
-    57: "fit",
+    first_bit + offset: name
+    for first_bit, names in (
+        (0, ("ppt0", "ppt1", "ppt2", "ppt3", "spl", "fppt", "sppt", "sppt_apu")),  # power
+        (16, ("tdc_gfx", "tdc_soc", "tdc_mem", "tdc_vdd", "tdc_cvip", "edc_cpu", "edc_gfx", "apcc")),  # current
+        (32, ("temp_gpu", "temp_core", "temp_mem", "temp_edge", "temp_hotspot", "temp_soc")),  # temperature
+        (38, ("temp_vr_gfx", "temp_vr_soc", "temp_vr_mem0", "temp_vr_mem1", "temp_liquid0", "temp_liquid1")),
+        (44, ("vrhot0", "vrhot1", "prochot_cpu", "prochot_gfx")),
+        (56, ("ppm", "fit")),  # other
+    )
+    for offset, name in enumerate(names)
 }
 
 
@@ -104,23 +85,29 @@ class GpuMetricsError(ValueError):
     """The blob is not a gpu_metrics table this decoder can read; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuMetrics:
-    """One decoded gpu_metrics table in SI units. None / absent key = not supplied by the device."""
+_EMPTY: Mapping[Any, Any] = frozen_map()
+
+
+class GpuMetrics(NamedTuple):
+    """One decoded gpu_metrics table in SI units. None / absent key = not supplied by the device.
+
+    A NamedTuple rather than a frozen dataclass: one is made per device on every poll, and a tuple
+    is made in one step where a frozen dataclass sets its forty attributes one at a time.
+    """
 
     format_revision: int
     content_revision: int
     structure_size: int
-    temperatures: Mapping[str, float] = field(default_factory=frozen_map)  # °C
+    temperatures: Mapping[str, float] = _EMPTY  # °C
     power_watts: float | None = None
     energy_joules: float | None = None
-    busy: Mapping[str, float] = field(default_factory=frozen_map)  # ratio 0..1
-    clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)
-    clocks_average_hertz: Mapping[str, float] = field(default_factory=frozen_map)
-    voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)
+    busy: Mapping[str, float] = _EMPTY  # ratio 0..1
+    clocks_hertz: Mapping[str, float] = _EMPTY
+    clocks_average_hertz: Mapping[str, float] = _EMPTY
+    voltages_volts: Mapping[str, float] = _EMPTY
     throttle_status: int | None = None  # raw, ASIC-specific bits
     indep_throttle_status: int | None = None  # raw SMU_THROTTLER_* bits
-    throttle: Mapping[str, bool] = field(default_factory=frozen_map)
+    throttle: Mapping[str, bool] = _EMPTY
     fan_rpm: float | None = None
     pcie_link_width: int | None = None
     pcie_link_transfers_per_second: float | None = None
@@ -133,9 +120,9 @@ class GpuMetrics:
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
     xgmi_link_speed_bytes_per_second: float | None = None  # whole link: lane rate x width / 8
-    xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)
-    xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
-    xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
+    xgmi_link_up: Mapping[int, bool] = _EMPTY
+    xgmi_read_bytes: Mapping[int, float] = _EMPTY  # cumulative
+    xgmi_write_bytes: Mapping[int, float] = _EMPTY
     gfx_activity_acc: int | None = None
     mem_activity_acc: int | None = None
     system_clock_counter_seconds: float | None = None
@@ -151,7 +138,7 @@ class GpuMetrics:
     # MI300 v1_6+: the firmware's sample count and, per throttler, how many of those samples it was
     # holding the clocks back (prochot, ppt, socket_thm, vr_thm, hbm_thm), raw u32 counters that wrap.
     accumulation_counter: int | None = None
-    residency_acc: Mapping[str, int] = field(default_factory=frozen_map)
+    residency_acc: Mapping[str, int] = _EMPTY
 
     @property
     def version(self) -> str:
@@ -200,125 +187,159 @@ def throttle_reasons(indep_bits: int) -> dict[str, bool]:
     return reasons
 
 
-# --- step 1: blob -> raw fields -----------------------------------------------------------------
+# --- step 1: what each GpuMetrics value is read from -------------------------------------------
 
-# Where one field's elements sit in a table's flat values: [first, stop), and its all-ones value.
-Slot = tuple[int, int, int]
+# How a stored number becomes its SI value: ("*", f) multiplies by f; ("/", d) divides by d, which
+# keeps a percent exact (35 / 100 is 0.35, 35 * 0.01 is not); ("=", 1) keeps the number as stored.
+Conversion = tuple[Literal["*", "/", "="], float]
+Kind = Mapping[AttrUnit, Conversion] | Conversion  # by the unit stored in (others are left out), or any unit
+_AS_STORED: Conversion = ("=", 1)
+_FLOAT: Conversion = ("*", 1.0)
+_MILLIVOLT: Conversion = ("/", 1000.0)  # the kernel's only voltage unit; no v1.9 record declares one
+_TEMPERATURE: Kind = {AttrUnit.TEMP_CELSIUS: ("*", 1.0)}
+_POWER: Kind = {AttrUnit.POWER_WATT: ("*", 1.0)}
+_CLOCK: Kind = {AttrUnit.CLOCK_MHZ: ("*", 1e6)}
+_TIME: Kind = {AttrUnit.TIME_NS: ("*", 1e-9), AttrUnit.TIME_10NS: ("*", 1e-8)}
+_RATE: Kind = {AttrUnit.SPEED_GTS: ("*", 1e9), AttrUnit.SPEED_100MTS: ("*", 1e8)}  # per second, per lane
+_BANDWIDTH: Kind = {AttrUnit.BANDWIDTH_GBS: ("*", 1e9)}
+_DATA: Kind = {AttrUnit.DATA_KB: ("*", 1024.0)}
+_ENERGY: Kind = {AttrUnit.NONE: ("*", ENERGY_JOULES_PER_TICK)}
+_PERCENT: Kind = {AttrUnit.PERCENT: ("/", 100)}  # as a 0..1 ratio; outside 0..100 % is not a utilisation
+
+Key = str | int | None  # the key within a mapping field; None for a scalar field
+# Which elements of a kernel field: element 0, every element (key + index), the highest supplied
+# (multiplied), or the first supplied (a percent: the first within 0..100).
+Elements = Literal["first", "each", "highest", "any"]
+
+# (GpuMetrics field, key, kernel field, elements, kind). Where two rows fill one value, the first
+# supplied wins. xgmi_lane_rate is not a GpuMetrics field: the decode turns it into the link's rate.
+_READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
+    ("temperatures", "edge", "temperature_edge", "first", _TEMPERATURE),
+    ("temperatures", "junction", "temperature_hotspot", "first", _TEMPERATURE),
+    ("temperatures", "memory", "temperature_mem", "first", _TEMPERATURE),
+    ("temperatures", "vr_gfx", "temperature_vrgfx", "first", _TEMPERATURE),
+    ("temperatures", "vr_soc", "temperature_vrsoc", "first", _TEMPERATURE),
+    ("temperatures", "vr_mem", "temperature_vrmem", "first", _TEMPERATURE),
+    ("temperatures", "hbm", "temperature_hbm", "each", _TEMPERATURE),
+    ("power_watts", None, "curr_socket_power", "first", _POWER),
+    ("power_watts", None, "average_socket_power", "first", _POWER),
+    ("energy_joules", None, "energy_accumulator", "first", _ENERGY),
+    ("busy", "gfx", "average_gfx_activity", "any", _PERCENT),
+    ("busy", "memory", "average_umc_activity", "any", _PERCENT),
+    ("busy", "media", "average_mm_activity", "any", _PERCENT),  # MI2xx; else the busiest VCN (see the decode)
+    ("clocks_hertz", "gfx", "current_gfxclk", "highest", _CLOCK),
+    ("clocks_hertz", "soc", "current_socclk", "highest", _CLOCK),
+    ("clocks_hertz", "memory", "current_uclk", "highest", _CLOCK),
+    ("clocks_hertz", "video", "current_vclk0", "highest", _CLOCK),
+    ("clocks_hertz", "decode", "current_dclk0", "highest", _CLOCK),
+    ("clocks_average_hertz", "gfx", "average_gfxclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "soc", "average_socclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "memory", "average_uclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "video", "average_vclk0_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "decode", "average_dclk0_frequency", "first", _CLOCK),
+    ("voltages_volts", "gfx", "voltage_gfx", "first", _MILLIVOLT),
+    ("voltages_volts", "soc", "voltage_soc", "first", _MILLIVOLT),
+    ("voltages_volts", "memory", "voltage_mem", "first", _MILLIVOLT),
+    ("fan_rpm", None, "current_fan_speed", "first", _FLOAT),
+    ("pcie_link_transfers_per_second", None, "pcie_link_speed", "first", _RATE),
+    ("pcie_bandwidth_bytes_per_second", None, "pcie_bandwidth_inst", "first", _BANDWIDTH),
+    ("xgmi_lane_rate", None, "xgmi_link_speed", "first", _RATE),
+    ("xgmi_read_bytes", "", "xgmi_read_data_acc", "each", _DATA),
+    ("xgmi_write_bytes", "", "xgmi_write_data_acc", "each", _DATA),
+    ("system_clock_counter_seconds", None, "system_clock_counter", "first", _TIME),
+    ("firmware_timestamp_seconds", None, "firmware_timestamp", "first", _TIME),
+    ("throttle_status", None, "throttle_status", "first", _AS_STORED),
+    ("indep_throttle_status", None, "indep_throttle_status", "first", _AS_STORED),
+    ("pcie_link_width", None, "pcie_link_width", "first", _AS_STORED),
+    ("pcie_bandwidth_acc", None, "pcie_bandwidth_acc", "first", _AS_STORED),
+    ("pcie_replays", None, "pcie_replay_count_acc", "first", _AS_STORED),
+    ("pcie_recoveries", None, "pcie_l0_to_recov_count_acc", "first", _AS_STORED),
+    ("pcie_replay_rollovers", None, "pcie_replay_rover_count_acc", "first", _AS_STORED),
+    ("pcie_naks_sent", None, "pcie_nak_sent_count_acc", "first", _AS_STORED),
+    ("pcie_naks_received", None, "pcie_nak_rcvd_count_acc", "first", _AS_STORED),
+    ("xgmi_link_width", None, "xgmi_link_width", "first", _AS_STORED),
+    ("gfx_activity_acc", None, "gfx_activity_acc", "first", _AS_STORED),
+    ("mem_activity_acc", None, "mem_activity_acc", "first", _AS_STORED),
+    ("num_partitions", None, "num_partition", "first", _AS_STORED),
+    ("accumulation_counter", None, "accumulation_counter", "first", _AS_STORED),
+    *(("residency_acc", reason, f"{reason}_residency_acc", "first", _AS_STORED) for reason in RESIDENCY_REASONS),
+)
+
+
+# --- step 2: a plan per table layout: which unpacked value goes where, converted how --------------
+
+Slot = tuple[int, int, int, int]  # [first, stop) in the table's flat values, its all-ones value, AttrUnit code
+# One value to take from the flat values: target, key, index, all-ones, then per conversion the
+# factor; the lowest and highest accepted and the divisor; or nothing (as stored).
+Scaled = tuple[int, Key, int, int, float]
+Divided = tuple[int, Key, int, int, float, float, float]
+Stored = tuple[int, Key, int, int]
+# The highest supplied of a run of values: target, key, first, stop, all-ones, factor.
+Span = tuple[int, Key, int, int, int, float]
+# Where a view puts one GpuMetrics value: (index of its target, key there), or None when not wanted.
+Target = Callable[[str, Key], tuple[int, Key] | None]
+# A kernel field placed in the flat values: name, first, stop, all-ones, AttrUnit code, partition (-1: none).
+Place = tuple[str, int, int, int, int, int]
 
 # In v1.9 these arrays live at the top level; fixed layouts keep them per partition.
-_PARTITION_FIELDS = frozenset(
-    {
-        "gfx_busy_inst",
-        "jpeg_busy",
-        "vcn_busy",
-        "gfx_busy_acc",
-        "gfx_below_host_limit_acc",
-        "gfx_below_host_limit_ppt_acc",
-        "gfx_below_host_limit_thm_acc",
-        "gfx_low_utilization_acc",
-        "gfx_below_host_limit_total_acc",
-    }
-)
+_PARTITION_FIELDS = frozenset(f.name for block in (XCP_V1_0, XCP_V1_1, XCP_V1_2) for f in block.fields)
 _TYPE_CODES = frozenset(t.value for t in AttrType)
+_INF = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
-class _FixedPlan:
-    """One fixed layout read by one struct call: where each field's elements land in its result."""
+class Plan:
+    """One table layout, worked out once: which flat value fills each result value, already converted.
 
-    codec: struct.Struct
-    slots: Mapping[str, Slot]
-    partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks, in index order
+    Each value's sources are listed lowest priority first (the last write stands), all of one kind,
+    so a mapping's keys are set in the read table's order.
+    """
+
+    codec: struct.Struct | None  # the fixed layout's one unpack; None for v1.9 (its record walk)
+    scaled: tuple[Scaled, ...]
+    divided: tuple[Divided, ...]
+    stored: tuple[Stored, ...]
+    spans: tuple[Span, ...]
+    slots: Mapping[str, Slot]  # every placed top-level field, for the values the decode derives
+    partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks (or v1.9's one), in index order
 
 
-def _fixed_plan(layout: Layout, wanted: frozenset[str] | None) -> _FixedPlan:
-    placed = [(f.offset, f, -1) for f in layout.fields]
-    block = layout.partition_block
-    if block is not None:
-        for index in range(layout.partition_count):
-            base = layout.partitions_offset + index * block.size
-            placed += [(base + f.offset, f, index) for f in block.fields]
-    parts, position, first = ["<"], 0, 0
+def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, as_float: bool) -> Plan:
     slots: dict[str, Slot] = {}
-    partitions: list[dict[str, Slot]] = [{} for _ in range(layout.partition_count)]
-    for offset, fld, partition in sorted(placed, key=lambda entry: entry[0]):
-        if wanted is not None and fld.name not in wanted:
-            continue
-        code, width, _ = C_TYPES[fld.ctype]
-        if offset > position:
-            parts.append(f"{offset - position}x")
-        parts.append(f"{fld.count}{code}")
-        position = offset + width * fld.count
-        (slots if partition < 0 else partitions[partition])[fld.name] = (first, first + fld.count, (1 << 8 * width) - 1)
-        first += fld.count
-    return _FixedPlan(struct.Struct("".join(parts)), slots, tuple(partitions))
-
-
-class _Fields:
-    """One table's raw fields, typed and unit-checked on access: the same for fixed layouts and v1.9."""
-
-    __slots__ = ("first", "flat", "partitions", "slots", "units")
-
-    def __init__(
-        self,
-        flat: Sequence[int],
-        slots: Mapping[str, Slot],
-        units: Mapping[str, int],  # field -> AttrUnit it is stored in; absent = no unit (a count)
-        partitions: tuple[Mapping[str, Slot], ...],
-    ) -> None:
-        self.flat, self.slots, self.units, self.partitions = flat, slots, units, partitions
-        # Element 0 of every supplied field: a scalar as stored (counters, bit fields, widths).
-        self.first = {name: v for name, (i, stop, ones) in slots.items() if i < stop and (v := flat[i]) != ones}
-
-    def elements(self, name: str, slots: Mapping[str, Slot] | None = None) -> list[int | None]:
-        slot = (self.slots if slots is None else slots).get(name)
+    partitions: list[dict[str, Slot]] = []
+    for name, first, stop, ones, unit, partition in places:
+        if partition < 0:
+            slots[name] = (first, stop, ones, unit)
+        else:
+            partitions += [{} for _ in range(partition + 1 - len(partitions))]
+            partitions[partition][name] = (first, stop, ones, unit)
+    sources: dict[tuple[int, Key], list[tuple[str, tuple[Any, ...]]]] = {}
+    spans: list[Span] = []
+    for value, key, name, elements, kind in _READS:
+        slot = slots.get(name)
         if slot is None:
-            return []
-        first, stop, all_ones = slot
-        return [None if v == all_ones else v for v in self.flat[first:stop]]
-
-    def factor(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
+            continue  # not in this table
         # AttrUnit is an IntEnum: a plain int code finds its member's entry; an unknown code finds none.
-        return kind.get(self.units.get(name, AttrUnit.NONE))  # type: ignore[call-overload]
-
-    def scaled(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
-        return self.each({name: name}, kind).get(name)
-
-    def each(self, fields: Mapping[str, str], kind: Mapping[AttrUnit, float]) -> dict[str, float]:
-        """key -> its field's first element in SI units, for each field supplied in a unit of `kind`."""
-        first, units = self.first, self.units
-        return {
-            key: value * factor
-            for key, name in fields.items()
-            if (value := first.get(name)) is not None
-            and (factor := kind.get(units.get(name, AttrUnit.NONE))) is not None  # type: ignore[call-overload]
-        }
-
-    def indexed(self, name: str, kind: Mapping[AttrUnit, float]) -> dict[int, float]:
-        """Array element index -> scaled value, for the elements that are supplied."""
-        factor = self.factor(name, kind)
-        if factor is None:
-            return {}
-        return {i: v * factor for i, v in enumerate(self.elements(name)) if v is not None}
-
-    def highest(self, name: str, kind: Mapping[AttrUnit, float]) -> float | None:
-        """One value for a per-instance array (per-XCC clocks...): the highest supplied instance."""
-        supplied = self.indexed(name, kind)
-        return max(supplied.values()) if supplied else None
-
-    def ratios(self, name: str, slots: Mapping[str, Slot] | None = None) -> tuple[float, ...]:
-        """Percent values as 0..1 ratios; a value outside 0..100 % is not a utilisation and is dropped."""
-        if self.factor(name, _PERCENT) is None:
-            return ()
-        # Divide rather than multiply by 0.01: 35 / 100 is exactly 0.35, 35 * 0.01 is not.
-        return tuple(v / 100 for v in self.elements(name, slots) if v is not None and 0 <= v <= 100)
-
-    def ratio(self, name: str) -> float | None:
-        values = self.ratios(name)
-        return values[0] if values else None
-
-    def any_supplied(self, slots: Mapping[str, Slot]) -> bool:
-        return any(v != ones for first, stop, ones in slots.values() for v in self.flat[first:stop])
+        conversion = kind.get(slot[3]) if isinstance(kind, Mapping) else kind  # type: ignore[call-overload]
+        if conversion is None:
+            continue  # stored in a unit this value is not measured in
+        operation, number = _FLOAT if as_float and conversion is _AS_STORED else conversion
+        first, stop, ones, _ = slot
+        if elements == "highest":
+            if (where := target(value, key)) is not None:
+                spans.append((*where, first, stop, ones, number))
+            continue
+        low, high = (0, 100) if kind is _PERCENT else (-_INF, _INF)
+        for index in range(first, min(stop, first + 1) if elements == "first" else stop):
+            element_key = (f"{key}{index - first}" if key else index - first) if elements == "each" else key
+            if (where := target(value, element_key)) is not None:
+                extra = {"*": (number,), "/": (low, high, number), "=": ()}[operation]
+                sources.setdefault(where, []).append((operation, (*where, index, ones, *extra)))
+    picks: dict[str, list[Any]] = {"*": [], "/": [], "=": []}
+    for found in sources.values():
+        for operation, pick in reversed(found):
+            picks[operation].append(pick)
+    return Plan(codec, tuple(picks["*"]), tuple(picks["/"]), tuple(picks["="]), tuple(spans), slots, tuple(partitions))
 
 
 def _as_bytes(blob: object) -> bytes:
@@ -401,54 +422,197 @@ def _walk_v1_9(data: bytes, structure_size: int) -> Iterator[tuple[int, int, Att
         yield attr_id, (encoding >> ATTR_UNIT_SHIFT) & ATTR_UNIT_MASK, value_type, values
 
 
-def _v1_9_fields(data: bytes, structure_size: int, wanted: frozenset[str] | None) -> _Fields:
-    flat: list[int] = []
-    slots: dict[str, Slot] = {}
-    units: dict[str, int] = {}
-    partition: dict[str, Slot] = {}
-    for attr_id, unit, value_type, values in _walk_v1_9(data, structure_size):
+def _fixed_places(layout: Layout, wanted: frozenset[str] | None) -> tuple[struct.Struct, list[Place]]:
+    """The unpack of the wanted fields of a fixed layout, in offset order, and where each lands."""
+    placed = [(f.offset, f, -1) for f in layout.fields]
+    block = layout.partition_block
+    if block is not None:
+        for index in range(layout.partition_count):
+            base = layout.partitions_offset + index * block.size
+            placed += [(base + f.offset, f, index) for f in block.fields]
+    parts, position, first = ["<"], 0, 0
+    places: list[Place] = []
+    for offset, fld, partition in sorted(placed, key=lambda entry: entry[0]):
+        if wanted is not None and fld.name not in wanted:
+            continue
+        code, width, _ = C_TYPES[fld.ctype]
+        if offset > position:
+            parts.append(f"{offset - position}x")
+        parts.append(f"{fld.count}{code}")
+        position = offset + width * fld.count
+        unit = FIXED_FIELD_UNITS.get(fld.name, AttrUnit.NONE)
+        places.append((fld.name, first, first + fld.count, (1 << 8 * width) - 1, unit, partition))
+        first += fld.count
+    return struct.Struct("".join(parts)), places
+
+
+# A v1.9 table's shape: (attribute id, unit code, value type, value count) of each record, in order.
+Shape = tuple[tuple[int, int, AttrType, int], ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _v1_9_plan(shape: Shape, wanted: frozenset[str] | None, target: Target, as_float: bool) -> Plan:
+    """A device writes the same records every time: one plan per shape, over all records' values in order."""
+    places: list[Place] = []
+    seen: set[str] = set()
+    first = 0
+    for attr_id, unit, value_type, count in shape:
         name = ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else ""
-        if not name or name in units or (wanted is not None and name not in wanted):
-            continue  # unknown to this decoder, a repeat (the first record of an id wins), or not wanted
-        # All-ones in the stored bits: -1 once a signed type has been sign-converted.
-        all_ones = -1 if value_type in SIGNED_ATTR_TYPES else (1 << (8 * ATTR_TYPE_FORMAT[value_type][1])) - 1
-        units[name] = unit
-        (partition if name in _PARTITION_FIELDS else slots)[name] = (len(flat), len(flat) + len(values), all_ones)
-        flat.extend(values)
-    return _Fields(flat, slots, units, (partition,) if partition else ())
+        if name and name not in seen and (wanted is None or name in wanted):
+            # All-ones in the stored bits: -1 once a signed type has been sign-converted.
+            ones = -1 if value_type in SIGNED_ATTR_TYPES else (1 << (8 * ATTR_TYPE_FORMAT[value_type][1])) - 1
+            places.append((name, first, first + count, ones, unit, 0 if name in _PARTITION_FIELDS else -1))
+        seen.add(name)  # the first record of an id wins, wanted or not
+        first += count
+    return _plan(None, places, target, as_float)
 
 
-class FieldDecoder:
-    """decode_gpu_metrics over the `wanted` kernel fields (every field when None); the rest read as not supplied."""
+class Plans:
+    """One view of gpu_metrics: a plan per fixed layout, made once, and per v1.9 shape, made when first seen.
 
-    def __init__(self, wanted: frozenset[str] | None = None) -> None:
-        self.wanted = wanted
-        self.plans = {
-            (layout.size, layout.format_revision, layout.content_revision): _fixed_plan(layout, wanted)
+    `target` says where each GpuMetrics value goes (None: not wanted); only the `wanted` kernel
+    fields are unpacked (every field when None). `as_float` gives counters as floats.
+    """
+
+    def __init__(self, target: Target, wanted: frozenset[str] | None = None, as_float: bool = False) -> None:
+        self.target, self.wanted, self.as_float = target, wanted, as_float
+        self.fixed = {
+            (layout.size, layout.format_revision, layout.content_revision): _plan(
+                *_fixed_places(layout, wanted), target, as_float
+            )
             for layout in FIXED_LAYOUTS
         }
 
-    def decode(self, blob: bytes | bytearray | memoryview) -> GpuMetrics:
-        """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
-        return _build(*self.fields(blob))
-
-    def fields(self, blob: bytes | bytearray | memoryview) -> tuple[_Fields, int, int, int]:
-        """The blob's raw fields and its format revision, content revision and structure size."""
+    def unpack(self, blob: bytes | bytearray | memoryview) -> tuple[Plan, Sequence[int], int, int, int]:
+        """The blob's plan, its flat values, format revision, content revision and structure size."""
         data = _as_bytes(blob)
         structure_size, format_revision, content_revision = header = _read_header(data)
-        plan = self.plans.get(header)
-        if plan is not None:
+        plan = self.fixed.get(header)
+        if plan is not None and plan.codec is not None:
             _check_length(data, structure_size)
-            fields = _Fields(plan.codec.unpack_from(data), plan.slots, FIXED_FIELD_UNITS, plan.partitions)
-        elif (format_revision, content_revision) == (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
-            _check_length(data, structure_size)
-            fields = _v1_9_fields(data, structure_size, self.wanted)
-        else:
+            return plan, plan.codec.unpack_from(data), format_revision, content_revision, structure_size
+        if (format_revision, content_revision) != (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
             raise _unknown_layout(structure_size, format_revision, content_revision)
-        return fields, format_revision, content_revision, structure_size
+        _check_length(data, structure_size)
+        records = list(_walk_v1_9(data, structure_size))
+        shape = tuple((attr_id, unit, value_type, len(values)) for attr_id, unit, value_type, values in records)
+        flat = [value for *_, values in records for value in values]
+        plan = _v1_9_plan(shape, self.wanted, self.target, self.as_float)
+        return plan, flat, format_revision, content_revision, structure_size
 
 
-decode_gpu_metrics = FieldDecoder().decode
+def take(plan: Plan, flat: Sequence[int], targets: Sequence[Any]) -> None:
+    """Write every value the plan finds in a table's flat values into its target (a dict, or a list)."""
+    for target, key, index, ones, factor in plan.scaled:
+        value = flat[index]
+        if value != ones:
+            targets[target][key] = value * factor
+    for target, key, index, ones, low, high, divisor in plan.divided:
+        value = flat[index]
+        if value != ones and low <= value <= high:
+            targets[target][key] = value / divisor
+    for target, key, index, ones in plan.stored:
+        value = flat[index]
+        if value != ones:
+            targets[target][key] = value
+    for target, key, first, stop, ones, factor in plan.spans:
+        run = flat[first:stop]
+        if ones in run:
+            run = [value for value in run if value != ones]
+        if run:
+            targets[target][key] = max(run) * factor
+
+
+# --- step 3: the flat values -> GpuMetrics ----------------------------------------------------------
+
+# The mapping fields the plan fills, in target order after 0, the scalars.
+_MAPPINGS = (
+    "temperatures",
+    "busy",
+    "clocks_hertz",
+    "clocks_average_hertz",
+    "voltages_volts",
+    "xgmi_read_bytes",
+    "xgmi_write_bytes",
+    "residency_acc",
+)
+_MAPPING_TARGET = {name: index for index, name in enumerate(_MAPPINGS, 1)}
+# Aldebaran's ESM link codes in the 0.1 GT/s unit that are not a standard rate (see _PCIE_RATES_100MTS).
+_ESM_ONLY = frozenset(_ESM_CODES) - _PCIE_RATES_100MTS
+
+
+def _whole(field: str, key: Key) -> tuple[int, Key]:
+    return (0, field) if key is None else (_MAPPING_TARGET[field], key)
+
+
+_FULL = Plans(_whole)
+
+
+def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
+    """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
+    plan, flat, format_revision, content_revision, structure_size = _FULL.unpack(blob)
+    scalars: dict[str, Any] = {}
+    mappings: dict[str, dict[Any, Any]] = {name: {} for name in _MAPPINGS}
+    take(plan, flat, (scalars, *mappings.values()))
+    lane_rate = scalars.pop("xgmi_lane_rate", None)
+    width = scalars.get("xgmi_link_width")
+    if lane_rate is not None and width is not None:
+        # xgmi_link_speed is a per-lane bit rate (Gbps): bytes per second of the whole link.
+        scalars["xgmi_link_speed_bytes_per_second"] = lane_rate * width / 8
+    speed = plan.slots.get("pcie_link_speed")  # the rate, when read, was read from flat[speed[0]]
+    rate = "pcie_link_transfers_per_second"
+    if rate in scalars and speed and speed[3] == AttrUnit.SPEED_100MTS and flat[speed[0]] in _ESM_ONLY:
+        del scalars[rate]
+    partitions = _reported_partitions(plan.partitions, flat, scalars.get("num_partitions"))
+    busy = mappings["busy"]
+    if "media" not in busy:  # the busiest VCN, at the top (v1_4, v1_5) or per partition
+        vcn = [*_ratios(flat, plan.slots.get("vcn_activity"))]
+        vcn += [ratio for partition in partitions for ratio in _ratios(flat, partition.get("vcn_busy"))]
+        if vcn:
+            busy["media"] = max(vcn)
+    if partitions:
+        for field, name in (("gfx", "gfx_busy_inst"), ("vcn", "vcn_busy"), ("jpeg", "jpeg_busy")):
+            scalars[f"partition_{field}_busy"] = tuple(_ratios(flat, partition.get(name)) for partition in partitions)
+    if (link := plan.slots.get("xgmi_link_status")) is not None:
+        mappings["xgmi_link_up"] = {i: v == 1 for i, v in enumerate(flat[link[0] : link[1]]) if v in (0, 1)}
+    if (indep := scalars.get("indep_throttle_status")) is not None:
+        scalars["throttle"] = _throttle(indep)
+    # Only what was supplied (the rest keeps its empty default); the dicts are this decode's own,
+    # so they are wrapped read-only rather than copied.
+    frozen: dict[str, Any] = {name: MappingProxyType(values) for name, values in mappings.items() if values}
+    return GpuMetrics(format_revision, content_revision, structure_size, **scalars, **frozen)
+
+
+@functools.lru_cache(maxsize=256)
+def _throttle(indep: int) -> Mapping[str, bool]:
+    # Throttle bits change rarely: one frozen mapping per bit pattern seen.
+    return frozen_map(throttle_reasons(indep))
+
+
+def _ratios(flat: Sequence[int], slot: Slot | None) -> tuple[float, ...]:
+    """A percent field's supplied values within 0..100 %, as 0..1 ratios."""
+    if slot is None or slot[3] != AttrUnit.PERCENT:
+        return ()
+    first, stop, ones, _ = slot
+    return tuple(v / 100 for v in flat[first:stop] if v != ones and 0 <= v <= 100)
+
+
+def _reported_partitions(
+    blocks: tuple[Mapping[str, Slot], ...], flat: Sequence[int], num_partitions: int | None
+) -> tuple[Mapping[str, Slot], ...]:
+    """The partition blocks that describe live partitions.
+
+    With num_partition supplied, the first that many blocks (the rest are unused slots). Without
+    it, every block up to the last one that holds any supplied value.
+    """
+    if num_partitions is not None:
+        return blocks[:num_partitions]
+    used = [
+        i
+        for i, block in enumerate(blocks)
+        if any(v != ones for first, stop, ones, _ in block.values() for v in flat[first:stop])
+    ]
+    return blocks[: used[-1] + 1] if used else ()
 
 
 def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsAttribute, ...]:
@@ -462,173 +626,3 @@ def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsA
         MetricsAttribute(id_, ATTR_NAMES[id_] if id_ < len(ATTR_NAMES) else f"attr_{id_}", unit, kind, values)
         for id_, unit, kind, values in _walk_v1_9(data, structure_size)
     )
-
-
-# --- step 2: raw fields -> GpuMetrics -------------------------------------------------------------
-
-# What one stored unit is worth in the SI unit of each kind of metric.
-_TEMPERATURE = {AttrUnit.TEMP_CELSIUS: 1.0}
-_POWER = {AttrUnit.POWER_WATT: 1.0}
-_CLOCK = {AttrUnit.CLOCK_MHZ: 1e6}
-_TIME = {AttrUnit.TIME_NS: 1e-9, AttrUnit.TIME_10NS: 1e-8}
-_RATE = {AttrUnit.SPEED_GTS: 1e9, AttrUnit.SPEED_100MTS: 1e8}  # per second, per lane
-_BANDWIDTH = {AttrUnit.BANDWIDTH_GBS: 1e9}
-_DATA = {AttrUnit.DATA_KB: 1024.0}
-_PERCENT = {AttrUnit.PERCENT: 0.01}
-_COUNT = {AttrUnit.NONE: 1.0}
-
-# GpuMetrics key -> the kernel field it is read from.
-_TEMPERATURE_FIELDS = {
-    "edge": "temperature_edge",
-    "junction": "temperature_hotspot",
-    "memory": "temperature_mem",
-    "vr_gfx": "temperature_vrgfx",
-    "vr_soc": "temperature_vrsoc",
-    "vr_mem": "temperature_vrmem",
-}
-_CLOCK_FIELDS = {
-    "gfx": "current_gfxclk",
-    "soc": "current_socclk",
-    "memory": "current_uclk",
-    "video": "current_vclk0",
-    "decode": "current_dclk0",
-}
-_AVERAGE_CLOCK_FIELDS = {
-    "gfx": "average_gfxclk_frequency",
-    "soc": "average_socclk_frequency",
-    "memory": "average_uclk_frequency",
-    "video": "average_vclk0_frequency",
-    "decode": "average_dclk0_frequency",
-}
-_POWER_FIELDS = {"current": "curr_socket_power", "average": "average_socket_power"}  # the first supplied wins
-_VOLTAGE_FIELDS = {"gfx": "voltage_gfx", "soc": "voltage_soc", "memory": "voltage_mem"}
-
-
-@functools.lru_cache(maxsize=256)
-def _throttle(indep: int) -> Mapping[str, bool]:
-    # Throttle bits change rarely: one frozen mapping per bit pattern seen.
-    return frozen_map(throttle_reasons(indep))
-
-
-def _build(read: _Fields, format_revision: int, content_revision: int, structure_size: int) -> GpuMetrics:
-    num_partitions = read.first.get("num_partition")
-    partitions = _reported_partitions(read, num_partitions)
-    indep = read.first.get("indep_throttle_status")
-    return GpuMetrics(
-        format_revision=format_revision,
-        content_revision=content_revision,
-        structure_size=structure_size,
-        temperatures=frozen_map(_temperatures(read)),
-        power_watts=_first_present(*read.each(_POWER_FIELDS, _POWER).values()),
-        energy_joules=_energy(read),
-        busy=frozen_map(_busy(read, partitions)),
-        clocks_hertz=frozen_map(_present({key: read.highest(name, _CLOCK) for key, name in _CLOCK_FIELDS.items()})),
-        clocks_average_hertz=frozen_map(read.each(_AVERAGE_CLOCK_FIELDS, _CLOCK)),
-        voltages_volts=frozen_map(
-            {key: mv / 1000.0 for key, name in _VOLTAGE_FIELDS.items() if (mv := read.first.get(name)) is not None}
-        ),
-        throttle_status=read.first.get("throttle_status"),
-        indep_throttle_status=indep,
-        throttle=frozen_map() if indep is None else _throttle(indep),
-        fan_rpm=_as_float(read.first.get("current_fan_speed")),
-        pcie_link_width=read.first.get("pcie_link_width"),
-        pcie_link_transfers_per_second=_pcie_rate(read),
-        pcie_bandwidth_bytes_per_second=read.scaled("pcie_bandwidth_inst", _BANDWIDTH),
-        pcie_bandwidth_acc=read.first.get("pcie_bandwidth_acc"),
-        pcie_replays=read.first.get("pcie_replay_count_acc"),
-        pcie_recoveries=read.first.get("pcie_l0_to_recov_count_acc"),
-        pcie_replay_rollovers=read.first.get("pcie_replay_rover_count_acc"),
-        pcie_naks_sent=read.first.get("pcie_nak_sent_count_acc"),
-        pcie_naks_received=read.first.get("pcie_nak_rcvd_count_acc"),
-        xgmi_link_width=read.first.get("xgmi_link_width"),
-        xgmi_link_speed_bytes_per_second=_xgmi_link_rate(read),
-        xgmi_link_up=frozen_map({i: v == 1 for i, v in enumerate(read.elements("xgmi_link_status")) if v in (0, 1)}),
-        xgmi_read_bytes=frozen_map(read.indexed("xgmi_read_data_acc", _DATA)),
-        xgmi_write_bytes=frozen_map(read.indexed("xgmi_write_data_acc", _DATA)),
-        gfx_activity_acc=read.first.get("gfx_activity_acc"),
-        mem_activity_acc=read.first.get("mem_activity_acc"),
-        system_clock_counter_seconds=read.scaled("system_clock_counter", _TIME),
-        firmware_timestamp_seconds=read.scaled("firmware_timestamp", _TIME),
-        num_partitions=num_partitions,
-        partition_gfx_busy=tuple(read.ratios("gfx_busy_inst", p) for p in partitions),
-        partition_vcn_busy=tuple(read.ratios("vcn_busy", p) for p in partitions),
-        partition_jpeg_busy=tuple(read.ratios("jpeg_busy", p) for p in partitions),
-        accumulation_counter=read.first.get("accumulation_counter"),
-        residency_acc=frozen_map(
-            {
-                reason: value
-                for reason in RESIDENCY_REASONS
-                if (value := read.first.get(f"{reason}_residency_acc")) is not None
-            }
-        ),
-    )
-
-
-def _reported_partitions(read: _Fields, num_partitions: int | None) -> tuple[Mapping[str, Slot], ...]:
-    """The partition blocks that describe live partitions.
-
-    With num_partition supplied, the first that many blocks (the rest are unused slots). Without
-    it, every block up to the last one that holds any supplied value.
-    """
-    if num_partitions is not None:
-        return read.partitions[:num_partitions]
-    used = [i for i, block in enumerate(read.partitions) if read.any_supplied(block)]
-    return read.partitions[: used[-1] + 1] if used else ()
-
-
-def _temperatures(read: _Fields) -> dict[str, float]:
-    temperatures = read.each(_TEMPERATURE_FIELDS, _TEMPERATURE)
-    for index, celsius in read.indexed("temperature_hbm", _TEMPERATURE).items():
-        temperatures[f"hbm{index}"] = celsius
-    return temperatures
-
-
-def _energy(read: _Fields) -> float | None:
-    ticks = read.first.get("energy_accumulator")
-    if ticks is None or read.factor("energy_accumulator", _COUNT) is None:
-        return None
-    return ticks * ENERGY_JOULES_PER_TICK
-
-
-def _busy(read: _Fields, partitions: tuple[Mapping[str, Slot], ...]) -> dict[str, float]:
-    # Media: MI2xx's single average; else the busiest VCN, at the top (v1_4, v1_5) or per partition.
-    vcn = list(read.ratios("vcn_activity"))
-    for partition in partitions:
-        vcn.extend(read.ratios("vcn_busy", partition))
-    return _present(
-        {
-            "gfx": read.ratio("average_gfx_activity"),
-            "memory": read.ratio("average_umc_activity"),
-            "media": _first_present(read.ratio("average_mm_activity"), max(vcn) if vcn else None),
-        }
-    )
-
-
-def _pcie_rate(read: _Fields) -> float | None:
-    speed = read.first.get("pcie_link_speed")
-    factor = read.factor("pcie_link_speed", _RATE)
-    if speed is None or factor is None:
-        return None
-    stored_in_100mts = read.units.get("pcie_link_speed") == AttrUnit.SPEED_100MTS
-    if stored_in_100mts and speed in _ESM_CODES and speed not in _PCIE_RATES_100MTS:
-        return None
-    return speed * factor
-
-
-def _xgmi_link_rate(read: _Fields) -> float | None:
-    # xgmi_link_speed is a per-lane bit rate (Gbps): bytes per second of the whole link.
-    lane_rate = read.scaled("xgmi_link_speed", _RATE)
-    width = read.first.get("xgmi_link_width")
-    return None if lane_rate is None or width is None else lane_rate * width / 8
-
-
-def _as_float(value: int | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def _first_present(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
-
-
-def _present(values: Mapping[str, float | None]) -> dict[str, float]:
-    return {k: v for k, v in values.items() if v is not None}

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from exporter.model import DeviceIdentity, Sample
+from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.plausible import plausible
+from exporter.sources.plausible import all_plausible, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
 Key = str | int | tuple[str, str]
@@ -128,6 +128,9 @@ GPU_METRICS_FIELDS: tuple[str, ...] = (
 
 # Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
+# Every mapping field given as the one shared empty mapping: a Sample built with these calls no
+# default factory for the twenty-odd fields a device leaves empty.
+_NO_MAPPINGS = {name: frozen_map() for name in MAPPING_FIELDS}
 
 
 class SampleValues:
@@ -190,18 +193,29 @@ class SampleValues:
         """
         for name in names:
             value = getattr(metrics, name)
-            if name in MAPPING_FIELDS:
+            if name not in MAPPING_FIELDS:
+                if value is not None:
+                    if plausible(name, value):
+                        self.scalars[name] = value
+                    else:
+                        record("gpu_metrics", "implausible", f"{name} {value!r}")
+            elif value:
+                target = self.mapping(name)
+                if all_plausible(name, value.values()):
+                    target.update(value)
+                    continue
                 for key, item in value.items():
-                    self.set(name, key, item, "gpu_metrics")
-            elif value is not None:
-                self.set(name, None, value, "gpu_metrics")
+                    if plausible(name, item):
+                        target[key] = item
+                    else:
+                        record("gpu_metrics", "implausible", f"{name} {item!r}")
 
     def sample(self, timestamp: float, file_errors: Mapping[tuple[str, str], int] | None = None) -> Sample:
         """The finished Sample. Call once, last: the Sample takes over these mappings (read-only views, no copies)."""
         if file_errors is not None:
             self.mappings["file_errors"] = dict(file_errors)
         views = {name: MappingProxyType(mapping) for name, mapping in self.mappings.items() if mapping}
-        return Sample(timestamp=timestamp, **self.scalars, **views)  # type: ignore[arg-type]
+        return Sample(timestamp=timestamp, **self.scalars, **{**_NO_MAPPINGS, **views})  # type: ignore[arg-type]
 
 
 # Rows with their paths resolved for one device, and the mapping fields whose rows fill only an empty field.
