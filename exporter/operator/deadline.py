@@ -2,15 +2,16 @@
 
 A read stuck in a hung GPU's driver never returns. asyncio's default executor and
 concurrent.futures both join their threads at exit, so a stuck read there would hang the command
-forever; a daemon thread is simply abandoned when the process leaves.
+forever; a daemon thread (exporter/threads.py) is simply abandoned when the process leaves.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 from collections.abc import Callable
 from typing import TypeVar
+
+from exporter.threads import run_once
 
 T = TypeVar("T")
 
@@ -20,16 +21,7 @@ class DeadlineExceeded(TimeoutError):
 
 
 def call_with_deadline(function: Callable[[], T], seconds: float, name: str = "deadline") -> T:
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            future.set_result(function())
-        except BaseException as error:  # handed to the caller, whatever it is
-            future.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
     try:
-        return future.result(timeout=seconds)
+        return run_once(function, name).result(timeout=seconds)
     except concurrent.futures.TimeoutError as error:
         raise DeadlineExceeded(f"no answer within {seconds:g} s") from error

@@ -135,7 +135,8 @@ class Poller:
         if any(not t.identity.complete and t.present for t in self._devices):
             # A card that could not be identified in time: try again soon, not in five minutes.
             every = min(every, max(self.interval, self.read_timeout) * 5)
-        return time.monotonic() - self._last_discovery >= every or self._source_asks_rediscovery()
+        # A source that knows its devices changed (an MI300 partition mode switch) says so.
+        return time.monotonic() - self._last_discovery >= every or self.source.needs_rediscovery()
 
     @property
     def device_count(self) -> int:
@@ -265,10 +266,6 @@ class Poller:
                 delay = 0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-
-    def _source_asks_rediscovery(self) -> bool:
-        """A source that knows its devices changed (an MI300 partition mode switch) says so."""
-        return self.source.needs_rediscovery()
 
     def close(self) -> None:
         self._readers.close()
