@@ -15,14 +15,14 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
+from exporter.alerting.rulefile import RulesConfigError
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
+from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
 from exporter.pipeline.health import Health
@@ -124,13 +124,6 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
-def fast_sampler(settings: Settings) -> Sampler | None:
-    """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
-    if not settings.fast_interval:
-        return None
-    return Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
-
-
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
     invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
@@ -140,8 +133,6 @@ class Reloader:
         self.pipeline = pipeline
 
     def reload(self) -> None:
-        from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
-
         try:
             settings = reload_settings(self.settings)
             rules = rules_of(settings)
@@ -183,7 +174,7 @@ async def serve(settings: Settings) -> None:
     asyncio.get_running_loop().add_signal_handler(
         signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
     )
-    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
+    rules = rules_of(settings)
     # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
     from exporter.web import http_server, webconfig_reload
     from exporter.web.http_log import route_library_logs
@@ -225,8 +216,10 @@ async def serve(settings: Settings) -> None:
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
-        fast = fast_sampler(settings)
-        if fast is not None:
+        # The sub-second gpu_metrics sampler behind the windows and the waveform API (off with --fast.interval=0).
+        fast = None
+        if settings.fast_interval:
+            fast = Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
             stack.callback(fast.stop)
             fast.start()
         clock_tool = find_tool(settings.alerting_clock_tool)

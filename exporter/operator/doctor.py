@@ -112,12 +112,11 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
 
     source = SysfsSource(sysfs, slow_interval=settings.slow_interval)
     poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
-    deadline = max(10.0, settings.read_timeout * 5)
     try:
         try:
-            found = call_with_deadline(poller.discover, deadline, name="discovery")
+            found = call_with_deadline(poller.discover, poller.discovery_deadline, name="discovery")
         except DeadlineExceeded:
-            return (), f"device discovery did not finish within {deadline:g} s"
+            return (), f"device discovery did not finish within {poller.discovery_deadline:g} s"
         if not found:
             return (), ""
         out = []
