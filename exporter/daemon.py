@@ -124,6 +124,13 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
+def fast_sampler(settings: Settings) -> Sampler | None:
+    """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
+    if not settings.fast_interval:
+        return None
+    return Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+
+
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
     invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
@@ -216,10 +223,8 @@ async def serve(settings: Settings) -> None:
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
-        # The sub-second gpu_metrics sampler behind the windows and the waveform API (off with --fast.interval=0).
-        fast = None
-        if settings.fast_interval:
-            fast = Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
+        fast = fast_sampler(settings)
+        if fast is not None:
             stack.callback(fast.stop)
             fast.start()
         clock_tool = find_tool(settings.alerting_clock_tool)
