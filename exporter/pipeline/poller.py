@@ -70,7 +70,6 @@ class Poller:
         self._discovery_stuck_logged = False
         self._last_discovery = 0.0
         self._cycle = 0
-        self.last_progress = time.monotonic()  # the poll loop's heartbeat (liveness)
         self.discoveries = 0
         self.discovery_failures = 0
 
@@ -253,7 +252,6 @@ class Poller:
             if self._discovery_due():
                 self._start_discovery()
             snapshot = await self.poll_once()
-            self.last_progress = time.monotonic()
             if self.on_snapshot is not None:
                 try:
                     self.on_snapshot(snapshot)

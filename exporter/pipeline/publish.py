@@ -158,13 +158,7 @@ class Pipeline:
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
-        self.state = PublishedState(
-            source=self.state.source,
-            source_reason=self.state.source_reason,
-            started_at=self.state.started_at,
-            published=published,
-            metrics=render(published),
-        )
+        self.state = dataclasses.replace(self.state, published=published, metrics=render(published))
 
     def replace_rules(self, rules: Sequence[Rule]) -> None:
         """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
