@@ -182,7 +182,7 @@ async def serve(settings: Settings) -> None:
         signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
     )
     rules = rules_of(settings)
-    # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
+    # The web config first, so a bad file fails before anything else starts.
     from exporter.web import http_server, webconfig_reload
     from exporter.web.http_log import route_library_logs
     from exporter.web.http_server import ListenError, shown_address, systemd_sockets
@@ -204,7 +204,6 @@ async def serve(settings: Settings) -> None:
     except ListenError as error:
         raise StartupError(str(error)) from None
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
-    # --- end web ---
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
@@ -232,7 +231,7 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
-        # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
+        # The web layer: guard middleware, limits, connection budget, TLS per connection.
         from exporter.web.http_guard import WebGuard
         from exporter.web.http_log import HttpStats, web_stats
 
@@ -268,7 +267,6 @@ async def serve(settings: Settings) -> None:
         server = http_server.GuardedServer(
             http_server.uvicorn_config(app, limits), limits, http_stats, current_web, active_web.ssl_context is not None
         )
-        # --- end web ---
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

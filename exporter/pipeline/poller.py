@@ -157,16 +157,13 @@ class Poller:
         for tracked in list(self._devices):
             if not tracked.present:
                 continue
-            if not tracked.identity.complete:
+            # "stuck": still in the read we gave up on; do not pile another read on top of it.
+            reason = "identify_timeout" if not tracked.identity.complete else "stuck" if tracked.read_in_flight else ""
+            if reason:
                 tracked.up = False
-                tracked.down_reason = "identify_timeout"
-                continue
-            if tracked.read_in_flight:
-                # Still stuck in the read we gave up on: do not pile another read on top of it.
-                tracked.up = False
-                tracked.down_reason = "stuck"
-                continue
-            queued.append(tracked)
+                tracked.down_reason = reason
+            else:
+                queued.append(tracked)
         if queued:
             cycle = _Cycle(queued, self.source, loop)
             self._readers.submit(cycle.drain)
@@ -182,7 +179,7 @@ class Poller:
                     log.debug("reader_added", cycle=self._cycle + 1, slow_after=fan_out_after)
                     self._readers.submit(cycle.drain)
             for tracked, outcome in cycle.close():
-                if isinstance(outcome, _TimedOut):
+                if outcome is None:
                     was = (tracked.up, tracked.down_reason)
                     tracked.up = False
                     tracked.down_reason = "timeout"
@@ -276,13 +273,6 @@ def _add_counts(totals: dict[tuple[str, str], int], counts: Mapping[tuple[str, s
         totals[key] = totals.get(key, 0) + count
 
 
-class _TimedOut:
-    """The outcome of a device whose read did not finish (or start) before the deadline."""
-
-
-_TIMED_OUT = _TimedOut()
-
-
 class _Cycle:
     """The queue of one poll cycle, drained by one or more reader threads."""
 
@@ -327,11 +317,11 @@ class _Cycle:
         with self._lock:
             return bool(self._queue) and all(now - t >= slow_after for t in self._reading.values())
 
-    def close(self) -> list[tuple[TrackedDevice, Sample | BaseException | _TimedOut]]:
-        """Stop handing out devices; every device's outcome, or _TIMED_OUT."""
+    def close(self) -> list[tuple[TrackedDevice, Sample | BaseException | None]]:
+        """Stop handing out devices; every device's outcome, None where its read did not finish (or start)."""
         with self._lock:
             self._closed = True
-            return [(t, self._outcomes.get(id(t), _TIMED_OUT)) for t in self._order]
+            return [(t, self._outcomes.get(id(t))) for t in self._order]
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
