@@ -432,16 +432,13 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
     from exporter.simulator.demo import sysfs_tree
 
-    with sysfs_tree(settings) as root:
-        return _run(settings, args, root, out or sys.stdout)
-
-
-def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:
-    host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
-    devices, error = collect_devices(settings, sysfs)
-    access = collect_access(args.path_dev, devices)
+    with sysfs_tree(settings) as sysfs:
+        host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
+        devices, error = collect_devices(settings, sysfs)
+        access = collect_access(args.path_dev, devices)
     facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access)
     findings = judge(facts)
+    out = out or sys.stdout
     out.write(render_json(findings, facts) if args.json else render_text(findings))
     out.flush()
     return 1 if any(f.status == FAIL for f in findings) else 0
