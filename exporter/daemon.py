@@ -244,7 +244,7 @@ async def serve(settings: Settings) -> None:
             pusher=pusher,
             host=host_info,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
-            attribution=attribution if attribution.enabled else None,
+            attribution=attribution.inputs if attribution.enabled else None,
             health=health,
             fast=fast,
             clock_tool=clock_tool,

@@ -38,12 +38,6 @@ from exporter.pipeline.process import read_process_stats
 log = get_logger("exporter.pipeline")
 
 
-class AttributionSource(Protocol):
-    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
-
-    def inputs(self) -> AttributionInputs: ...
-
-
 class AlertSink(Protocol):
     """Where evaluated alerts go after each cycle (the Alertmanager pusher); must never block."""
 
@@ -85,7 +79,7 @@ class Pipeline:
         rules: Sequence[Rule],
         pusher: AlertSink | None = None,
         host: HostInfo | None = None,
-        attribution: AttributionSource | None = None,
+        attribution: Callable[[], AttributionInputs] | None = None,
         fast: WindowSource | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
@@ -95,7 +89,7 @@ class Pipeline:
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher
-        self.attribution = attribution
+        self.attribution = attribution  # the attribution sources' latest reports; must never block
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
@@ -110,7 +104,7 @@ class Pipeline:
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
             self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
             snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.monotonic_at))
-        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
+        snapshot = enrich(snapshot, self.attribution() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
