@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,19 +21,18 @@ from exporter.log import get_logger
 from exporter.model import (
     AlertmanagerStats,
     AlertState,
-    DeviceIdentity,
     ExporterStats,
     Histogram,
     HostInfo,
     Published,
     Snapshot,
     WebStats,
-    WindowSnapshot,
     frozen_map,
 )
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
+from exporter.pipeline.sampler import Sampler
 
 log = get_logger("exporter.pipeline")
 
@@ -60,14 +59,6 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
 
 
-class WindowSource(Protocol):
-    """The fast sampler as the pipeline sees it: told which devices exist, asked for its windows."""
-
-    def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None: ...
-
-    def windows(self, now: float | None = None) -> WindowSnapshot: ...
-
-
 class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
@@ -80,7 +71,7 @@ class Pipeline:
         pusher: AlertSink | None = None,
         host: HostInfo | None = None,
         attribution: Callable[[], AttributionInputs] | None = None,
-        fast: WindowSource | None = None,
+        fast: Sampler | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
