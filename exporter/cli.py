@@ -55,9 +55,6 @@ class _Parser(argparse.ArgumentParser):
             message = message.removeprefix("argument ")
         raise UsageError(message)
 
-    def known_flags(self) -> list[str]:
-        return [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
-
     def parse_checked(self, argv: Sequence[str]) -> argparse.Namespace:
         args, extra = self.parse_known_args(list(argv))
         if extra:
@@ -65,7 +62,8 @@ class _Parser(argparse.ArgumentParser):
             name = unknown.split("=", 1)[0]
             if not name.startswith("-"):
                 raise UsageError(f"unexpected argument {unknown!r} (commands: {', '.join(SUBCOMMANDS)})")
-            near = difflib.get_close_matches(name, self.known_flags(), n=1, cutoff=0.6)
+            flags = [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+            near = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]}?" if near else f"; see {self.prog} --help"
             raise UsageError(f"unknown flag {name}{hint}")
         return args
