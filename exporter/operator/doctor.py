@@ -27,9 +27,9 @@ from typing import Any, TextIO
 
 from exporter.config import ConfigError, Settings
 from exporter.model import DeviceIdentity
-from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.sources import textfiles as tf
 from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
+from exporter.threads import run_once
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -114,16 +114,16 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
     poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
     try:
         try:
-            found = call_with_deadline(poller.discover, poller.discovery_deadline, name="discovery")
-        except DeadlineExceeded:
+            found = run_once(poller.discover, "discovery").result(timeout=poller.discovery_deadline)
+        except TimeoutError:  # its daemon thread is abandoned: a hung read never holds up the exit
             return (), f"device discovery did not finish within {poller.discovery_deadline:g} s"
         if not found:
             return (), ""
         out = []
         for state in asyncio.run(poller.poll_once()).devices:
             try:
-                link = call_with_deadline(partial(_link, state.identity.device_dir), settings.read_timeout)
-            except DeadlineExceeded:
+                link = run_once(partial(_link, state.identity.device_dir), "link").result(timeout=settings.read_timeout)
+            except TimeoutError:
                 link = {}
             out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
         return tuple(out), ""

@@ -14,8 +14,8 @@ from exporter.config import Settings
 from exporter.exposition.views import devices_document
 from exporter.log import get_logger
 from exporter.model import Published
-from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.operator.snapshot_table import render_table
+from exporter.threads import run_once
 
 log = get_logger("exporter.snapshot")
 
@@ -42,8 +42,8 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
         try:
             started = time.monotonic()
             try:
-                devices = call_with_deadline(poller.discover, poller.discovery_deadline, name="discovery")
-            except DeadlineExceeded as error:
+                devices = run_once(poller.discover, "discovery").result(timeout=poller.discovery_deadline)
+            except TimeoutError as error:  # its daemon thread is abandoned: a hung read never holds up the exit
                 raise StartupError(
                     f"device discovery under {root} did not finish within {poller.discovery_deadline:g} s: "
                     "a GPU or its driver may be hung (see dmesg)"
