@@ -11,41 +11,23 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import (
-    AlertmanagerStats,
-    AlertState,
-    ExporterStats,
-    Histogram,
-    HostInfo,
-    Published,
-    Snapshot,
-    WebStats,
-    frozen_map,
-)
+from exporter.model import AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot, WebStats, frozen_map
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 from exporter.pipeline.sampler import Sampler
 
+if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
+    from exporter.alerting.alertmanager import AlertmanagerPusher
+
 log = get_logger("exporter.pipeline")
-
-
-class AlertSink(Protocol):
-    """Where evaluated alerts go after each cycle (the Alertmanager pusher); must never block."""
-
-    def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
-
-    def set_rules(self, rules: Sequence[Rule]) -> None: ...
-
-    @property
-    def stats(self) -> AlertmanagerStats: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +50,7 @@ class Pipeline:
         source_name: str,
         source_reason: str,
         rules: Sequence[Rule],
-        pusher: AlertSink | None = None,
+        pusher: AlertmanagerPusher | None = None,
         host: HostInfo | None = None,
         attribution: Callable[[], AttributionInputs] | None = None,
         fast: Sampler | None = None,
@@ -79,7 +61,7 @@ class Pipeline:
         self.host = host
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
-        self.pusher = pusher
+        self.pusher = pusher  # where evaluated alerts go after each cycle; never blocks
         self.attribution = attribution  # the attribution sources' latest reports; must never block
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
