@@ -34,6 +34,13 @@ _DESCRIPTIONS = {
     "doctor": "The version matrix and the checks done by hand when a node misbehaves; exit 1 on any failure.",
 }
 
+# doctor's --path.NAME flags: (NAME, default, what the folder is)
+_DOCTOR_PATHS = (
+    ("procfs", "/proc", "folder standing for /proc"),
+    ("dev", "/dev", "folder standing for /dev"),
+    ("rocm", "/opt", "folder holding rocm* installs"),
+)
+
 
 class UsageError(Exception):
     """A command line argparse could not make sense of; the message is one sentence."""
@@ -48,9 +55,6 @@ class _Parser(argparse.ArgumentParser):
             message = message.removeprefix("argument ")
         raise UsageError(message)
 
-    def known_flags(self) -> list[str]:
-        return [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
-
     def parse_checked(self, argv: Sequence[str]) -> argparse.Namespace:
         args, extra = self.parse_known_args(list(argv))
         if extra:
@@ -58,7 +62,8 @@ class _Parser(argparse.ArgumentParser):
             name = unknown.split("=", 1)[0]
             if not name.startswith("-"):
                 raise UsageError(f"unexpected argument {unknown!r} (commands: {', '.join(SUBCOMMANDS)})")
-            near = difflib.get_close_matches(name, self.known_flags(), n=1, cutoff=0.6)
+            flags = [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+            near = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]}?" if near else f"; see {self.prog} --help"
             raise UsageError(f"unknown flag {name}{hint}")
         return args
@@ -94,27 +99,14 @@ def _parser(command: str) -> _Parser:
     if command == "doctor":
         group = parser.add_argument_group("doctor flags")
         group.add_argument("--json", action="store_true", help="print the findings as JSON")
-        group.add_argument(
-            "--path.procfs",
-            dest="path_procfs",
-            default="/proc",
-            metavar="PATH",
-            help="folder standing for /proc (default: /proc)",
-        )
-        group.add_argument(
-            "--path.dev",
-            dest="path_dev",
-            default="/dev",
-            metavar="PATH",
-            help="folder standing for /dev (default: /dev)",
-        )
-        group.add_argument(
-            "--path.rocm",
-            dest="path_rocm",
-            default="/opt",
-            metavar="PATH",
-            help="folder holding rocm* installs (default: /opt)",
-        )
+        for name, default, what in _DOCTOR_PATHS:
+            group.add_argument(
+                f"--path.{name}",
+                dest=f"path_{name}",
+                default=default,
+                metavar="PATH",
+                help=f"{what} (default: {default})",
+            )
     add_arguments(parser if command == "serve" else parser.add_argument_group("flags shared with serve"))
     return parser
 

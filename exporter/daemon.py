@@ -15,14 +15,14 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
+from exporter.alerting.rulefile import RulesConfigError
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
+from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
 from exporter.pipeline.health import Health
@@ -140,8 +140,6 @@ class Reloader:
         self.pipeline = pipeline
 
     def reload(self) -> None:
-        from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
-
         try:
             settings = reload_settings(self.settings)
             rules = rules_of(settings)
@@ -183,8 +181,8 @@ async def serve(settings: Settings) -> None:
     asyncio.get_running_loop().add_signal_handler(
         signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
     )
-    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
-    # --- web (issue 14): web config first, so a bad file fails before anything else starts ---
+    rules = rules_of(settings)
+    # The web config first, so a bad file fails before anything else starts.
     from exporter.web import http_server, webconfig_reload
     from exporter.web.http_log import route_library_logs
     from exporter.web.http_server import ListenError, shown_address, systemd_sockets
@@ -206,7 +204,6 @@ async def serve(settings: Settings) -> None:
     except ListenError as error:
         raise StartupError(str(error)) from None
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
-    # --- end web ---
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
@@ -234,7 +231,7 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
-        # --- web (issue 14): guard middleware, limits, connection budget, TLS per connection ---
+        # The web layer: guard middleware, limits, connection budget, TLS per connection.
         from exporter.web.http_guard import WebGuard
         from exporter.web.http_log import HttpStats, web_stats
 
@@ -247,7 +244,7 @@ async def serve(settings: Settings) -> None:
             pusher=pusher,
             host=host_info,
             web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
-            attribution=attribution if attribution.enabled else None,
+            attribution=attribution.inputs if attribution.enabled else None,
             health=health,
             fast=fast,
             clock_tool=clock_tool,
@@ -270,7 +267,6 @@ async def serve(settings: Settings) -> None:
         server = http_server.GuardedServer(
             http_server.uvicorn_config(app, limits), limits, http_stats, current_web, active_web.ssl_context is not None
         )
-        # --- end web ---
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

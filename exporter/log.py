@@ -12,7 +12,6 @@ _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warn": logging.WARNING,
-    "warning": logging.WARNING,
     "error": logging.ERROR,
 }
 
@@ -46,11 +45,9 @@ class ResilientStream:
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
-    """Configure structlog once for the process. fmt: json | console | auto (console on a TTY)."""
-    if level.lower() not in _LEVELS:
-        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(sorted(_LEVELS))}")
-    if fmt not in ("json", "console", "auto"):
-        raise ValueError(f"unknown log format {fmt!r}; use json, console or auto")
+    """Configure structlog once for the process. fmt: json | console | auto (console on a TTY).
+
+    level and fmt are checked where they are read (config.OPTIONS: log.level, log.format)."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: Any = structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     structlog.configure(
@@ -61,13 +58,13 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=ResilientStream(sys.stderr)),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     # uvicorn and other libraries log through the standard library: keep them quiet and on stderr.
     logging.basicConfig(
-        level=max(_LEVELS[level.lower()], logging.WARNING),
+        level=max(_LEVELS[level], logging.WARNING),
         stream=ResilientStream(sys.stderr),
     )
 

@@ -422,7 +422,7 @@ class HostInfo:
 
 @dataclass(frozen=True, slots=True)
 class WebStats:
-    """The HTTP layer's counters (issue 14), copied once per cycle; only with --web.config.file."""
+    """The HTTP layer's counters, copied once per cycle; only with --web.config.file."""
 
     config_reload_successes: int = 0
     config_reload_failures: int = 0

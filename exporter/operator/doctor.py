@@ -27,9 +27,9 @@ from typing import Any, TextIO
 
 from exporter.config import ConfigError, Settings
 from exporter.model import DeviceIdentity
-from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.sources import textfiles as tf
 from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
+from exporter.threads import run_once
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -112,19 +112,18 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
 
     source = SysfsSource(sysfs, slow_interval=settings.slow_interval)
     poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
-    deadline = max(10.0, settings.read_timeout * 5)
     try:
         try:
-            found = call_with_deadline(poller.discover, deadline, name="discovery")
-        except DeadlineExceeded:
-            return (), f"device discovery did not finish within {deadline:g} s"
+            found = run_once(poller.discover, "discovery").result(timeout=poller.discovery_deadline)
+        except TimeoutError:  # its daemon thread is abandoned: a hung read never holds up the exit
+            return (), f"device discovery did not finish within {poller.discovery_deadline:g} s"
         if not found:
             return (), ""
         out = []
         for state in asyncio.run(poller.poll_once()).devices:
             try:
-                link = call_with_deadline(partial(_link, state.identity.device_dir), settings.read_timeout)
-            except DeadlineExceeded:
+                link = run_once(partial(_link, state.identity.device_dir), "link").result(timeout=settings.read_timeout)
+            except TimeoutError:
                 link = {}
             out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
         return tuple(out), ""
@@ -433,16 +432,13 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
     from exporter.simulator.demo import sysfs_tree
 
-    with sysfs_tree(settings) as root:
-        return _run(settings, args, root, out or sys.stdout)
-
-
-def _run(settings: Settings, args: argparse.Namespace, sysfs: str, out: TextIO) -> int:
-    host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
-    devices, error = collect_devices(settings, sysfs)
-    access = collect_access(args.path_dev, devices)
+    with sysfs_tree(settings) as sysfs:
+        host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
+        devices, error = collect_devices(settings, sysfs)
+        access = collect_access(args.path_dev, devices)
     facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access)
     findings = judge(facts)
+    out = out or sys.stdout
     out.write(render_json(findings, facts) if args.json else render_text(findings))
     out.flush()
     return 1 if any(f.status == FAIL for f in findings) else 0

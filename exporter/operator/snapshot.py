@@ -14,8 +14,8 @@ from exporter.config import Settings
 from exporter.exposition.views import devices_document
 from exporter.log import get_logger
 from exporter.model import Published
-from exporter.operator.deadline import DeadlineExceeded, call_with_deadline
 from exporter.operator.snapshot_table import render_table
+from exporter.threads import run_once
 
 log = get_logger("exporter.snapshot")
 
@@ -40,13 +40,12 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
             source, interval=watch or settings.interval, read_timeout=settings.read_timeout, source_name=name
         )
         try:
-            deadline = max(10.0, settings.read_timeout * 5)
             started = time.monotonic()
             try:
-                devices = call_with_deadline(poller.discover, deadline, name="discovery")
-            except DeadlineExceeded as error:
+                devices = run_once(poller.discover, "discovery").result(timeout=poller.discovery_deadline)
+            except TimeoutError as error:  # its daemon thread is abandoned: a hung read never holds up the exit
                 raise StartupError(
-                    f"device discovery under {root} did not finish within {deadline:g} s: "
+                    f"device discovery under {root} did not finish within {poller.discovery_deadline:g} s: "
                     "a GPU or its driver may be hung (see dmesg)"
                 ) from error
             log.debug("discovered", devices=len(devices), seconds=round(time.monotonic() - started, 4))

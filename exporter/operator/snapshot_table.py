@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from exporter.exposition.views import GIB, active_alerts, alert_state, group_devices, vram_used_total
 from exporter.model import AlertState, DeviceState, Sample
@@ -40,10 +40,12 @@ def _temps(sample: Sample) -> str:
     return "/".join(f"{_num(t.get(s)):>3}" for s in ("edge", "junction", "memory"))
 
 
-def _power(sample: Sample) -> str:
-    if sample.power_watts is None and sample.power_cap_watts is None:
-        return f"{'-':>4}"  # the second die of an MI250X: its package is measured on die 0
-    return f"{_num(sample.power_watts):>4}/{_num(sample.power_cap_watts)}"
+def _pair(first: float | None, second: float | None, scale: float, first_fmt: str = "{:.0f}", pad: int = 4) -> str:
+    """'first/second' in units of `scale`, the first right-aligned in `pad` columns; '-' when neither is known."""
+    if first is None and second is None:
+        return f"{'-':>{pad}}"
+    first_text = _num(None if first is None else first / scale, first_fmt)
+    return f"{first_text:>{pad}}/{_num(None if second is None else second / scale)}"
 
 
 def _busy(sample: Sample) -> str:
@@ -51,38 +53,24 @@ def _busy(sample: Sample) -> str:
     return "-" if gfx is None else f"{gfx * 100:.0f}%"
 
 
-def _vram(sample: Sample) -> str:
-    used, total = vram_used_total(sample)
-    if used is None and total is None:
-        return f"{'-':>5}"
-    return f"{_num(None if used is None else used / GIB, '{:.1f}'):>5}/{_num(None if total is None else total / GIB)}"
-
-
-def _clocks(sample: Sample) -> str:
-    gfx = sample.clocks_hertz.get("gfx")
-    mem = sample.clocks_hertz.get("memory")
-    if gfx is None and mem is None:
-        return f"{'-':>4}"
-    return f"{_num(None if gfx is None else gfx / 1e6):>4}/{_num(None if mem is None else mem / 1e6)}"
-
-
 def _gts(value: float) -> str:
     return f"{value / 1e9:g}"
 
 
+def _with_max(value: float | None, top: float | None, show: Callable[[float], str]) -> str:
+    """The value, and its maximum after a slash when it is below it."""
+    if value is None:
+        return "-"
+    return f"{show(value)}/{show(top)}" if top is not None and value < top else show(value)
+
+
 def pcie_link(sample: Sample) -> str:
     """'16GT x16'; a link below its maximum shows the maximum too: '8/16GT x8/16'."""
-    speed, max_speed = sample.pcie_link_transfers_per_second, sample.pcie_max_link_transfers_per_second
-    width, max_width = sample.pcie_link_width, sample.pcie_max_link_width
+    speed, width = sample.pcie_link_transfers_per_second, sample.pcie_link_width
     if speed is None and width is None:
         return "-"
-    speed_text = "-" if speed is None else _gts(speed)
-    if speed is not None and max_speed is not None and speed < max_speed:
-        speed_text += f"/{_gts(max_speed)}"
-    width_text = "-" if width is None else str(width)
-    if width is not None and max_width is not None and width < max_width:
-        width_text += f"/{max_width}"
-    return f"{speed_text}GT x{width_text}"
+    speed_text = _with_max(speed, sample.pcie_max_link_transfers_per_second, _gts)
+    return f"{speed_text}GT x{_with_max(width, sample.pcie_max_link_width, str)}"
 
 
 def _ecc(sample: Sample) -> str:
@@ -104,10 +92,11 @@ def _device_lines(device: DeviceState, unit: str, alerts: Sequence[AlertState], 
             gpu=device.gpu,
             unit=unit,
             temps=_temps(sample),
-            power=_power(sample),
+            # the second die of an MI250X shows no power: its package is measured on die 0
+            power=_pair(sample.power_watts, sample.power_cap_watts, 1),
             busy=_busy(sample),
-            vram=_vram(sample),
-            clocks=_clocks(sample),
+            vram=_pair(*vram_used_total(sample), GIB, "{:.1f}", pad=5),
+            clocks=_pair(sample.clocks_hertz.get("gfx"), sample.clocks_hertz.get("memory"), 1e6),
             pcie=pcie_link(sample),
             ecc=_ecc(sample),
         )

@@ -60,14 +60,10 @@ COUNTERS: Mapping[str, CounterRule] = {
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
     "throttle_residency_seconds": CounterRule(_fixed(None)),
 }
-_MAPPING_COUNTERS = frozenset(
-    f.name for f in dataclasses.fields(Sample) if f.name in COUNTERS and "Mapping" in str(f.type)
-)
-
-
+_MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if "Mapping" in str(f.type))
 # The rules split once: mapping counters, and scalar ones with their track key.
-_MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in _MAPPING_COUNTERS)
-_SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in _MAPPING_COUNTERS)
+_MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in _MAPPING_FIELDS)
+_SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in _MAPPING_FIELDS)
 
 
 @dataclass(slots=True)

@@ -108,14 +108,11 @@ class KnownDevices:
         tracked = self._devices.get(identity.key)
         if tracked is not None:
             return tracked
-        same_place = [
-            t
-            for t in self._devices.values()
-            if t.identity.pci_bus_id == identity.pci_bus_id and t.identity.partition == identity.partition
-        ]
-        for t in same_place:
-            # One side's unique_id is unknown (a failed read): the same device, not a phantom.
-            if not identity.unique_id or not t.identity.unique_id:
+        # At the same place, one side's unique_id unknown (a failed read): the same device, not a phantom.
+        place = (identity.pci_bus_id, identity.partition)
+        unknown = not identity.unique_id
+        for t in self._devices.values():
+            if (t.identity.pci_bus_id, t.identity.partition) == place and (unknown or not t.identity.unique_id):
                 return t
         return None
 

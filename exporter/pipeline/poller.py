@@ -70,7 +70,6 @@ class Poller:
         self._discovery_stuck_logged = False
         self._last_discovery = 0.0
         self._cycle = 0
-        self.last_progress = time.monotonic()  # the poll loop's heartbeat (liveness)
         self.discoveries = 0
         self.discovery_failures = 0
 
@@ -135,7 +134,8 @@ class Poller:
         if any(not t.identity.complete and t.present for t in self._devices):
             # A card that could not be identified in time: try again soon, not in five minutes.
             every = min(every, max(self.interval, self.read_timeout) * 5)
-        return time.monotonic() - self._last_discovery >= every or self._source_asks_rediscovery()
+        # A source that knows its devices changed (an MI300 partition mode switch) says so.
+        return time.monotonic() - self._last_discovery >= every or self.source.needs_rediscovery()
 
     @property
     def device_count(self) -> int:
@@ -157,16 +157,13 @@ class Poller:
         for tracked in list(self._devices):
             if not tracked.present:
                 continue
-            if not tracked.identity.complete:
+            # "stuck": still in the read we gave up on; do not pile another read on top of it.
+            reason = "identify_timeout" if not tracked.identity.complete else "stuck" if tracked.read_in_flight else ""
+            if reason:
                 tracked.up = False
-                tracked.down_reason = "identify_timeout"
-                continue
-            if tracked.read_in_flight:
-                # Still stuck in the read we gave up on: do not pile another read on top of it.
-                tracked.up = False
-                tracked.down_reason = "stuck"
-                continue
-            queued.append(tracked)
+                tracked.down_reason = reason
+            else:
+                queued.append(tracked)
         if queued:
             cycle = _Cycle(queued, self.source, loop)
             self._readers.submit(cycle.drain)
@@ -182,7 +179,7 @@ class Poller:
                     log.debug("reader_added", cycle=self._cycle + 1, slow_after=fan_out_after)
                     self._readers.submit(cycle.drain)
             for tracked, outcome in cycle.close():
-                if isinstance(outcome, _TimedOut):
+                if outcome is None:
                     was = (tracked.up, tracked.down_reason)
                     tracked.up = False
                     tracked.down_reason = "timeout"
@@ -252,7 +249,6 @@ class Poller:
             if self._discovery_due():
                 self._start_discovery()
             snapshot = await self.poll_once()
-            self.last_progress = time.monotonic()
             if self.on_snapshot is not None:
                 try:
                     self.on_snapshot(snapshot)
@@ -266,10 +262,6 @@ class Poller:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
-    def _source_asks_rediscovery(self) -> bool:
-        """A source that knows its devices changed (an MI300 partition mode switch) says so."""
-        return self.source.needs_rediscovery()
-
     def close(self) -> None:
         self._readers.close()
         self._discoverer.close()
@@ -279,13 +271,6 @@ class Poller:
 def _add_counts(totals: dict[tuple[str, str], int], counts: Mapping[tuple[str, str], int]) -> None:
     for key, count in counts.items():
         totals[key] = totals.get(key, 0) + count
-
-
-class _TimedOut:
-    """The outcome of a device whose read did not finish (or start) before the deadline."""
-
-
-_TIMED_OUT = _TimedOut()
 
 
 class _Cycle:
@@ -332,11 +317,11 @@ class _Cycle:
         with self._lock:
             return bool(self._queue) and all(now - t >= slow_after for t in self._reading.values())
 
-    def close(self) -> list[tuple[TrackedDevice, Sample | BaseException | _TimedOut]]:
-        """Stop handing out devices; every device's outcome, or _TIMED_OUT."""
+    def close(self) -> list[tuple[TrackedDevice, Sample | BaseException | None]]:
+        """Stop handing out devices; every device's outcome, None where its read did not finish (or start)."""
         with self._lock:
             self._closed = True
-            return [(t, self._outcomes.get(id(t), _TIMED_OUT)) for t in self._order]
+            return [(t, self._outcomes.get(id(t))) for t in self._order]
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

@@ -9,50 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import (
-    AlertmanagerStats,
-    AlertState,
-    DeviceIdentity,
-    ExporterStats,
-    Histogram,
-    HostInfo,
-    Published,
-    Snapshot,
-    WebStats,
-    WindowSnapshot,
-    frozen_map,
-)
+from exporter.model import AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot, WebStats, frozen_map
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
+from exporter.pipeline.sampler import Sampler
+
+if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
+    from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.pipeline")
-
-
-class AttributionSource(Protocol):
-    """The attribution sources' latest reports (exporter.attribution.sources); must never block."""
-
-    def inputs(self) -> AttributionInputs: ...
-
-
-class AlertSink(Protocol):
-    """Where evaluated alerts go after each cycle (the Alertmanager pusher); must never block."""
-
-    def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None: ...
-
-    def set_rules(self, rules: Sequence[Rule]) -> None: ...
-
-    @property
-    def stats(self) -> AlertmanagerStats: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +41,6 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
 
 
-class WindowSource(Protocol):
-    """The fast sampler as the pipeline sees it: told which devices exist, asked for its windows."""
-
-    def track(self, devices: Iterable[tuple[int, DeviceIdentity]]) -> None: ...
-
-    def windows(self, now: float | None = None) -> WindowSnapshot: ...
-
-
 class Pipeline:
     """Runs the stages after the poller for every snapshot (Poller.on_snapshot)."""
 
@@ -83,10 +50,10 @@ class Pipeline:
         source_name: str,
         source_reason: str,
         rules: Sequence[Rule],
-        pusher: AlertSink | None = None,
+        pusher: AlertmanagerPusher | None = None,
         host: HostInfo | None = None,
-        attribution: AttributionSource | None = None,
-        fast: WindowSource | None = None,
+        attribution: Callable[[], AttributionInputs] | None = None,
+        fast: Sampler | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
@@ -94,8 +61,8 @@ class Pipeline:
         self.host = host
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
-        self.pusher = pusher
-        self.attribution = attribution
+        self.pusher = pusher  # where evaluated alerts go after each cycle; never blocks
+        self.attribution = attribution  # the attribution sources' latest reports; must never block
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
@@ -110,7 +77,7 @@ class Pipeline:
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
             self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
             snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.monotonic_at))
-        snapshot = enrich(snapshot, self.attribution.inputs() if self.attribution is not None else None)
+        snapshot = enrich(snapshot, self.attribution() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
@@ -158,13 +125,7 @@ class Pipeline:
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
-        self.state = PublishedState(
-            source=self.state.source,
-            source_reason=self.state.source_reason,
-            started_at=self.state.started_at,
-            published=published,
-            metrics=render(published),
-        )
+        self.state = dataclasses.replace(self.state, published=published, metrics=render(published))
 
     def replace_rules(self, rules: Sequence[Rule]) -> None:
         """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""

@@ -27,15 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model import (
-    FAST_CYCLE_BUCKETS,
-    DeviceIdentity,
-    DeviceWindow,
-    FastStats,
-    Histogram,
-    WindowSnapshot,
-    frozen_map,
-)
+from exporter.model import DeviceIdentity, DeviceWindow, FastStats, WindowSnapshot, frozen_map
 from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import GpuMetricsError
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
@@ -109,7 +101,7 @@ class Sampler:
         self._running: concurrent.futures.Future[None] | None = None
         self._reading: _Device | None = None  # the device the current loop is reading
         self._stop = threading.Event()
-        self._cycle_durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
+        self._cycle_durations = FastStats().cycle_durations  # empty, over the fast cycle buckets
         self.cycles = 0
 
     # -- which devices -----------------------------------------------------------------------
