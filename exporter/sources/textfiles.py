@@ -45,7 +45,6 @@ _GIGA = Decimal(10**9)
 # Widths a PCIe link can train to; 0 = link down. Anything else (63 = config space read all-ones
 # after the device fell off the bus) is not a width.
 _PCIE_WIDTHS = frozenset({0, 1, 2, 4, 8, 12, 16, 32})
-_PCIE_DPM_WIDTHS = _PCIE_WIDTHS - {0}
 
 
 def _fail(what: str, text: str) -> TextParseError:
@@ -106,17 +105,6 @@ def _keyed_lines(
 
 def _counter(what: str) -> Callable[[str], int]:
     return lambda digits: _decimal(digits, 0, U64_MAX, what)
-
-
-def _table_lines(text: str | bytes, file: str, table: str) -> tuple[str, list[str]]:
-    """A pp_dpm_* table's text and its lines; `unavailable` (after a RAS interrupt) is no table."""
-    stripped = _stripped(text)
-    if stripped.lower() == "unavailable":
-        raise TextUnavailableError(f"{file} unavailable (RAS interrupt)")
-    lines = _lines(stripped)
-    if not lines:
-        raise _fail(f"empty {table}", stripped)
-    return stripped, lines
 
 
 _DECIMAL = re.compile(r"(-?)([0-9]+)")
@@ -223,7 +211,12 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     """`%d: %uMhz %s\\n` per level, `*` on the current one; an optional first `S: NMhz *` (deep
     sleep; levels then number from 0 or, in smu_cmn's writer, from 1); `unavailable` after a RAS
     interrupt raises TextUnavailableError. Aldebaran may mark two levels within 25 MHz of the clock."""
-    stripped, lines = _table_lines(text, "pp_dpm table", "clock table")
+    stripped = _stripped(text)
+    if stripped.lower() == "unavailable":
+        raise TextUnavailableError("pp_dpm table unavailable (RAS interrupt)")
+    lines = _lines(stripped)
+    if not lines:
+        raise _fail("empty clock table", stripped)
 
     current_line: dict[str, float] = {}  # the clock of an S: or F: line, by its letter
     prefix = _DPM_PREFIX.fullmatch(lines[0])
@@ -252,22 +245,9 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     return DpmLevels(tuple(levels), current, current_line.get("S"), current_line.get("F"))
 
 
-# ---- pp_dpm_pcie ---------------------------------------------------------------------------------
+# ---- PCI core: current_link_speed / max_link_speed / *_link_width -------------------------------
 
-_PCIE_DPM_LEVEL = re.compile(
-    r"([0-9]{1,3}):[ \t]*([0-9]{1,3}(?:\.[0-9]{1,2})?)GT/s,[ \t]*x([0-9]{1,2})"
-    r"(?:[ \t]+([0-9]{1,10})[ \t]*[Mm][Hh][Zz])?[ \t]*(\*?)"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PcieDpmLevel:
-    """One pp_dpm_pcie line. lclk_hertz is absent on pre-SMU11 kernels (`0: 8.0GT/s, x16 *`)."""
-
-    transfers_per_second: float
-    width: int
-    current: bool
-    lclk_hertz: float | None = None
+_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
 
 
 def _giga_transfers(number: str, text: str) -> float:
@@ -275,28 +255,6 @@ def _giga_transfers(number: str, text: str) -> float:
     if value <= 0:
         raise _fail("link speed must be positive", text)
     return float(value * _GIGA)
-
-
-def parse_pp_dpm_pcie(text: str | bytes) -> tuple[PcieDpmLevel, ...]:
-    """`%d: %s %s %dMhz %s\\n`, e.g. `1: 16.0GT/s, x16 619Mhz *`. A level whose gen or width the
-    kernel could not name (it prints an empty string) is rejected: no number can stand for it."""
-    stripped, lines = _table_lines(text, "pp_dpm_pcie", "PCIe level table")
-    levels: list[PcieDpmLevel] = []
-    for line in lines:
-        number, speed, width_digits, lclk, star = _match(_PCIE_DPM_LEVEL, line, "not a PCIe level line").groups()
-        if int(number) != len(levels):
-            raise _fail("PCIe levels are not numbered 0, 1, ...", stripped)
-        width = int(width_digits)
-        if width not in _PCIE_DPM_WIDTHS:
-            raise _fail("not a PCIe link width", line)
-        lclk_hertz = None if lclk is None else _mhz(lclk, line)
-        levels.append(PcieDpmLevel(_giga_transfers(speed, line), width, bool(star), lclk_hertz))
-    return tuple(levels)
-
-
-# ---- PCI core: current_link_speed / max_link_speed / *_link_width -------------------------------
-
-_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
 
 
 def parse_link_speed(text: str | bytes) -> float:
@@ -341,14 +299,6 @@ def parse_ras_err_count(text: str | bytes) -> RasCounts:
     if "ue" not in counts or "ce" not in counts:
         raise _fail("RAS error count needs both ue: and ce:", stripped)
     return RasCounts(correctable=counts["ce"], uncorrectable=counts["ue"], deferred=counts.get("de"))
-
-
-_RAS_FEATURES = re.compile(r"feature mask:[ \t]*0[xX]([0-9a-fA-F]{1,16})")
-
-
-def parse_ras_features(text: str | bytes) -> int:
-    """ras/features: `feature mask: 0x%x\\n` -> the mask (bit n = RAS block n enabled)."""
-    return int(_match(_RAS_FEATURES, _stripped(text), "not a RAS feature mask").group(1), 16)
 
 
 _BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
@@ -465,21 +415,4 @@ def parse_word(text: str | bytes) -> str:
         return labelled.group(1)
     if _WORD.fullmatch(stripped) is None:
         raise _fail("not a single word", stripped)
-    return stripped
-
-
-def parse_word_list(text: str | bytes) -> tuple[str, ...]:
-    """available_compute_partition `SPX, DPX, QPX, CPX\\n` -> ("SPX", "DPX", "QPX", "CPX")."""
-    stripped = _stripped(text)
-    words = tuple(part.strip(_LINE_SPACE) for part in stripped.split(","))
-    if any(_WORD.fullmatch(word) is None for word in words):
-        raise _fail("not a comma-separated word list", stripped)
-    return words
-
-
-def parse_text_line(text: str | bytes) -> str:
-    """A one-line free-text file (product_name, serial_number, manufacturer): printable, non-empty."""
-    stripped = _stripped(text)
-    if not stripped or "\n" in stripped or not stripped.isprintable():
-        raise _fail("not one printable line", stripped)
     return stripped
