@@ -170,20 +170,11 @@ class SampleValues:
 
     @classmethod
     def copy_of(cls, layer: SampleValues) -> SampleValues:
-        """A new set of values holding what `layer` supplies: SampleValues() then merge(layer), in one step."""
+        """A new set of values holding what `layer` supplies (its scalars set, copies of its non-empty mappings)."""
         values = cls.__new__(cls)
         values.scalars = {name: value for name, value in layer.scalars.items() if value is not None}
         values.mappings = {name: mapping.copy() for name, mapping in layer.mappings.items() if mapping}
         return values
-
-    def merge(self, layer: SampleValues) -> None:
-        """Take every value an earlier-computed layer supplies (scalars whole, mappings by key)."""
-        for name, value in layer.scalars.items():
-            if value is not None:
-                self.scalars[name] = value
-        for name, mapping in layer.mappings.items():
-            if mapping:
-                self.mapping(name).update(mapping)
 
     def override_from(self, metrics: object, names: Iterable[str]) -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
