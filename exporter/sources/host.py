@@ -107,15 +107,11 @@ def installed_packages() -> tuple[tuple[str, str], ...]:
 
 def library_candidates(name: str, rocm_parent: str, environ: Mapping[str, str]) -> list[str]:
     """Where librocm_smi64 / libamd_smi may live, best first."""
-    stem = {"librocm_smi64": "rocm_smi64", "libamd_smi": "amd_smi"}[name]
-    folders = []
-    if environ.get("ROCM_PATH"):
-        folders += [os.path.join(environ["ROCM_PATH"], "lib"), os.path.join(environ["ROCM_PATH"], "lib64")]
-    for folder in sorted(glob.glob(os.path.join(rocm_parent, "rocm*"))):
-        folders += [os.path.join(folder, "lib"), os.path.join(folder, "lib64")]
+    installs = [environ["ROCM_PATH"]] if environ.get("ROCM_PATH") else []
+    installs += sorted(glob.glob(os.path.join(rocm_parent, "rocm*")))
+    folders = [os.path.join(install, lib) for install in installs for lib in ("lib", "lib64")]
     folders += ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
-    names = [f"lib{stem}.so", f"lib{stem}.so.1", f"lib{stem}.so.5", f"lib{stem}.so.6", f"lib{stem}.so.7"]
-    return [os.path.join(folder, file) for folder in folders for file in names]
+    return [os.path.join(folder, f"{name}.so{suffix}") for folder in folders for suffix in ("", ".1", ".5", ".6", ".7")]
 
 
 def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> LibraryVersion:

@@ -152,15 +152,9 @@ def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIden
         socket = socket_by_bdf.get(bdf)
         if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
             continue
+        topology = listing.topology.get((bdf, index), ())
         found.append(
-            replace(
-                socket,
-                card=card,
-                device_dir=device_dir,
-                hwmon_dir="",
-                partition=index,
-                topology=listing.topology.get((bdf, index), ()),
-            )
+            replace(socket, card=card, device_dir=device_dir, hwmon_dir="", partition=index, topology=topology)
         )
     return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
 
@@ -221,17 +215,10 @@ def kfd_topology(nodes: Mapping[int, KfdNode]) -> dict[tuple[str, int], tuple[To
         links = []
         for props in node.links:
             peer = nodes.get(props.get("node_to", -1))
+            peer_bdf, peer_partition = (peer.pci_bus_id, peer.partition) if peer else ("", 0)
             kind = _KFD_LINK_TYPES.get(props.get("type", -1), f"type{props.get('type', -1)}")
             # Each KFD io_link is a direct link: one hop.
-            links.append(
-                TopologyLink(
-                    peer.pci_bus_id if peer else "",
-                    kind,
-                    1,
-                    props.get("weight", 0),
-                    peer_partition=peer.partition if peer else 0,
-                )
-            )
+            links.append(TopologyLink(peer_bdf, kind, 1, props.get("weight", 0), peer_partition=peer_partition))
         links.sort(key=lambda link: (link.peer_pci_bus_id, link.link_type, link.peer_partition))
         result[(node.pci_bus_id, node.partition)] = tuple(links)
     return result
