@@ -157,9 +157,7 @@ def read_parsed(
 ) -> T | None:
     """Read and parse a text file; absent, refused or unparsable all mean 'not supplied now'."""
     raw = read(path)
-    if raw is None:
-        return None
-    return parse_read(path, raw, parse)
+    return None if raw is None else parse_read(path, raw, parse)
 
 
 def parse_read(path: str, raw: bytes, parse: Callable[[str], T]) -> T | None:
