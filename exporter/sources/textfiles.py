@@ -52,20 +52,17 @@ def _fail(what: str, text: str) -> TextParseError:
     return TextParseError(f"{what}: {shown!r}")
 
 
-def _as_text(text: str | bytes) -> str:
-    """Accept the str of a text read or the bytes of a binary one; anything else is an error."""
-    if isinstance(text, str):
-        return text
+def _stripped(text: str | bytes) -> str:
+    """The str of a text read or the UTF-8 bytes of a binary one, without surrounding whitespace;
+    anything else is an error."""
     if isinstance(text, bytes | bytearray):
         try:
-            return bytes(text).decode("utf-8")
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             raise TextParseError(f"not UTF-8 text: {bytes(text[:60])!r}") from None
-    raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
-
-
-def _stripped(text: str | bytes) -> str:
-    return _as_text(text).strip(_ASCII_SPACE)
+    elif not isinstance(text, str):
+        raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
+    return text.strip(_ASCII_SPACE)
 
 
 def _lines(text: str) -> list[str]:
@@ -304,27 +301,12 @@ def parse_ras_err_count(text: str | bytes) -> RasCounts:
 _BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
 
 
-@dataclass(frozen=True, slots=True)
-class BadPage:
-    """One ras/gpu_vram_bad_pages record. status: R reserved (retired), P pending, F fault."""
-
-    page_frame: int
-    size_bytes: int
-    status: str
-
-
-def parse_bad_pages(text: str | bytes) -> tuple[BadPage, ...]:
-    """`0x%08x : 0x%08x : %1s\\n` per record; an empty file means no bad pages."""
-    pages: list[BadPage] = []
-    for line in _lines(_stripped(text)):
-        page, size, status = _match(_BAD_PAGE, line, "not a bad page record").groups()
-        pages.append(BadPage(int(page, 16), int(size, 16), status))
-    return tuple(pages)
-
-
 def count_bad_pages(text: str | bytes) -> int:
-    """Number of retired (R) pages; pending and faulted records are valid but not counted."""
-    return sum(1 for page in parse_bad_pages(text) if page.status == "R")
+    """`0x%08x : 0x%08x : %1s\\n` per record (page frame, size, status; an empty file means no bad
+    pages) -> the number of retired (R) pages; pending (P) and faulted (F) records are valid but
+    not counted."""
+    records = [_match(_BAD_PAGE, line, "not a bad page record") for line in _lines(_stripped(text))]
+    return sum(1 for record in records if record.group(3) == "R")
 
 
 # ---- identity: firmware, unique_id, PCI ids --------------------------------------------------------
