@@ -56,10 +56,11 @@ def _stripped(text: str | bytes) -> str:
     """The str of a text read or the UTF-8 bytes of a binary one, without surrounding whitespace;
     anything else is an error."""
     if isinstance(text, bytes | bytearray):
+        raw = bytes(text)
         try:
-            text = bytes(text).decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise TextParseError(f"not UTF-8 text: {bytes(text[:60])!r}") from None
+            raise TextParseError(f"not UTF-8 text: {raw[:60]!r}") from None
     elif not isinstance(text, str):
         raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
     return text.strip(_ASCII_SPACE)
