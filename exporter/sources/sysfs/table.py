@@ -23,6 +23,7 @@ from typing import Any, Literal
 from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
+from exporter.sources.gpu_metrics import GpuMetrics
 from exporter.sources.plausible import all_plausible, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
@@ -103,28 +104,10 @@ SLOW_FILES: tuple[FileField, ...] = (
     FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages, "pages"),
 )
 
-# GpuMetrics fields copied into the Sample field of the same name, in SI units already.
-GPU_METRICS_FIELDS: tuple[str, ...] = (
-    "temperatures",
-    "power_watts",
-    "energy_joules",
-    "busy",
-    "clocks_hertz",
-    "voltages_volts",
-    "throttle",
-    "pcie_link_width",
-    "pcie_link_transfers_per_second",
-    "pcie_bandwidth_bytes_per_second",
-    "pcie_replays",
-    "pcie_recoveries",
-    "pcie_naks_sent",
-    "pcie_naks_received",
-    "xgmi_link_width",
-    "xgmi_link_speed_bytes_per_second",
-    "xgmi_link_up",
-    "xgmi_read_bytes",
-    "xgmi_write_bytes",
-)
+_SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
+# GpuMetrics fields copied into the Sample field of the same name, in SI units already: every field
+# the two share (a decoded value with a Sample field of its name is never left out).
+GPU_METRICS_FIELDS: tuple[str, ...] = tuple(name for name in GpuMetrics._fields if name in _SAMPLE_FIELDS)
 
 # Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
@@ -250,15 +233,11 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
 
 def check_table() -> None:
     """Every row names a Sample field, with a key exactly when the field is a mapping."""
-    sample_fields = {f.name for f in dataclasses.fields(Sample)}
     for row in (*CYCLE_FILES, *SLOW_FILES):
-        if row.field not in sample_fields:
+        if row.field not in _SAMPLE_FIELDS:
             raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
         if (row.key is not None) != (row.field in MAPPING_FIELDS):
             raise AssertionError(f"sysfs table: {row.file}: key {row.key!r} does not fit field {row.field!r}")
-    for name in GPU_METRICS_FIELDS:
-        if name not in sample_fields:
-            raise AssertionError(f"sysfs table: gpu_metrics field {name!r} is not a Sample field")
 
 
 check_table()
