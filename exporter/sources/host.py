@@ -88,18 +88,17 @@ def rocm_installs(rocm_parent: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """A probe's output as text, within _PROBE_TIMEOUT (raises OSError or TimeoutExpired)."""
+    return subprocess.run(command, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False)
+
+
 def installed_packages() -> tuple[tuple[str, str], ...]:
     dpkg = shutil.which("dpkg-query")
     if dpkg is None:
         return ()
     try:
-        result = subprocess.run(
-            [dpkg, "-W", "-f", "${Package}\t${Version}\t${Status}\n", *PACKAGE_PATTERNS],
-            capture_output=True,
-            text=True,
-            timeout=_PROBE_TIMEOUT,
-            check=False,
-        )
+        result = _run([dpkg, "-W", "-f", "${Package}\t${Version}\t${Status}\n", *PACKAGE_PATTERNS])
     except (OSError, subprocess.TimeoutExpired):
         return ()
     return tuple(parse_dpkg_query(result.stdout))
@@ -128,13 +127,7 @@ def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> 
     error: OSError | None = None
     for interpreter in dict.fromkeys(i for i in interpreters if i):
         try:
-            result = subprocess.run(
-                [interpreter, "-I", script, kind, path],
-                capture_output=True,
-                text=True,
-                timeout=_PROBE_TIMEOUT,
-                check=False,
-            )
+            result = _run([interpreter, "-I", script, kind, path])
             break
         except subprocess.TimeoutExpired:
             return LibraryVersion(name, path, error=f"loading it did not finish within {_PROBE_TIMEOUT:g} s")

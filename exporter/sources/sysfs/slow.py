@@ -58,11 +58,9 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
             if counts is None:
                 continue
             block = clean_name(entry.removesuffix("_err_count"))
-            origin = f"ras/{entry}"
-            values.set("ecc_errors", (block, "correctable"), counts.correctable, origin)
-            values.set("ecc_errors", (block, "uncorrectable"), counts.uncorrectable, origin)
-            if counts.deferred is not None:
-                values.set("ecc_errors", (block, "deferred"), counts.deferred, origin)
+            for kind in ("correctable", "uncorrectable", "deferred"):
+                if (count := getattr(counts, kind)) is not None:  # deferred: only on newer kernels
+                    values.set("ecc_errors", (block, kind), count, f"ras/{entry}")
     # xgmi_error clears on read: add what it says now to what we have seen before. One absurd read
     # (2^64-1) is rejected, or it would poison the accumulated counter for good.
     new_errors = read_parsed(f"{dev}/xgmi_error", tf.parse_unsigned)

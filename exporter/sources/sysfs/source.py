@@ -294,13 +294,7 @@ class SysfsSource(Source):
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
             estimate = self._background_pcie_bandwidth(device, state)
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, estimate, "pcie_bw")
-        mappings = values.mappings
-        if not (
-            mappings.get("temperatures")
-            or mappings.get("busy")
-            or mappings.get("memory_used_bytes")
-            or values.scalars.get("power_watts") is not None
-        ):
+        if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
             # Asked only now, not before every read: a vanished device reads nothing (ENOENT is "absent").
             if not os.path.isdir(dev):
                 raise SourceError("gone", f"{dev} no longer exists")
