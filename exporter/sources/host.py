@@ -62,12 +62,8 @@ def parse_mask(text: str) -> int | None:
 
 def parse_dpkg_query(text: str) -> list[tuple[str, str]]:
     """Lines 'package<TAB>version<TAB>status' -> installed (package, version), sorted."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[2].endswith(" installed") and parts[1]:
-            out.append((parts[0], parts[1]))
-    return sorted(set(out))
+    rows = (line.split("\t") for line in text.splitlines())
+    return sorted({(row[0], row[1]) for row in rows if len(row) == 3 and row[2].endswith(" installed") and row[1]})
 
 
 def _read(path: str) -> str | None:

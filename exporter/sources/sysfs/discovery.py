@@ -69,8 +69,8 @@ def list_devices(root: str) -> Listing:
         if not _CARD.match(name):
             continue
         device_dir = os.path.realpath(os.path.join(drm, name, "device"))
-        bdf = _bdf_from_path(device_dir)
-        if bdf is None:
+        bdf = os.path.basename(device_dir).lower()
+        if not _BDF.match(bdf):  # not a PCI device: perhaps a partition's platform device
             if _XCP_DEVICE.match(os.path.basename(device_dir)):
                 node = _partition_node(device_dir, by_render_minor)
                 if node is not None and node.partition > 0:
@@ -166,11 +166,6 @@ def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> Kfd
         if match:
             return by_render_minor.get(int(match.group(1)))
     return None
-
-
-def _bdf_from_path(path: str) -> str | None:
-    name = os.path.basename(path.rstrip("/")).lower()
-    return name if _BDF.match(name) else None
 
 
 @dataclass(frozen=True, slots=True)

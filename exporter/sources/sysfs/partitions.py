@@ -31,15 +31,9 @@ PARTITION_VRAM_POOL = "partition_vram"
 RESIDENCY_TICK_SECONDS = 1e-3
 _COUNTER_WRAP = 1 << 32  # the residency accumulators are u32
 V1_9 = "1.9"  # the attribute-encoded table: per-XCC arrays are device-wide, not per partition
-# Residency accumulator name -> the `reason` label of the throttle families.
-RESIDENCY_LABELS: Mapping[str, str] = {
-    "prochot": "prochot",
-    "ppt": "ppt",
-    "socket_thm": "socket_thermal",
-    "vr_thm": "vr_thermal",
-    "hbm_thm": "hbm_thermal",
-}
-assert set(RESIDENCY_LABELS) == set(RESIDENCY_REASONS)
+# Residency accumulator name -> the `reason` label of the throttle families (the firmware's "thm"
+# spelled out: socket_thm -> socket_thermal).
+RESIDENCY_LABELS: Mapping[str, str] = {name: name.replace("_thm", "_thermal") for name in RESIDENCY_REASONS}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ Adding a value read from a file is one row here; a test checks every row against
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -52,12 +53,8 @@ class FileField:
         return f"{base}/{self.file}" if base else None
 
 
-def _milli(text: str) -> float:
-    return tf.parse_scaled(text, 1e-3)
-
-
-def _micro(text: str) -> float:
-    return tf.parse_scaled(text, 1e-6)
+_milli = functools.partial(tf.parse_scaled, scale=1e-3)
+_micro = functools.partial(tf.parse_scaled, scale=1e-6)
 
 
 def _micro_nonzero(text: str) -> float | None:
