@@ -185,13 +185,8 @@ class DpmLevels:
     def current_hertz(self) -> float | None:
         """The clock right now: the S:/F: line when present (it is the measured clock), else the
         marked level, else None (no level marked, which older kernels do between levels)."""
-        if self.deep_sleep_hertz is not None:
-            return self.deep_sleep_hertz
-        if self.fine_grained_hertz is not None:
-            return self.fine_grained_hertz
-        if self.current_index is not None:
-            return self.levels_hertz[self.current_index]
-        return None
+        marked = None if self.current_index is None else self.levels_hertz[self.current_index]
+        return next((hz for hz in (self.deep_sleep_hertz, self.fine_grained_hertz, marked) if hz is not None), None)
 
     @property
     def max_hertz(self) -> float:

@@ -59,22 +59,18 @@ def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str,
     if not wanted:
         return {}
     nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
-    xccs: dict[str, dict[int, int]] = {}
-    memory: dict[str, dict[int, int]] = {}
+    found: dict[str, dict[int, tuple[int, int]]] = {}  # BDF -> partition -> (XCC count, VRAM bytes)
     for node in read_kfd_nodes(root).values():
         if node.pci_bus_id not in wanted:
             continue
         node_dir = os.path.join(nodes_dir, str(node.node))
         props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
-        xccs.setdefault(node.pci_bus_id, {})[node.partition] = props.get("num_xcc", 0)
-        memory.setdefault(node.pci_bus_id, {})[node.partition] = _local_memory(node_dir)
+        found.setdefault(node.pci_bus_id, {})[node.partition] = (props.get("num_xcc", 0), _local_memory(node_dir))
     layouts = {}
-    for bdf, by_partition in xccs.items():
-        count = len(by_partition)
-        if sorted(by_partition) == list(range(count)):  # partitions 0..N-1, none missing
-            layouts[bdf] = PartitionLayout(
-                tuple(by_partition[p] for p in range(count)), tuple(memory[bdf][p] for p in range(count))
-            )
+    for bdf, by_partition in found.items():
+        parts = [by_partition[p] for p in range(len(by_partition)) if p in by_partition]
+        if len(parts) == len(by_partition):  # partitions 0..N-1, none missing
+            layouts[bdf] = PartitionLayout(tuple(x for x, _ in parts), tuple(m for _, m in parts))
     return layouts
 
 
