@@ -21,19 +21,12 @@ import threading
 
 from exporter.sources.labels import clean_name
 
+# An errno's reason is its name in lower case, but where two errnos mean one thing to an operator.
+_NAMED_ERRNOS = ("EIO", "ENODEV", "EBUSY", "EAGAIN", "EPERM", "ENODATA", "EINVAL", "EOPNOTSUPP", "EISDIR", "ELOOP")
 _ERRNO_REASONS = {
-    errno.EIO: "eio",
-    errno.ENODEV: "enodev",
+    **{getattr(errno, name): name.lower() for name in _NAMED_ERRNOS},
     errno.ENXIO: "enodev",
-    errno.EBUSY: "ebusy",
-    errno.EAGAIN: "eagain",
-    errno.EPERM: "eperm",
     errno.EACCES: "eperm",
-    errno.ENODATA: "enodata",
-    errno.EINVAL: "einval",
-    errno.EOPNOTSUPP: "eopnotsupp",
-    errno.EISDIR: "eisdir",
-    errno.ELOOP: "eloop",
     errno.ETIMEDOUT: "timeout",
 }
 

@@ -134,11 +134,8 @@ def throttlers_active(previous: Mapping[str, int], current: Mapping[str, int]) -
 def partition_modes_changed(device: DeviceIdentity) -> bool:
     """Whether the socket's current compute/memory partition files say otherwise than its identity
     (a file that cannot be read now, e.g. -EPERM during the switch, says nothing)."""
-    for name, known in (
-        ("current_compute_partition", device.compute_partition),
-        ("current_memory_partition", device.memory_partition),
-    ):
-        now = read_parsed(os.path.join(device.device_dir, name), str.strip)
-        if now and now != known:
-            return True
-    return False
+    known = {"current_compute_partition": device.compute_partition, "current_memory_partition": device.memory_partition}
+    return any(
+        (now := read_parsed(os.path.join(device.device_dir, name), str.strip)) and now != mode
+        for name, mode in known.items()
+    )
