@@ -76,12 +76,9 @@ def _read(path: str) -> str | None:
 
 def rocm_installs(rocm_parent: str) -> tuple[tuple[str, str], ...]:
     """Every <rocm_parent>/rocm* with a .info/version (the ROCm installer writes it), /opt/rocm first."""
-    found = []
-    for folder in sorted(glob.glob(os.path.join(rocm_parent, "rocm*"))):
-        version = _read(os.path.join(folder, ".info", "version"))
-        if version:
-            found.append((folder, version.splitlines()[0].strip()))
-    return tuple(found)
+    folders = sorted(glob.glob(os.path.join(rocm_parent, "rocm*")))
+    versions = ((folder, _read(os.path.join(folder, ".info", "version"))) for folder in folders)
+    return tuple((folder, version.splitlines()[0].strip()) for folder, version in versions if version)
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -178,10 +175,9 @@ def collect(
     packages: bool = True,
 ) -> HostFacts:
     module = os.path.join(sysfs, "module", "amdgpu")
-    release = _read(os.path.join(procfs, "sys", "kernel", "osrelease"))
     mask = _read(os.path.join(module, "parameters", "ppfeaturemask"))
     return HostFacts(
-        kernel_release=release,
+        kernel_release=_read(os.path.join(procfs, "sys", "kernel", "osrelease")),
         driver_version=_read(os.path.join(module, "version")),
         driver_loaded=os.path.isdir(module),
         driver_initstate=_read(os.path.join(module, "initstate")),

@@ -127,10 +127,7 @@ class SampleValues:
 
     def mapping(self, field: str) -> dict[Any, Any]:
         """The mapping field's values, to add to (created empty on first use)."""
-        found = self.mappings.get(field)
-        if found is None:
-            found = self.mappings[field] = {}
-        return found
+        return self.mappings.setdefault(field, {})
 
     def supplied(self, field: str, key: Key | None = None) -> bool:
         if field in MAPPING_FIELDS:
