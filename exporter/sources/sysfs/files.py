@@ -102,9 +102,8 @@ class KeptFiles:
     closes it only when no read runs.
     """
 
-    def __init__(self, limit: int = KEPT_PER_DEVICE) -> None:
-        self._fds: dict[str, int] = {}
-        self._limit = limit  # descriptors kept at most; other paths are read the ordinary way
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}  # at most KEPT_PER_DEVICE; other paths are read the ordinary way
 
     def read(self, path: str) -> bytes | None:
         fd = self._fds.get(path)
@@ -112,7 +111,7 @@ class KeptFiles:
             self._drop(path)
             fd = None
         if fd is None:
-            if len(self._fds) >= self._limit:
+            if len(self._fds) >= KEPT_PER_DEVICE:
                 return read_file_bytes(path)
             fd = _open(path)
             if fd is None:

@@ -48,10 +48,6 @@ class PartitionLayout:
     def count(self) -> int:
         return len(self.xcc_counts)
 
-    def xcc_slice(self, partition: int) -> slice:
-        first = sum(self.xcc_counts[:partition])
-        return slice(first, first + self.xcc_counts[partition])
-
 
 def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str, PartitionLayout]:
     """BDF -> the layout of each partitionable socket found (from its KFD nodes' num_xcc)."""
@@ -105,8 +101,9 @@ def partition_busy(metrics: GpuMetrics, layout: PartitionLayout | None, partitio
         # one device-wide per-XCC array, the partitions' XCCs in order
         if metrics.partition_gfx_busy and layout is not None and partition < layout.count:
             flat = metrics.partition_gfx_busy[0]
+            first = sum(layout.xcc_counts[:partition])
             if len(flat) >= sum(layout.xcc_counts):
-                gfx = flat[layout.xcc_slice(partition)]
+                gfx = flat[first : first + layout.xcc_counts[partition]]
     elif len(metrics.partition_gfx_busy) > partition:
         gfx = metrics.partition_gfx_busy[partition]
         vcn = metrics.partition_vcn_busy[partition] if len(metrics.partition_vcn_busy) > partition else ()

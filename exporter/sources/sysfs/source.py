@@ -228,14 +228,13 @@ class SysfsSource(Source):
             for file, reason in errors.failed_files().items():
                 if failing.get(file) != reason:
                     failing[file] = reason
-                    detail = errors.details.get((file, reason), "")
                     log.warning(
                         "file_error",
                         pci_bus_id=device.pci_bus_id,
                         card=device.card,
                         file=file,
                         reason=reason,
-                        error=detail,
+                        error=errors.details.get((file, reason), ""),
                     )
             if failing:  # naming the files read fine costs more than the rest of this: only when one can recover
                 for file in errors.ok_files():
