@@ -60,7 +60,6 @@ def list_devices(root: str) -> Listing:
     except OSError:
         return Listing((), (), {}, "")
     kfd = read_kfd_nodes(root)
-    topology = kfd_topology(kfd)
     by_render_minor = {node.render_minor: node for node in kfd.values() if node.render_minor}
     driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
     cards: list[Card] = []
@@ -78,7 +77,7 @@ def list_devices(root: str) -> Listing:
             continue
         cards.append(Card(name, device_dir, bdf))
     cards.sort(key=lambda c: int(c.name[4:]))
-    return Listing(tuple(cards), tuple(partitions), topology, driver_version)
+    return Listing(tuple(cards), tuple(partitions), kfd_topology(kfd), driver_version)
 
 
 def identify(card: Card, listing: Listing) -> DeviceIdentity | None:

@@ -27,14 +27,14 @@ MAX_FILE_BYTES = 65536
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-def read_file_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
-    """Read a whole sysfs file (at most `limit` bytes); None when absent, refused or too large.
+def read_file_bytes(path: str) -> bytes | None:
+    """Read a whole sysfs file (at most MAX_FILE_BYTES); None when absent, refused or too large.
 
     os.open/os.read: a sysfs attribute is one read, and this is several times cheaper than
     the buffered file object on the hot path. ENODEV/ENXIO mean the device itself is gone.
     """
     fd = _open(path)
-    return None if fd is None else _read_and_close(fd, path, limit)
+    return None if fd is None else _read_and_close(fd, path)
 
 
 def _open(path: str) -> int | None:
@@ -46,18 +46,18 @@ def _open(path: str) -> int | None:
         return None
 
 
-def _read_and_close(fd: int, path: str, limit: int = MAX_FILE_BYTES, first: bytes = b"") -> bytes | None:
+def _read_and_close(fd: int, path: str, first: bytes = b"") -> bytes | None:
     """The file to its end (after `first`, what a read from offset 0 already gave), then the descriptor closed."""
     try:
         chunks = [first]
         size = len(first)
         if size:
             os.lseek(fd, size, os.SEEK_SET)
-        while chunk := os.read(fd, min(65536, limit + 1 - size)):
+        while chunk := os.read(fd, min(65536, MAX_FILE_BYTES + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > limit:
-                record(path, "too_large", f"longer than {limit} bytes")
+            if size > MAX_FILE_BYTES:
+                record(path, "too_large", f"longer than {MAX_FILE_BYTES} bytes")
                 return None
         note_ok(path)
         return b"".join(chunks)
@@ -129,7 +129,7 @@ class KeptFiles:
             note_ok(path)
             return data
         del self._fds[path]  # a page or more: read on from this descriptor, then closed
-        return _read_and_close(fd, path, MAX_FILE_BYTES, data)
+        return _read_and_close(fd, path, data)
 
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
