@@ -117,7 +117,7 @@ class Sample:
     ecc_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
     ras_retired_pages: int | None = None
     # (file, reason) -> how many times this read found the file unreadable or its value rejected
-    # (file = the attribute's name, "temp2_input"; reason in exporter.sources.errors.REASONS)
+    # (file = the attribute's name, "temp2_input"; reason one of the set in exporter/sources/errors.py)
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
 
 

@@ -40,8 +40,9 @@ class Source(Protocol):
         ...
 
     def stats(self) -> SourceStats:
-        """The source's own counters now (cheap, non-blocking); the poller copies them into each Snapshot."""
-        ...
+        """The source's own counters now (cheap, non-blocking); the poller copies them into each Snapshot.
+        A source without a worker has nothing to count."""
+        return SourceStats()
 
     def needs_rediscovery(self) -> bool:
         """True when the source knows its devices changed (an MI300 partition mode switch): the poller

@@ -5,7 +5,12 @@ A reader thread installs a FileErrors for the device it reads (`collecting`); th
 it. The source copies the counts into the Sample (`Sample.file_errors`), the poller adds them up
 into `amdgpu_exporter_file_errors_total{gpu, file, reason}`.
 
-Reasons are a small fixed set, so the label stays bounded whatever the kernel returns.
+Reasons are a small fixed set, so the label stays bounded whatever the kernel returns: parse (the
+text or blob is not what the driver writes), implausible (parsed, but outside the field's range in
+plausible.py), unavailable (the driver's own "no value right now" text), too_large (longer than any
+real attribute: not slurped), label (an identity string cut to length or cleaned of control
+characters), timeout (a reader that hung, such as pcie_bw's), and one per errno below (ENODEV /
+ENXIO: the device itself is gone), "other" for any other errno.
 """
 
 from __future__ import annotations
@@ -16,38 +21,12 @@ import threading
 
 from exporter.sources.labels import clean_name
 
-REASONS = (
-    "parse",  # the text or blob is not what the driver writes
-    "implausible",  # parsed, but outside the field's plausible range (plausible.py)
-    "unavailable",  # the driver's own "no value right now" text (pp_dpm after a RAS interrupt)
-    "too_large",  # longer than any real attribute: not slurped
-    "label",  # an identity string cut to length or cleaned of control characters
-    "timeout",  # a reader that hung (pcie_bw's background reader)
-    "eio",
-    "enodev",  # ENODEV / ENXIO: the device itself is gone
-    "ebusy",
-    "eagain",
-    "eperm",  # EPERM / EACCES
-    "enodata",
-    "einval",
-    "eopnotsupp",
-    "eisdir",
-    "eloop",
-    "other",  # any other errno
-)
+# An errno's reason is its name in lower case, but where two errnos mean one thing to an operator.
+_NAMED_ERRNOS = ("EIO", "ENODEV", "EBUSY", "EAGAIN", "EPERM", "ENODATA", "EINVAL", "EOPNOTSUPP", "EISDIR", "ELOOP")
 _ERRNO_REASONS = {
-    errno.EIO: "eio",
-    errno.ENODEV: "enodev",
+    **{getattr(errno, name): name.lower() for name in _NAMED_ERRNOS},
     errno.ENXIO: "enodev",
-    errno.EBUSY: "ebusy",
-    errno.EAGAIN: "eagain",
-    errno.EPERM: "eperm",
     errno.EACCES: "eperm",
-    errno.ENODATA: "enodata",
-    errno.EINVAL: "einval",
-    errno.EOPNOTSUPP: "eopnotsupp",
-    errno.EISDIR: "eisdir",
-    errno.ELOOP: "eloop",
     errno.ETIMEDOUT: "timeout",
 }
 

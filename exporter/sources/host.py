@@ -62,12 +62,8 @@ def parse_mask(text: str) -> int | None:
 
 def parse_dpkg_query(text: str) -> list[tuple[str, str]]:
     """Lines 'package<TAB>version<TAB>status' -> installed (package, version), sorted."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[2].endswith(" installed") and parts[1]:
-            out.append((parts[0], parts[1]))
-    return sorted(set(out))
+    rows = (line.split("\t") for line in text.splitlines())
+    return sorted({(row[0], row[1]) for row in rows if len(row) == 3 and row[2].endswith(" installed") and row[1]})
 
 
 def _read(path: str) -> str | None:
@@ -80,12 +76,14 @@ def _read(path: str) -> str | None:
 
 def rocm_installs(rocm_parent: str) -> tuple[tuple[str, str], ...]:
     """Every <rocm_parent>/rocm* with a .info/version (the ROCm installer writes it), /opt/rocm first."""
-    found = []
-    for folder in sorted(glob.glob(os.path.join(rocm_parent, "rocm*"))):
-        version = _read(os.path.join(folder, ".info", "version"))
-        if version:
-            found.append((folder, version.splitlines()[0].strip()))
-    return tuple(found)
+    folders = sorted(glob.glob(os.path.join(rocm_parent, "rocm*")))
+    versions = ((folder, _read(os.path.join(folder, ".info", "version"))) for folder in folders)
+    return tuple((folder, version.splitlines()[0].strip()) for folder, version in versions if version)
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """A probe's output as text, within _PROBE_TIMEOUT (raises OSError or TimeoutExpired)."""
+    return subprocess.run(command, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False)
 
 
 def installed_packages() -> tuple[tuple[str, str], ...]:
@@ -93,13 +91,7 @@ def installed_packages() -> tuple[tuple[str, str], ...]:
     if dpkg is None:
         return ()
     try:
-        result = subprocess.run(
-            [dpkg, "-W", "-f", "${Package}\t${Version}\t${Status}\n", *PACKAGE_PATTERNS],
-            capture_output=True,
-            text=True,
-            timeout=_PROBE_TIMEOUT,
-            check=False,
-        )
+        result = _run([dpkg, "-W", "-f", "${Package}\t${Version}\t${Status}\n", *PACKAGE_PATTERNS])
     except (OSError, subprocess.TimeoutExpired):
         return ()
     return tuple(parse_dpkg_query(result.stdout))
@@ -107,15 +99,11 @@ def installed_packages() -> tuple[tuple[str, str], ...]:
 
 def library_candidates(name: str, rocm_parent: str, environ: Mapping[str, str]) -> list[str]:
     """Where librocm_smi64 / libamd_smi may live, best first."""
-    stem = {"librocm_smi64": "rocm_smi64", "libamd_smi": "amd_smi"}[name]
-    folders = []
-    if environ.get("ROCM_PATH"):
-        folders += [os.path.join(environ["ROCM_PATH"], "lib"), os.path.join(environ["ROCM_PATH"], "lib64")]
-    for folder in sorted(glob.glob(os.path.join(rocm_parent, "rocm*"))):
-        folders += [os.path.join(folder, "lib"), os.path.join(folder, "lib64")]
+    installs = [environ["ROCM_PATH"]] if environ.get("ROCM_PATH") else []
+    installs += sorted(glob.glob(os.path.join(rocm_parent, "rocm*")))
+    folders = [os.path.join(install, lib) for install in installs for lib in ("lib", "lib64")]
     folders += ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
-    names = [f"lib{stem}.so", f"lib{stem}.so.1", f"lib{stem}.so.5", f"lib{stem}.so.6", f"lib{stem}.so.7"]
-    return [os.path.join(folder, file) for folder in folders for file in names]
+    return [os.path.join(folder, f"{name}.so{suffix}") for folder in folders for suffix in ("", ".1", ".5", ".6", ".7")]
 
 
 def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> LibraryVersion:
@@ -132,13 +120,7 @@ def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> 
     error: OSError | None = None
     for interpreter in dict.fromkeys(i for i in interpreters if i):
         try:
-            result = subprocess.run(
-                [interpreter, "-I", script, kind, path],
-                capture_output=True,
-                text=True,
-                timeout=_PROBE_TIMEOUT,
-                check=False,
-            )
+            result = _run([interpreter, "-I", script, kind, path])
             break
         except subprocess.TimeoutExpired:
             return LibraryVersion(name, path, error=f"loading it did not finish within {_PROBE_TIMEOUT:g} s")
@@ -193,10 +175,9 @@ def collect(
     packages: bool = True,
 ) -> HostFacts:
     module = os.path.join(sysfs, "module", "amdgpu")
-    release = _read(os.path.join(procfs, "sys", "kernel", "osrelease"))
     mask = _read(os.path.join(module, "parameters", "ppfeaturemask"))
     return HostFacts(
-        kernel_release=release,
+        kernel_release=_read(os.path.join(procfs, "sys", "kernel", "osrelease")),
         driver_version=_read(os.path.join(module, "version")),
         driver_loaded=os.path.isdir(module),
         driver_initstate=_read(os.path.join(module, "initstate")),

@@ -6,6 +6,7 @@ are not stable across boots. Both sources (sysfs, rocm_smi) name products and pa
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from exporter.model import DeviceIdentity
@@ -95,11 +96,8 @@ def _distance(secondary: DeviceIdentity, primary: DeviceIdentity) -> tuple[float
         for link in secondary.topology
         if link.peer_pci_bus_id == primary.pci_bus_id and link.link_type == "xgmi"
     ]
-    shared = 0
-    for a, b in zip(secondary.device_dir.split("/"), primary.device_dir.split("/"), strict=False):
-        if a != b:
-            break
-        shared += 1
+    pairs = zip(secondary.device_dir.split("/"), primary.device_dir.split("/"), strict=False)
+    shared = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
     # Die 0 is probed first: of two equally near primaries, the one before the secondary die.
     after = 1 if _bdf_number(primary) > _bdf_number(secondary) else 0
     return (min(xgmi) if xgmi else float("inf"), -shared, after, abs(_bdf_number(secondary) - _bdf_number(primary)))

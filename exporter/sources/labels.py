@@ -15,9 +15,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def clean_label(text: str) -> tuple[str, bool]:
     """(the text stripped, without control characters, cut to MAX_LABEL_CHARS; whether it had to change)."""
     stripped = text.strip()
-    cleaned = _CONTROL.sub("", stripped)
-    if len(cleaned) > MAX_LABEL_CHARS:
-        cleaned = cleaned[:MAX_LABEL_CHARS]
+    cleaned = _CONTROL.sub("", stripped)[:MAX_LABEL_CHARS]
     return cleaned, cleaned != stripped
 
 

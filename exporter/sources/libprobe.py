@@ -13,7 +13,9 @@ import json
 import sys
 
 
-class _RsmiVersion(ctypes.Structure):
+class _Version(ctypes.Structure):
+    # rsmi_version_t (major, minor, patch, build) and, as of ROCm 6.1, amdsmi_version_t (major,
+    # minor, release, build) share this layout.
     _fields_ = [
         ("major", ctypes.c_uint32),
         ("minor", ctypes.c_uint32),
@@ -22,32 +24,23 @@ class _RsmiVersion(ctypes.Structure):
     ]
 
 
-class _AmdsmiVersion(ctypes.Structure):
-    # amdsmi_version_t as of ROCm 6.1: major, minor, release, build string.
-    _fields_ = [
-        ("major", ctypes.c_uint32),
-        ("minor", ctypes.c_uint32),
-        ("release", ctypes.c_uint32),
-        ("build", ctypes.c_char_p),
-    ]
+# library kind -> the function that fills a _Version
+_VERSION_FUNCTIONS = {"rocm_smi": "rsmi_version_get", "amd_smi": "amdsmi_get_lib_version"}
 
 
 def probe(kind: str, path: str) -> dict[str, str]:
     library = ctypes.CDLL(path)
-    if kind == "rocm_smi":
-        rsmi = _RsmiVersion()
-        status = library.rsmi_version_get(ctypes.byref(rsmi))
-        if status != 0:
-            return {"error": f"rsmi_version_get returned status {status}"}
-        build = rsmi.build.decode(errors="replace") if rsmi.build else ""
-        return {"version": f"{rsmi.major}.{rsmi.minor}.{rsmi.patch}", "build": build}
+    function = _VERSION_FUNCTIONS.get(kind)
+    if function is None:
+        return {"error": f"unknown library kind {kind!r}"}
+    version = _Version()
+    status = getattr(library, function)(ctypes.byref(version))
+    if status != 0:
+        return {"error": f"{function} returned status {status}"}
+    number = f"{version.major}.{version.minor}.{version.patch}"
     if kind == "amd_smi":
-        amdsmi = _AmdsmiVersion()
-        status = library.amdsmi_get_lib_version(ctypes.byref(amdsmi))
-        if status != 0:
-            return {"error": f"amdsmi_get_lib_version returned status {status}"}
-        return {"version": f"{amdsmi.major}.{amdsmi.minor}.{amdsmi.release}"}
-    return {"error": f"unknown library kind {kind!r}"}
+        return {"version": number}
+    return {"version": number, "build": version.build.decode(errors="replace") if version.build else ""}
 
 
 def main(argv: list[str]) -> int:

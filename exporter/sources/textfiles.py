@@ -45,7 +45,6 @@ _GIGA = Decimal(10**9)
 # Widths a PCIe link can train to; 0 = link down. Anything else (63 = config space read all-ones
 # after the device fell off the bus) is not a width.
 _PCIE_WIDTHS = frozenset({0, 1, 2, 4, 8, 12, 16, 32})
-_PCIE_DPM_WIDTHS = _PCIE_WIDTHS - {0}
 
 
 def _fail(what: str, text: str) -> TextParseError:
@@ -53,20 +52,18 @@ def _fail(what: str, text: str) -> TextParseError:
     return TextParseError(f"{what}: {shown!r}")
 
 
-def _as_text(text: str | bytes) -> str:
-    """Accept the str of a text read or the bytes of a binary one; anything else is an error."""
-    if isinstance(text, str):
-        return text
-    if isinstance(text, bytes | bytearray):
-        try:
-            return bytes(text).decode("utf-8")
-        except UnicodeDecodeError:
-            raise TextParseError(f"not UTF-8 text: {bytes(text[:60])!r}") from None
-    raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
-
-
 def _stripped(text: str | bytes) -> str:
-    return _as_text(text).strip(_ASCII_SPACE)
+    """The str of a text read or the UTF-8 bytes of a binary one, without surrounding whitespace;
+    anything else is an error."""
+    if isinstance(text, bytes | bytearray):
+        raw = bytes(text)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TextParseError(f"not UTF-8 text: {raw[:60]!r}") from None
+    elif not isinstance(text, str):
+        raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
+    return text.strip(_ASCII_SPACE)
 
 
 def _lines(text: str) -> list[str]:
@@ -106,17 +103,6 @@ def _keyed_lines(
 
 def _counter(what: str) -> Callable[[str], int]:
     return lambda digits: _decimal(digits, 0, U64_MAX, what)
-
-
-def _table_lines(text: str | bytes, file: str, table: str) -> tuple[str, list[str]]:
-    """A pp_dpm_* table's text and its lines; `unavailable` (after a RAS interrupt) is no table."""
-    stripped = _stripped(text)
-    if stripped.lower() == "unavailable":
-        raise TextUnavailableError(f"{file} unavailable (RAS interrupt)")
-    lines = _lines(stripped)
-    if not lines:
-        raise _fail(f"empty {table}", stripped)
-    return stripped, lines
 
 
 _DECIMAL = re.compile(r"(-?)([0-9]+)")
@@ -199,13 +185,8 @@ class DpmLevels:
     def current_hertz(self) -> float | None:
         """The clock right now: the S:/F: line when present (it is the measured clock), else the
         marked level, else None (no level marked, which older kernels do between levels)."""
-        if self.deep_sleep_hertz is not None:
-            return self.deep_sleep_hertz
-        if self.fine_grained_hertz is not None:
-            return self.fine_grained_hertz
-        if self.current_index is not None:
-            return self.levels_hertz[self.current_index]
-        return None
+        marked = None if self.current_index is None else self.levels_hertz[self.current_index]
+        return next((hz for hz in (self.deep_sleep_hertz, self.fine_grained_hertz, marked) if hz is not None), None)
 
     @property
     def max_hertz(self) -> float:
@@ -223,7 +204,12 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     """`%d: %uMhz %s\\n` per level, `*` on the current one; an optional first `S: NMhz *` (deep
     sleep; levels then number from 0 or, in smu_cmn's writer, from 1); `unavailable` after a RAS
     interrupt raises TextUnavailableError. Aldebaran may mark two levels within 25 MHz of the clock."""
-    stripped, lines = _table_lines(text, "pp_dpm table", "clock table")
+    stripped = _stripped(text)
+    if stripped.lower() == "unavailable":
+        raise TextUnavailableError("pp_dpm table unavailable (RAS interrupt)")
+    lines = _lines(stripped)
+    if not lines:
+        raise _fail("empty clock table", stripped)
 
     current_line: dict[str, float] = {}  # the clock of an S: or F: line, by its letter
     prefix = _DPM_PREFIX.fullmatch(lines[0])
@@ -252,22 +238,9 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
     return DpmLevels(tuple(levels), current, current_line.get("S"), current_line.get("F"))
 
 
-# ---- pp_dpm_pcie ---------------------------------------------------------------------------------
+# ---- PCI core: current_link_speed / max_link_speed / *_link_width -------------------------------
 
-_PCIE_DPM_LEVEL = re.compile(
-    r"([0-9]{1,3}):[ \t]*([0-9]{1,3}(?:\.[0-9]{1,2})?)GT/s,[ \t]*x([0-9]{1,2})"
-    r"(?:[ \t]+([0-9]{1,10})[ \t]*[Mm][Hh][Zz])?[ \t]*(\*?)"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PcieDpmLevel:
-    """One pp_dpm_pcie line. lclk_hertz is absent on pre-SMU11 kernels (`0: 8.0GT/s, x16 *`)."""
-
-    transfers_per_second: float
-    width: int
-    current: bool
-    lclk_hertz: float | None = None
+_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
 
 
 def _giga_transfers(number: str, text: str) -> float:
@@ -275,28 +248,6 @@ def _giga_transfers(number: str, text: str) -> float:
     if value <= 0:
         raise _fail("link speed must be positive", text)
     return float(value * _GIGA)
-
-
-def parse_pp_dpm_pcie(text: str | bytes) -> tuple[PcieDpmLevel, ...]:
-    """`%d: %s %s %dMhz %s\\n`, e.g. `1: 16.0GT/s, x16 619Mhz *`. A level whose gen or width the
-    kernel could not name (it prints an empty string) is rejected: no number can stand for it."""
-    stripped, lines = _table_lines(text, "pp_dpm_pcie", "PCIe level table")
-    levels: list[PcieDpmLevel] = []
-    for line in lines:
-        number, speed, width_digits, lclk, star = _match(_PCIE_DPM_LEVEL, line, "not a PCIe level line").groups()
-        if int(number) != len(levels):
-            raise _fail("PCIe levels are not numbered 0, 1, ...", stripped)
-        width = int(width_digits)
-        if width not in _PCIE_DPM_WIDTHS:
-            raise _fail("not a PCIe link width", line)
-        lclk_hertz = None if lclk is None else _mhz(lclk, line)
-        levels.append(PcieDpmLevel(_giga_transfers(speed, line), width, bool(star), lclk_hertz))
-    return tuple(levels)
-
-
-# ---- PCI core: current_link_speed / max_link_speed / *_link_width -------------------------------
-
-_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
 
 
 def parse_link_speed(text: str | bytes) -> float:
@@ -343,38 +294,15 @@ def parse_ras_err_count(text: str | bytes) -> RasCounts:
     return RasCounts(correctable=counts["ce"], uncorrectable=counts["ue"], deferred=counts.get("de"))
 
 
-_RAS_FEATURES = re.compile(r"feature mask:[ \t]*0[xX]([0-9a-fA-F]{1,16})")
-
-
-def parse_ras_features(text: str | bytes) -> int:
-    """ras/features: `feature mask: 0x%x\\n` -> the mask (bit n = RAS block n enabled)."""
-    return int(_match(_RAS_FEATURES, _stripped(text), "not a RAS feature mask").group(1), 16)
-
-
 _BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
 
 
-@dataclass(frozen=True, slots=True)
-class BadPage:
-    """One ras/gpu_vram_bad_pages record. status: R reserved (retired), P pending, F fault."""
-
-    page_frame: int
-    size_bytes: int
-    status: str
-
-
-def parse_bad_pages(text: str | bytes) -> tuple[BadPage, ...]:
-    """`0x%08x : 0x%08x : %1s\\n` per record; an empty file means no bad pages."""
-    pages: list[BadPage] = []
-    for line in _lines(_stripped(text)):
-        page, size, status = _match(_BAD_PAGE, line, "not a bad page record").groups()
-        pages.append(BadPage(int(page, 16), int(size, 16), status))
-    return tuple(pages)
-
-
 def count_bad_pages(text: str | bytes) -> int:
-    """Number of retired (R) pages; pending and faulted records are valid but not counted."""
-    return sum(1 for page in parse_bad_pages(text) if page.status == "R")
+    """`0x%08x : 0x%08x : %1s\\n` per record (page frame, size, status; an empty file means no bad
+    pages) -> the number of retired (R) pages; pending (P) and faulted (F) records are valid but
+    not counted."""
+    records = [_match(_BAD_PAGE, line, "not a bad page record") for line in _lines(_stripped(text))]
+    return sum(1 for record in records if record.group(3) == "R")
 
 
 # ---- identity: firmware, unique_id, PCI ids --------------------------------------------------------
@@ -465,21 +393,4 @@ def parse_word(text: str | bytes) -> str:
         return labelled.group(1)
     if _WORD.fullmatch(stripped) is None:
         raise _fail("not a single word", stripped)
-    return stripped
-
-
-def parse_word_list(text: str | bytes) -> tuple[str, ...]:
-    """available_compute_partition `SPX, DPX, QPX, CPX\\n` -> ("SPX", "DPX", "QPX", "CPX")."""
-    stripped = _stripped(text)
-    words = tuple(part.strip(_LINE_SPACE) for part in stripped.split(","))
-    if any(_WORD.fullmatch(word) is None for word in words):
-        raise _fail("not a comma-separated word list", stripped)
-    return words
-
-
-def parse_text_line(text: str | bytes) -> str:
-    """A one-line free-text file (product_name, serial_number, manufacturer): printable, non-empty."""
-    stripped = _stripped(text)
-    if not stripped or "\n" in stripped or not stripped.isprintable():
-        raise _fail("not one printable line", stripped)
     return stripped

@@ -26,12 +26,10 @@ TEXT_PARSERS = (
     tf.parse_percent_ratio,
     lambda text: tf.parse_scaled(text, 1e-3),
     tf.parse_pp_dpm,
-    tf.parse_pp_dpm_pcie,
     tf.parse_link_speed,
     tf.parse_link_width,
     tf.parse_ras_err_count,
-    tf.parse_ras_features,
-    tf.parse_bad_pages,
+    tf.count_bad_pages,
     tf.parse_fw_version,
     tf.parse_unique_id,
     tf.parse_hex_id,
@@ -39,7 +37,6 @@ TEXT_PARSERS = (
     tf.parse_key_values,
     tf.parse_uevent,
     tf.parse_word,
-    tf.parse_word_list,
 )
 
 

@@ -15,15 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.sources.textfiles import (
-    BadPage,
     DpmLevels,
     PcieBw,
-    PcieDpmLevel,
     RasCounts,
     TextParseError,
     TextUnavailableError,
     count_bad_pages,
-    parse_bad_pages,
     parse_fw_version,
     parse_hex_id,
     parse_key_values,
@@ -32,17 +29,13 @@ from exporter.sources.textfiles import (
     parse_pcie_bw,
     parse_percent_ratio,
     parse_pp_dpm,
-    parse_pp_dpm_pcie,
     parse_ras_err_count,
-    parse_ras_features,
     parse_scaled,
     parse_signed,
-    parse_text_line,
     parse_uevent,
     parse_unique_id,
     parse_unsigned,
     parse_word,
-    parse_word_list,
 )
 
 U64_MAX = 2**64 - 1
@@ -233,47 +226,6 @@ def test_pp_dpm_malformed_is_not_unavailable() -> None:
     assert not isinstance(info.value, TextUnavailableError)
 
 
-# pp_dpm_pcie ---------------------------------------------------------------------------------------
-
-
-def test_pp_dpm_pcie_example() -> None:
-    levels = parse_pp_dpm_pcie("0: 2.5GT/s, x16 619Mhz \n1: 16.0GT/s, x16 619Mhz *\n")
-    assert levels == (
-        PcieDpmLevel(2.5e9, 16, False, 619e6),
-        PcieDpmLevel(16e9, 16, True, 619e6),
-    )
-
-
-def test_pp_dpm_pcie_without_lclk_pre_smu11() -> None:
-    # vega10/smu7 hwmgr: "%d: %s %s\n" with "8.0GT/s, x16".
-    levels = parse_pp_dpm_pcie("0: 2.5GT/s, x1 \n1: 8.0GT/s, x16 *\n")
-    assert levels[1] == PcieDpmLevel(8e9, 16, True, None)
-    assert levels[0].width == 1
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "0:  x16 619Mhz *\n",  # gen the kernel could not name
-        "0: 16.0GT/s,  619Mhz *\n",  # width the kernel could not name
-        "0: 16.0GT/s, x3 619Mhz\n",
-        "0: 0.0GT/s, x16 619Mhz\n",
-        "1: 16.0GT/s, x16 619Mhz\n",
-        "0: 16.0 GT/s PCIe\n",
-        "0: 16.0GT/s x16\n",
-    ],
-)
-def test_pp_dpm_pcie_rejects(text: str) -> None:
-    with pytest.raises(TextParseError):
-        parse_pp_dpm_pcie(text)
-
-
-def test_pp_dpm_pcie_unavailable() -> None:
-    with pytest.raises(TextUnavailableError):
-        parse_pp_dpm_pcie("unavailable\n")
-
-
 # PCI core link files -------------------------------------------------------------------------------
 
 
@@ -341,21 +293,8 @@ def test_ras_err_count_rejects(text: str) -> None:
         parse_ras_err_count(text)
 
 
-def test_ras_features() -> None:
-    assert parse_ras_features("feature mask: 0x3fff\n") == 0x3FFF
-    assert parse_ras_features("feature mask: 0x0\n") == 0
-    for bad in ("0x3fff\n", "feature mask: 3fff\n", "feature mask: 0xzz\n", ""):
-        with pytest.raises(TextParseError):
-            parse_ras_features(bad)
-
-
 def test_bad_pages() -> None:
     text = "0x00000123 : 0x00001000 : R\n0x00000456 : 0x00001000 : P\n0x00000789 : 0x00001000 : F\n"
-    assert parse_bad_pages(text) == (
-        BadPage(0x123, 0x1000, "R"),
-        BadPage(0x456, 0x1000, "P"),
-        BadPage(0x789, 0x1000, "F"),
-    )
     assert count_bad_pages(text) == 1
     assert count_bad_pages("") == 0  # no bad pages: the read returns nothing
     for bad in ("0x00000123 : 0x00001000 : X\n", "0x123 : R\n", "garbage\n", "0x00000123 : 0x00001000 : R\nx\n"):
@@ -473,21 +412,6 @@ def test_word_rejects(text: str) -> None:
         parse_word(text)
 
 
-def test_word_list() -> None:
-    assert parse_word_list("SPX, DPX, QPX, CPX\n") == ("SPX", "DPX", "QPX", "CPX")
-    assert parse_word_list("NPS1\n") == ("NPS1",)
-    for bad in ("", "SPX,, CPX\n", "SPX, \n", "SPX DPX\n"):
-        with pytest.raises(TextParseError):
-            parse_word_list(bad)
-
-
-def test_text_line() -> None:
-    assert parse_text_line("AMD Instinct MI250X\n") == "AMD Instinct MI250X"
-    for bad in ("", "a\nb\n", "a\x00b\n"):
-        with pytest.raises(TextParseError):
-            parse_text_line(bad)
-
-
 def test_bytes_are_accepted_and_bad_input_types_are_parse_errors() -> None:
     assert parse_unsigned(b"42\n") == 42
     assert parse_word(bytearray(b"auto\n")) == "auto"  # type: ignore[arg-type]
@@ -519,17 +443,12 @@ CONTRACTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], None]]] = {
     "percent": (parse_percent_ratio, lambda v: _assert(0.0 <= v <= 1.0)),
     "scaled": (lambda t: parse_scaled(t, 1e-3), lambda v: _assert(isinstance(v, float))),
     "pp_dpm": (parse_pp_dpm, _check_dpm),
-    "pp_dpm_pcie": (
-        parse_pp_dpm_pcie,
-        lambda v: _assert(len(v) > 0 and all(lvl.transfers_per_second > 0 and lvl.width > 0 for lvl in v)),
-    ),
     "link_speed": (parse_link_speed, lambda v: _assert(v > 0)),
     "link_width": (parse_link_width, lambda v: _assert(v in {0, 1, 2, 4, 8, 12, 16, 32})),
     "ras_err_count": (
         parse_ras_err_count,
         lambda v: _assert(v.correctable >= 0 and v.uncorrectable >= 0 and (v.deferred or 0) >= 0),
     ),
-    "ras_features": (parse_ras_features, lambda v: _assert(v >= 0)),
     "bad_pages": (count_bad_pages, lambda v: _assert(v >= 0)),
     "fw_version": (parse_fw_version, lambda v: _assert(len(v) == 10 and v[:2] == "0x" and set(v[2:]) <= _HEX16)),
     "unique_id": (parse_unique_id, lambda v: _assert(len(v) == 16 and set(v) <= _HEX16)),
@@ -537,9 +456,7 @@ CONTRACTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], None]]] = {
     "key_values": (parse_key_values, lambda v: _assert(all(0 <= x <= U64_MAX for x in v.values()))),
     "uevent": (parse_uevent, lambda v: _assert(all(k and "=" not in k and "\n" not in x for k, x in v.items()))),
     "word": (parse_word, lambda v: _assert(bool(v) and not any(c.isspace() for c in v))),
-    "word_list": (parse_word_list, lambda v: _assert(len(v) > 0 and all(v))),
     "hex_id": (parse_hex_id, lambda v: _assert(v.startswith("0x") and set(v[2:]) <= _HEX16)),
-    "text_line": (parse_text_line, lambda v: _assert(bool(v) and "\n" not in v)),
 }
 
 
@@ -648,33 +565,6 @@ def test_pp_dpm_round_trip(
     assert parsed.max_hertz == max(levels) * 1e6
 
 
-# smu_cmn_print_pcie_levels' tables: gen code -> text, lane code -> text
-_GEN_TEXT = {0: "2.5GT/s,", 1: "5.0GT/s,", 2: "8.0GT/s,", 3: "16.0GT/s,", 4: "32.0GT/s,", 5: "64.0GT/s,"}
-_GEN_RATE = {0: 2.5e9, 1: 5e9, 2: 8e9, 3: 16e9, 4: 32e9, 5: 64e9}
-_LANE_TEXT = {1: "x1", 2: "x2", 3: "x4", 4: "x8", 5: "x12", 6: "x16", 7: "x32"}
-
-
-@given(
-    rows=st.lists(
-        st.tuples(st.sampled_from(sorted(_GEN_TEXT)), st.sampled_from(sorted(_LANE_TEXT)), st.integers(0, 2**31 - 1)),
-        min_size=1,
-        max_size=8,
-    ),
-    current=st.integers(0, 7),
-)
-def test_pp_dpm_pcie_round_trip(rows: list[tuple[int, int, int]], current: int) -> None:
-    current %= len(rows)
-    text = "".join(
-        f"{i}: {_GEN_TEXT[gen]} {_LANE_TEXT[lane]} {lclk}Mhz {'*' if i == current else ''}\n"
-        for i, (gen, lane, lclk) in enumerate(rows)
-    )
-    parsed = parse_pp_dpm_pcie(text)
-    assert parsed == tuple(
-        PcieDpmLevel(_GEN_RATE[gen], int(_LANE_TEXT[lane][1:]), i == current, lclk * 1e6)
-        for i, (gen, lane, lclk) in enumerate(rows)
-    )
-
-
 @given(
     speed=st.sampled_from(
         [
@@ -708,15 +598,9 @@ def test_ras_err_count_round_trip(ue: int, ce: int, de: int | None) -> None:
     assert parse_ras_err_count(text) == RasCounts(correctable=ce, uncorrectable=ue, deferred=de)
 
 
-@given(mask=st.integers(0, U32_MAX))
-def test_ras_features_round_trip(mask: int) -> None:
-    assert parse_ras_features(f"feature mask: 0x{mask:x}\n") == mask
-
-
 @given(st.lists(st.tuples(st.integers(0, U32_MAX), st.integers(0, U32_MAX), st.sampled_from("RPF")), max_size=20))
 def test_bad_pages_round_trip(records: list[tuple[int, int, str]]) -> None:
     text = "".join(f"0x{page:08x} : 0x{size:08x} : {flag}\n" for page, size, flag in records)
-    assert parse_bad_pages(text) == tuple(BadPage(*record) for record in records)
     assert count_bad_pages(text) == sum(1 for *_, flag in records if flag == "R")
 
 
@@ -767,11 +651,6 @@ words = st.from_regex(r"[!-~]{1,24}", fullmatch=True)
 def test_word_round_trip(word: str) -> None:
     assert parse_word(f"{word}\n") == word
     assert parse_word(f"type : {word}\n") == word
-
-
-@given(items=st.lists(st.from_regex(r"[A-Z0-9]{1,6}", fullmatch=True), min_size=1, max_size=8))
-def test_word_list_round_trip(items: list[str]) -> None:
-    assert parse_word_list(", ".join(items) + "\n") == tuple(items)
 
 
 @given(value=st.integers(0, 0xFFFF))

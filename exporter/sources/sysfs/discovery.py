@@ -60,7 +60,6 @@ def list_devices(root: str) -> Listing:
     except OSError:
         return Listing((), (), {}, "")
     kfd = read_kfd_nodes(root)
-    topology = kfd_topology(kfd)
     by_render_minor = {node.render_minor: node for node in kfd.values() if node.render_minor}
     driver_version = read_parsed(os.path.join(root, "module", "amdgpu", "version"), tf.parse_word) or ""
     cards: list[Card] = []
@@ -69,8 +68,8 @@ def list_devices(root: str) -> Listing:
         if not _CARD.match(name):
             continue
         device_dir = os.path.realpath(os.path.join(drm, name, "device"))
-        bdf = _bdf_from_path(device_dir)
-        if bdf is None:
+        bdf = os.path.basename(device_dir).lower()
+        if not _BDF.match(bdf):  # not a PCI device: perhaps a partition's platform device
             if _XCP_DEVICE.match(os.path.basename(device_dir)):
                 node = _partition_node(device_dir, by_render_minor)
                 if node is not None and node.partition > 0:
@@ -78,7 +77,7 @@ def list_devices(root: str) -> Listing:
             continue
         cards.append(Card(name, device_dir, bdf))
     cards.sort(key=lambda c: int(c.name[4:]))
-    return Listing(tuple(cards), tuple(partitions), topology, driver_version)
+    return Listing(tuple(cards), tuple(partitions), kfd_topology(kfd), driver_version)
 
 
 def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
@@ -152,15 +151,9 @@ def assemble(sockets: list[DeviceIdentity], listing: Listing) -> list[DeviceIden
         socket = socket_by_bdf.get(bdf)
         if socket is None:  # its socket's PCI device is not an amdgpu card (or vanished, or not read in time)
             continue
+        topology = listing.topology.get((bdf, index), ())
         found.append(
-            replace(
-                socket,
-                card=card,
-                device_dir=device_dir,
-                hwmon_dir="",
-                partition=index,
-                topology=listing.topology.get((bdf, index), ()),
-            )
+            replace(socket, card=card, device_dir=device_dir, hwmon_dir="", partition=index, topology=topology)
         )
     return sorted(found, key=lambda d: (d.pci_bus_id, d.partition))
 
@@ -172,11 +165,6 @@ def _partition_node(device_dir: str, by_render_minor: dict[int, KfdNode]) -> Kfd
         if match:
             return by_render_minor.get(int(match.group(1)))
     return None
-
-
-def _bdf_from_path(path: str) -> str | None:
-    name = os.path.basename(path.rstrip("/")).lower()
-    return name if _BDF.match(name) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,17 +209,10 @@ def kfd_topology(nodes: Mapping[int, KfdNode]) -> dict[tuple[str, int], tuple[To
         links = []
         for props in node.links:
             peer = nodes.get(props.get("node_to", -1))
+            peer_bdf, peer_partition = (peer.pci_bus_id, peer.partition) if peer else ("", 0)
             kind = _KFD_LINK_TYPES.get(props.get("type", -1), f"type{props.get('type', -1)}")
             # Each KFD io_link is a direct link: one hop.
-            links.append(
-                TopologyLink(
-                    peer.pci_bus_id if peer else "",
-                    kind,
-                    1,
-                    props.get("weight", 0),
-                    peer_partition=peer.partition if peer else 0,
-                )
-            )
+            links.append(TopologyLink(peer_bdf, kind, 1, props.get("weight", 0), peer_partition=peer_partition))
         links.sort(key=lambda link: (link.peer_pci_bus_id, link.link_type, link.peer_partition))
         result[(node.pci_bus_id, node.partition)] = tuple(links)
     return result

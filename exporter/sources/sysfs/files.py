@@ -27,14 +27,14 @@ MAX_FILE_BYTES = 65536
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-def read_file_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
-    """Read a whole sysfs file (at most `limit` bytes); None when absent, refused or too large.
+def read_file_bytes(path: str) -> bytes | None:
+    """Read a whole sysfs file (at most MAX_FILE_BYTES); None when absent, refused or too large.
 
     os.open/os.read: a sysfs attribute is one read, and this is several times cheaper than
     the buffered file object on the hot path. ENODEV/ENXIO mean the device itself is gone.
     """
     fd = _open(path)
-    return None if fd is None else _read_and_close(fd, path, limit)
+    return None if fd is None else _read_and_close(fd, path)
 
 
 def _open(path: str) -> int | None:
@@ -46,18 +46,18 @@ def _open(path: str) -> int | None:
         return None
 
 
-def _read_and_close(fd: int, path: str, limit: int = MAX_FILE_BYTES, first: bytes = b"") -> bytes | None:
+def _read_and_close(fd: int, path: str, first: bytes = b"") -> bytes | None:
     """The file to its end (after `first`, what a read from offset 0 already gave), then the descriptor closed."""
     try:
         chunks = [first]
         size = len(first)
         if size:
             os.lseek(fd, size, os.SEEK_SET)
-        while chunk := os.read(fd, min(65536, limit + 1 - size)):
+        while chunk := os.read(fd, min(65536, MAX_FILE_BYTES + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > limit:
-                record(path, "too_large", f"longer than {limit} bytes")
+            if size > MAX_FILE_BYTES:
+                record(path, "too_large", f"longer than {MAX_FILE_BYTES} bytes")
                 return None
         note_ok(path)
         return b"".join(chunks)
@@ -102,9 +102,8 @@ class KeptFiles:
     closes it only when no read runs.
     """
 
-    def __init__(self, limit: int = KEPT_PER_DEVICE) -> None:
-        self._fds: dict[str, int] = {}
-        self._limit = limit  # descriptors kept at most; other paths are read the ordinary way
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}  # at most KEPT_PER_DEVICE; other paths are read the ordinary way
 
     def read(self, path: str) -> bytes | None:
         fd = self._fds.get(path)
@@ -112,7 +111,7 @@ class KeptFiles:
             self._drop(path)
             fd = None
         if fd is None:
-            if len(self._fds) >= self._limit:
+            if len(self._fds) >= KEPT_PER_DEVICE:
                 return read_file_bytes(path)
             fd = _open(path)
             if fd is None:
@@ -130,7 +129,7 @@ class KeptFiles:
             note_ok(path)
             return data
         del self._fds[path]  # a page or more: read on from this descriptor, then closed
-        return _read_and_close(fd, path, MAX_FILE_BYTES, data)
+        return _read_and_close(fd, path, data)
 
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
@@ -157,9 +156,7 @@ def read_parsed(
 ) -> T | None:
     """Read and parse a text file; absent, refused or unparsable all mean 'not supplied now'."""
     raw = read(path)
-    if raw is None:
-        return None
-    return parse_read(path, raw, parse)
+    return None if raw is None else parse_read(path, raw, parse)
 
 
 def parse_read(path: str, raw: bytes, parse: Callable[[str], T]) -> T | None:

@@ -31,15 +31,9 @@ PARTITION_VRAM_POOL = "partition_vram"
 RESIDENCY_TICK_SECONDS = 1e-3
 _COUNTER_WRAP = 1 << 32  # the residency accumulators are u32
 V1_9 = "1.9"  # the attribute-encoded table: per-XCC arrays are device-wide, not per partition
-# Residency accumulator name -> the `reason` label of the throttle families.
-RESIDENCY_LABELS: Mapping[str, str] = {
-    "prochot": "prochot",
-    "ppt": "ppt",
-    "socket_thm": "socket_thermal",
-    "vr_thm": "vr_thermal",
-    "hbm_thm": "hbm_thermal",
-}
-assert set(RESIDENCY_LABELS) == set(RESIDENCY_REASONS)
+# Residency accumulator name -> the `reason` label of the throttle families (the firmware's "thm"
+# spelled out: socket_thm -> socket_thermal).
+RESIDENCY_LABELS: Mapping[str, str] = {name: name.replace("_thm", "_thermal") for name in RESIDENCY_REASONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +48,6 @@ class PartitionLayout:
     def count(self) -> int:
         return len(self.xcc_counts)
 
-    def xcc_slice(self, partition: int) -> slice:
-        first = sum(self.xcc_counts[:partition])
-        return slice(first, first + self.xcc_counts[partition])
-
 
 def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str, PartitionLayout]:
     """BDF -> the layout of each partitionable socket found (from its KFD nodes' num_xcc)."""
@@ -65,22 +55,18 @@ def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str,
     if not wanted:
         return {}
     nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
-    xccs: dict[str, dict[int, int]] = {}
-    memory: dict[str, dict[int, int]] = {}
+    found: dict[str, dict[int, tuple[int, int]]] = {}  # BDF -> partition -> (XCC count, VRAM bytes)
     for node in read_kfd_nodes(root).values():
         if node.pci_bus_id not in wanted:
             continue
         node_dir = os.path.join(nodes_dir, str(node.node))
         props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
-        xccs.setdefault(node.pci_bus_id, {})[node.partition] = props.get("num_xcc", 0)
-        memory.setdefault(node.pci_bus_id, {})[node.partition] = _local_memory(node_dir)
+        found.setdefault(node.pci_bus_id, {})[node.partition] = (props.get("num_xcc", 0), _local_memory(node_dir))
     layouts = {}
-    for bdf, by_partition in xccs.items():
-        count = len(by_partition)
-        if sorted(by_partition) == list(range(count)):  # partitions 0..N-1, none missing
-            layouts[bdf] = PartitionLayout(
-                tuple(by_partition[p] for p in range(count)), tuple(memory[bdf][p] for p in range(count))
-            )
+    for bdf, by_partition in found.items():
+        parts = [by_partition[p] for p in range(len(by_partition)) if p in by_partition]
+        if len(parts) == len(by_partition):  # partitions 0..N-1, none missing
+            layouts[bdf] = PartitionLayout(tuple(x for x, _ in parts), tuple(m for _, m in parts))
     return layouts
 
 
@@ -115,8 +101,9 @@ def partition_busy(metrics: GpuMetrics, layout: PartitionLayout | None, partitio
         # one device-wide per-XCC array, the partitions' XCCs in order
         if metrics.partition_gfx_busy and layout is not None and partition < layout.count:
             flat = metrics.partition_gfx_busy[0]
+            first = sum(layout.xcc_counts[:partition])
             if len(flat) >= sum(layout.xcc_counts):
-                gfx = flat[layout.xcc_slice(partition)]
+                gfx = flat[first : first + layout.xcc_counts[partition]]
     elif len(metrics.partition_gfx_busy) > partition:
         gfx = metrics.partition_gfx_busy[partition]
         vcn = metrics.partition_vcn_busy[partition] if len(metrics.partition_vcn_busy) > partition else ()
@@ -144,11 +131,8 @@ def throttlers_active(previous: Mapping[str, int], current: Mapping[str, int]) -
 def partition_modes_changed(device: DeviceIdentity) -> bool:
     """Whether the socket's current compute/memory partition files say otherwise than its identity
     (a file that cannot be read now, e.g. -EPERM during the switch, says nothing)."""
-    for name, known in (
-        ("current_compute_partition", device.compute_partition),
-        ("current_memory_partition", device.memory_partition),
-    ):
-        now = read_parsed(os.path.join(device.device_dir, name), str.strip)
-        if now and now != known:
-            return True
-    return False
+    known = {"current_compute_partition": device.compute_partition, "current_memory_partition": device.memory_partition}
+    return any(
+        (now := read_parsed(os.path.join(device.device_dir, name), str.strip)) and now != mode
+        for name, mode in known.items()
+    )

@@ -30,14 +30,6 @@ DPM_FILES = {
 }
 
 
-def dpm_table(levels_hertz: tuple[float, ...]) -> tuple[float, ...]:
-    """A DPM table as Sample.gfx_dpm_levels_hertz holds it: lowest first; a fine-grained table (at most
-    three lines: min, the current clock when between, max) as its range (min, max), since its middle
-    line is the clock of the moment, not a level."""
-    levels = sorted(levels_hertz)
-    return (levels[0], levels[-1]) if len(levels) <= 3 else tuple(levels)
-
-
 def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a sum)."""
     dev = device.device_dir
@@ -48,7 +40,10 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
         if levels is not None and levels.levels_hertz:
             values.set("clocks_max_hertz", domain, levels.max_hertz, name)
             if domain == "gfx":
-                values.set("gfx_dpm_levels_hertz", None, dpm_table(levels.levels_hertz))
+                # Lowest first; a fine-grained table (at most three lines: min, the current clock when
+                # between, max) as its range (min, max): its middle line is the clock of the moment, not a level.
+                table = sorted(levels.levels_hertz)
+                values.set("gfx_dpm_levels_hertz", None, (table[0], table[-1]) if len(table) <= 3 else tuple(table))
             if levels.current_hertz is not None:
                 values.set("clocks_hertz", domain, levels.current_hertz, name)
     ras_dir = f"{dev}/ras"
@@ -58,11 +53,9 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
             if counts is None:
                 continue
             block = clean_name(entry.removesuffix("_err_count"))
-            origin = f"ras/{entry}"
-            values.set("ecc_errors", (block, "correctable"), counts.correctable, origin)
-            values.set("ecc_errors", (block, "uncorrectable"), counts.uncorrectable, origin)
-            if counts.deferred is not None:
-                values.set("ecc_errors", (block, "deferred"), counts.deferred, origin)
+            for kind in ("correctable", "uncorrectable", "deferred"):
+                if (count := getattr(counts, kind)) is not None:  # deferred: only on newer kernels
+                    values.set("ecc_errors", (block, kind), count, f"ras/{entry}")
     # xgmi_error clears on read: add what it says now to what we have seen before. One absurd read
     # (2^64-1) is rejected, or it would poison the accumulated counter for good.
     new_errors = read_parsed(f"{dev}/xgmi_error", tf.parse_unsigned)

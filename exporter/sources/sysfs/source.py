@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, SourceStats, frozen_map
+from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources.base import Source, SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
@@ -52,6 +52,8 @@ from exporter.threads import DaemonPool
 log = get_logger("exporter.sources.sysfs")
 
 _MEM_BANKS = "mem_banks/properties"  # KFD's memory banks: where a partition's VRAM size comes from
+# Seconds partition 0's gpu_metrics table serves the socket's other partitions: one poll cycle's reads.
+_SOCKET_TABLE_MAX_AGE = 0.1
 
 
 @dataclass(eq=False, slots=True)
@@ -102,13 +104,11 @@ class SysfsSource(Source):
         *,
         slow_interval: float = 10.0,
         pcie_bw_interval: float = 30.0,
-        socket_table_max_age: float = 0.1,
         read_timeout: float = 2.0,
     ):
         self.root = str(sysfs_root)
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
-        self.socket_table_max_age = socket_table_max_age
         self.read_timeout = read_timeout
         self._devices: dict[str, DeviceReadState] = {}  # BDF -> its state; made and dropped by discover()
         self._lock = threading.Lock()  # guards _devices and each state's in_use, closed, pcie and failing
@@ -228,14 +228,13 @@ class SysfsSource(Source):
             for file, reason in errors.failed_files().items():
                 if failing.get(file) != reason:
                     failing[file] = reason
-                    detail = errors.details.get((file, reason), "")
                     log.warning(
                         "file_error",
                         pci_bus_id=device.pci_bus_id,
                         card=device.card,
                         file=file,
                         reason=reason,
-                        error=detail,
+                        error=errors.details.get((file, reason), ""),
                     )
             if failing:  # naming the files read fine costs more than the rest of this: only when one can recover
                 for file in errors.ok_files():
@@ -294,13 +293,7 @@ class SysfsSource(Source):
             # No measured bandwidth (MI200): pcie_bw's estimate, under its own name (an upper bound).
             estimate = self._background_pcie_bandwidth(device, state)
             values.set("pcie_bandwidth_upper_bound_bytes_per_second", None, estimate, "pcie_bw")
-        mappings = values.mappings
-        if not (
-            mappings.get("temperatures")
-            or mappings.get("busy")
-            or mappings.get("memory_used_bytes")
-            or values.scalars.get("power_watts") is not None
-        ):
+        if not any(values.supplied(name) for name in ("temperatures", "busy", "memory_used_bytes", "power_watts")):
             # Asked only now, not before every read: a vanished device reads nothing (ENOENT is "absent").
             if not os.path.isdir(dev):
                 raise SourceError("gone", f"{dev} no longer exists")
@@ -312,7 +305,7 @@ class SysfsSource(Source):
         values live on partition 0. Read from the socket's table, shared with partition 0's read."""
         layout = state.layout
         shared = state.socket_table
-        fresh = shared is not None and time.monotonic() - shared[0] <= self.socket_table_max_age
+        fresh = shared is not None and time.monotonic() - shared[0] <= _SOCKET_TABLE_MAX_AGE
         metrics = shared[1] if shared is not None and fresh else None
         if metrics is None:
             socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
@@ -382,9 +375,6 @@ class SysfsSource(Source):
         """True when a socket's compute or memory partition mode changed since the last discovery
         (checked on the slow schedule): the poller then rediscovers at once."""
         return self._rediscover.is_set()
-
-    def stats(self) -> SourceStats:
-        return SourceStats()  # no worker, nothing to count
 
     def close(self) -> None:
         with self._lock:  # a read after this reads the ordinary way

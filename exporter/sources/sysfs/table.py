@@ -15,6 +15,7 @@ Adding a value read from a file is one row here; a test checks every row against
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from exporter.model import DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
+from exporter.sources.gpu_metrics import GpuMetrics
 from exporter.sources.plausible import all_plausible, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
@@ -51,12 +53,8 @@ class FileField:
         return f"{base}/{self.file}" if base else None
 
 
-def _milli(text: str) -> float:
-    return tf.parse_scaled(text, 1e-3)
-
-
-def _micro(text: str) -> float:
-    return tf.parse_scaled(text, 1e-6)
+_milli = functools.partial(tf.parse_scaled, scale=1e-3)
+_micro = functools.partial(tf.parse_scaled, scale=1e-6)
 
 
 def _micro_nonzero(text: str) -> float | None:
@@ -103,28 +101,10 @@ SLOW_FILES: tuple[FileField, ...] = (
     FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages, "pages"),
 )
 
-# GpuMetrics fields copied into the Sample field of the same name, in SI units already.
-GPU_METRICS_FIELDS: tuple[str, ...] = (
-    "temperatures",
-    "power_watts",
-    "energy_joules",
-    "busy",
-    "clocks_hertz",
-    "voltages_volts",
-    "throttle",
-    "pcie_link_width",
-    "pcie_link_transfers_per_second",
-    "pcie_bandwidth_bytes_per_second",
-    "pcie_replays",
-    "pcie_recoveries",
-    "pcie_naks_sent",
-    "pcie_naks_received",
-    "xgmi_link_width",
-    "xgmi_link_speed_bytes_per_second",
-    "xgmi_link_up",
-    "xgmi_read_bytes",
-    "xgmi_write_bytes",
-)
+_SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
+# GpuMetrics fields copied into the Sample field of the same name, in SI units already: every field
+# the two share (a decoded value with a Sample field of its name is never left out).
+GPU_METRICS_FIELDS: tuple[str, ...] = tuple(name for name in GpuMetrics._fields if name in _SAMPLE_FIELDS)
 
 # Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
 MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
@@ -147,10 +127,7 @@ class SampleValues:
 
     def mapping(self, field: str) -> dict[Any, Any]:
         """The mapping field's values, to add to (created empty on first use)."""
-        found = self.mappings.get(field)
-        if found is None:
-            found = self.mappings[field] = {}
-        return found
+        return self.mappings.setdefault(field, {})
 
     def supplied(self, field: str, key: Key | None = None) -> bool:
         if field in MAPPING_FIELDS:
@@ -170,20 +147,11 @@ class SampleValues:
 
     @classmethod
     def copy_of(cls, layer: SampleValues) -> SampleValues:
-        """A new set of values holding what `layer` supplies: SampleValues() then merge(layer), in one step."""
+        """A new set of values holding what `layer` supplies (its scalars set, copies of its non-empty mappings)."""
         values = cls.__new__(cls)
         values.scalars = {name: value for name, value in layer.scalars.items() if value is not None}
         values.mappings = {name: mapping.copy() for name, mapping in layer.mappings.items() if mapping}
         return values
-
-    def merge(self, layer: SampleValues) -> None:
-        """Take every value an earlier-computed layer supplies (scalars whole, mappings by key)."""
-        for name, value in layer.scalars.items():
-            if value is not None:
-                self.scalars[name] = value
-        for name, mapping in layer.mappings.items():
-            if mapping:
-                self.mapping(name).update(mapping)
 
     def override_from(self, metrics: object, names: Iterable[str]) -> None:
         """Take the named attributes of a decoded table (GpuMetrics) over what is here, where it supplies them.
@@ -259,15 +227,11 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
 
 def check_table() -> None:
     """Every row names a Sample field, with a key exactly when the field is a mapping."""
-    sample_fields = {f.name for f in dataclasses.fields(Sample)}
     for row in (*CYCLE_FILES, *SLOW_FILES):
-        if row.field not in sample_fields:
+        if row.field not in _SAMPLE_FIELDS:
             raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
         if (row.key is not None) != (row.field in MAPPING_FIELDS):
             raise AssertionError(f"sysfs table: {row.file}: key {row.key!r} does not fit field {row.field!r}")
-    for name in GPU_METRICS_FIELDS:
-        if name not in sample_fields:
-            raise AssertionError(f"sysfs table: gpu_metrics field {name!r} is not a Sample field")
 
 
 check_table()
