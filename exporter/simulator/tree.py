@@ -152,8 +152,8 @@ def available_compute_modes(gcd: GcdLayout) -> str:
 def _write_minors(tree: AtomicTree, dev: str, part: PartitionLayout) -> None:
     for name, minor in ((part.card, part.card_minor), (part.render, part.render_minor)):
         node = f"{dev}/drm/{name}"
-        tree.write(f"{node}/dev", f"{DRM_MAJOR}:{minor}\n")
-        tree.write(f"{node}/uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+        uevent = f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n"
+        tree.write_files(node, {"dev": f"{DRM_MAJOR}:{minor}\n", "uevent": uevent})
         tree.symlink(f"{node}/device", dev)
         tree.symlink(f"{node}/subsystem", "class/drm")
         tree.symlink(f"class/drm/{name}", node)
@@ -239,8 +239,7 @@ def _pcie_bandwidth_mbs(gcd: GcdLayout) -> int:
 
 def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
     tree.symlink("class/kfd/kfd", KFD_DIR)
-    tree.write(f"{KFD_DIR}/dev", "238:0\n")
-    tree.write(f"{KFD_DIR}/uevent", "MAJOR=238\nMINOR=0\nDEVNAME=kfd\n")
+    tree.write_files(KFD_DIR, {"dev": "238:0\n", "uevent": "MAJOR=238\nMINOR=0\nDEVNAME=kfd\n"})
     tree.mkdir(f"{KFD_DIR}/proc")
     topo = f"{KFD_DIR}/topology"
     tree.write(f"{topo}/generation_id", "1\n")
