@@ -21,11 +21,7 @@ def pp_dpm_fine_grained(low: int, high: int, now: int, deep_sleep: int | None = 
         return f"S: {deep_sleep}Mhz *\n0: {low}Mhz \n1: {high}Mhz \n"
     if low + _EPSILON_MHZ < now < high - _EPSILON_MHZ:
         return f"0: {low}Mhz \n1: {now}Mhz *\n2: {high}Mhz \n"
-    lines = []
-    for i, level in enumerate((low, high)):
-        mark = "*" if abs(level - now) <= _EPSILON_MHZ else ""
-        lines.append(f"{i}: {level}Mhz {mark}\n")
-    return "".join(lines)
+    return pp_dpm_levels((low, high), now)
 
 
 def pp_dpm_levels(levels: tuple[int, ...], now: int) -> str:
