@@ -66,10 +66,7 @@ class Rule:
 
     def for_asic(self, asic: str) -> Rule:
         """The rule as it applies to a device of this ASIC (itself unless the rule file overrides it)."""
-        for name, rule in self.asic_overrides:
-            if name == asic:
-                return rule
-        return self
+        return next((rule for name, rule in self.asic_overrides if name == asic), self)
 
     def read(self, sample: Sample, window: DeviceWindow | None = None) -> float | None:
         spec = WATCHABLE[self.metric]

@@ -50,10 +50,8 @@ def _from_table(family: str, keys: tuple[str, ...] = (), window_family: str = ""
                 return value
         return None
 
-    watchable = Watchable(key_label, keys, UNIT_SYMBOLS[spec.unit], read, window_family)
-    if key_label is None and window_family:
-        watchable = Watchable(key_label, keys, watchable.unit, read, window_family, lambda _key: "socket")
-    return watchable
+    window_key = (lambda _key: "socket") if key_label is None and window_family else str
+    return Watchable(key_label, keys, UNIT_SYMBOLS[spec.unit], read, window_family, window_key)
 
 
 def _memory_used_ratio(sample: Sample, pool: str) -> float | None:

@@ -17,6 +17,7 @@ Device IDs, as the allocators name them:
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -43,23 +44,17 @@ class PodResourcesError(AttributionReadError):
     """The kubelet could not be asked or its answer not read; the message is one line."""
 
 
-_protos: Any = None
-
-
 def protos() -> Any:
     """The message classes, compiled from the .proto on first use (needs grpcio-tools)."""
-    global _protos
-    if _protos is None:
-        _protos = _compile()[0]
-    return _protos
+    return _compile()[0]
 
 
 def services() -> Any:
     """The service stubs and servicer base (the fake kubelet in the tests implements it)."""
-    protos()
     return _compile()[1]
 
 
+@functools.cache
 def _compile() -> tuple[Any, Any]:
     """grpc finds the .proto (and names the generated modules) through sys.path. An editable install
     puts no sys.path entry above the package (a meta-path finder maps it), so the folder holding

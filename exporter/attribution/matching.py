@@ -74,18 +74,13 @@ def resolve(refs: Sequence[DeviceRef], reports: Iterable[AttributionReport]) -> 
     """
     physical = sorted({ref.pci_bus_id for ref in refs})
     found: set[Allocation] = set()
-    result: list[Allocation] = []
     for report in reports:
         for claim in report.claims:
             for ref in refs:
                 if device_ref_matches(ref, claim.device, physical):
                     labels = tuple((name, value[:MAX_LABEL_CHARS]) for name, value in claim.labels)
-                    allocation = Allocation(ref.gpu, report.source, claim.device_id, claim.resource, labels)
-                    if allocation not in found:
-                        found.add(allocation)
-                        result.append(allocation)
-    result.sort(key=lambda a: (a.gpu, a.source, a.labels, a.resource, a.device_id))
-    return tuple(result)
+                    found.add(Allocation(ref.gpu, report.source, claim.device_id, claim.resource, labels))
+    return tuple(sorted(found, key=lambda a: (a.gpu, a.source, a.labels, a.resource, a.device_id)))
 
 
 def labels_by_gpu(

@@ -52,8 +52,10 @@ class ProcessReport:
     error: str = ""
 
 
-def parse_unsigned(data: bytes) -> int | None:
-    """'1234\\n' -> 1234; None for anything that is not one unsigned decimal integer."""
+def parse_unsigned(data: bytes | None) -> int | None:
+    """'1234\\n' -> 1234; None for a missing file or anything that is not one unsigned decimal integer."""
+    if data is None:
+        return None
     text = data.strip()
     if not text or len(text) > 20 or not text.isdigit():
         return None
@@ -111,18 +113,15 @@ def parse_process(pid: int, files: Mapping[str, bytes], comm: str = "") -> tuple
                 gpu_ids.add(queue_gpu)
     result = []
     for gpu_id in sorted(gpu_ids):
-        vram = files.get(f"vram_{gpu_id}")
-        sdma = files.get(f"sdma_{gpu_id}")
-        cu = files.get(f"stats_{gpu_id}/cu_occupancy")
-        sdma_us = parse_unsigned(sdma) if sdma is not None else None
+        sdma_us = parse_unsigned(files.get(f"sdma_{gpu_id}"))
         result.append(
             ProcessGpuUsage(
                 pid,
                 gpu_id,
                 comm,
-                parse_unsigned(vram) if vram is not None else None,
+                parse_unsigned(files.get(f"vram_{gpu_id}")),
                 sdma_us / 1e6 if sdma_us is not None else None,
-                parse_unsigned(cu) if cu is not None else None,
+                parse_unsigned(files.get(f"stats_{gpu_id}/cu_occupancy")),
             )
         )
     return tuple(result)

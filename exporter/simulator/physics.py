@@ -252,9 +252,7 @@ class PackageModel:
     def _instants(self, t: float, state: _State) -> list[_Instant]:
         m = self.model
         n = len(self.dies)
-        a, b, c = self.weights
-        if self.scenario.load != 1.0:
-            a, b, c = a * self.scenario.load, b * self.scenario.load, c * self.scenario.load
+        a, b, c = (weight * self.scenario.load for weight in self.weights)  # x * 1.0 is x exactly
         partition_demands = [self._partition_demands(d, t) for d in self.dies]
         demands = [_average(parts) for parts in partition_demands]
         offsets = [self._excess_heat(d.index, t, st.junction) for d, st in zip(self.dies, state.dies, strict=True)]

@@ -21,11 +21,7 @@ def pp_dpm_fine_grained(low: int, high: int, now: int, deep_sleep: int | None = 
         return f"S: {deep_sleep}Mhz *\n0: {low}Mhz \n1: {high}Mhz \n"
     if low + _EPSILON_MHZ < now < high - _EPSILON_MHZ:
         return f"0: {low}Mhz \n1: {now}Mhz *\n2: {high}Mhz \n"
-    lines = []
-    for i, level in enumerate((low, high)):
-        mark = "*" if abs(level - now) <= _EPSILON_MHZ else ""
-        lines.append(f"{i}: {level}Mhz {mark}\n")
-    return "".join(lines)
+    return pp_dpm_levels((low, high), now)
 
 
 def pp_dpm_levels(levels: tuple[int, ...], now: int) -> str:
@@ -51,6 +47,7 @@ def hwmon_dir(gcd: GcdLayout) -> str:
 
 
 _HWMON_TEMP_INDEX = {"edge": 1, "junction": 2, "memory": 3}
+_DPM_CLOCKS = ("mclk", "fclk", "socclk", "vclk", "dclk")  # discrete levels: AsicModel `<clock>_levels`
 
 
 def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
@@ -66,11 +63,7 @@ def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
         f"{dev}/mem_info_vis_vram_used": f"{r.vram_used}\n",
         f"{dev}/mem_info_gtt_used": f"{r.gtt_used}\n",
         f"{dev}/pp_dpm_sclk": sclk_text,
-        f"{dev}/pp_dpm_mclk": pp_dpm_levels(m.mclk_levels, r.mclk),
-        f"{dev}/pp_dpm_fclk": pp_dpm_levels(m.fclk_levels, r.fclk),
-        f"{dev}/pp_dpm_socclk": pp_dpm_levels(m.socclk_levels, r.socclk),
-        f"{dev}/pp_dpm_vclk": pp_dpm_levels(m.vclk_levels, r.vclk),
-        f"{dev}/pp_dpm_dclk": pp_dpm_levels(m.dclk_levels, r.dclk),
+        **{f"{dev}/pp_dpm_{c}": pp_dpm_levels(getattr(m, f"{c}_levels"), getattr(r, c)) for c in _DPM_CLOCKS},
         f"{dev}/pcie_replay_count": f"{r.pcie_replays}\n",
         f"{dev}/ras/gpu_vram_bad_pages": bad_pages(r.retired_pages),
         f"{dev}/gpu_metrics": gpu_metrics_blob(gcd, r),
@@ -220,11 +213,7 @@ def _mi300(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]
         values.update(
             {
                 "accumulation_counter": ticks & 0xFFFFFFFF,
-                "prochot_residency_acc": r.residency_ticks["prochot"],
-                "ppt_residency_acc": r.residency_ticks["ppt"],
-                "socket_thm_residency_acc": r.residency_ticks["socket_thm"],
-                "vr_thm_residency_acc": r.residency_ticks["vr_thm"],
-                "hbm_thm_residency_acc": r.residency_ticks["hbm_thm"],
+                **{f"{name}_residency_acc": ticks for name, ticks in r.residency_ticks.items()},
                 "pcie_lc_perf_other_end_recovery": 0,
             }
         )

@@ -152,8 +152,8 @@ def available_compute_modes(gcd: GcdLayout) -> str:
 def _write_minors(tree: AtomicTree, dev: str, part: PartitionLayout) -> None:
     for name, minor in ((part.card, part.card_minor), (part.render, part.render_minor)):
         node = f"{dev}/drm/{name}"
-        tree.write(f"{node}/dev", f"{DRM_MAJOR}:{minor}\n")
-        tree.write(f"{node}/uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+        uevent = f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n"
+        tree.write_files(node, {"dev": f"{DRM_MAJOR}:{minor}\n", "uevent": uevent})
         tree.symlink(f"{node}/device", dev)
         tree.symlink(f"{node}/subsystem", "class/drm")
         tree.symlink(f"class/drm/{name}", node)
@@ -239,8 +239,7 @@ def _pcie_bandwidth_mbs(gcd: GcdLayout) -> int:
 
 def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
     tree.symlink("class/kfd/kfd", KFD_DIR)
-    tree.write(f"{KFD_DIR}/dev", "238:0\n")
-    tree.write(f"{KFD_DIR}/uevent", "MAJOR=238\nMINOR=0\nDEVNAME=kfd\n")
+    tree.write_files(KFD_DIR, {"dev": "238:0\n", "uevent": "MAJOR=238\nMINOR=0\nDEVNAME=kfd\n"})
     tree.mkdir(f"{KFD_DIR}/proc")
     topo = f"{KFD_DIR}/topology"
     tree.write(f"{topo}/generation_id", "1\n")
@@ -258,11 +257,8 @@ def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
             if g.numa_node == socket
             for part in g.partitions
         ]
-        _write_kfd_node(tree, node, 0, "", _cpu_properties(socket, len(links)), links)
-        tree.write(
-            f"{node}/mem_banks/0/properties",
-            f"heap_type 0\nsize_in_bytes {CPU_NODE_MEMORY}\nflags 0\nwidth 72\nmem_clk_max 3200\n",
-        )
+        bank = f"heap_type 0\nsize_in_bytes {CPU_NODE_MEMORY}\nflags 0\nwidth 72\nmem_clk_max 3200\n"
+        _write_kfd_node(tree, node, 0, "", _cpu_properties(socket, len(links)), links, bank)
     for gcd in gcds:
         for part in gcd.partitions:
             node = f"{topo}/nodes/{part.kfd_node}"
@@ -275,21 +271,21 @@ def _write_kfd(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
                 for _peer, peer_part, weight in kfd_partition_peers(gcd, part, gcds)
             ]
             properties = _gpu_properties(gcd, part, len(links))
-            _write_kfd_node(tree, node, part.gpu_id, gcd.model.kfd_name, properties, links)
-            tree.write(
-                f"{node}/mem_banks/0/properties",
+            bank = (
                 f"heap_type 1\nsize_in_bytes {part.memory_bytes}\nflags 0\nwidth 4096\n"
-                f"mem_clk_max {gcd.model.mclk_levels[-1]}\n",
+                f"mem_clk_max {gcd.model.mclk_levels[-1]}\n"
             )
+            _write_kfd_node(tree, node, part.gpu_id, gcd.model.kfd_name, properties, links, bank)
 
 
-def _write_kfd_node(tree: AtomicTree, node: str, gpu_id: int, name: str, properties: str, links: list[str]) -> None:
-    tree.write(f"{node}/gpu_id", f"{gpu_id}\n")
-    tree.write(f"{node}/name", f"{name}\n")
-    tree.write(f"{node}/properties", properties)
+def _write_kfd_node(
+    tree: AtomicTree, node: str, gpu_id: int, name: str, properties: str, links: list[str], bank: str
+) -> None:
+    tree.write_files(node, {"gpu_id": f"{gpu_id}\n", "name": f"{name}\n", "properties": properties})
     tree.mkdir(f"{node}/io_links")
     for i, link in enumerate(links):
         tree.write(f"{node}/io_links/{i}/properties", link)
+    tree.write(f"{node}/mem_banks/0/properties", bank)
 
 
 # The properties every KFD node prints first, in the driver's order (those not set read 0); a GPU

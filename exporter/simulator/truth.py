@@ -41,11 +41,16 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.simulator.asics import AsicModel
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
 from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
 
 MHZ = 1_000_000.0
+# the exporter's clock name -> the DieReading field (and AsicModel `<field>_levels`) behind it
+CLOCKS = (
+    ("gfx", "sclk"), ("memory", "mclk"), ("fabric", "fclk"), ("soc", "socclk"), ("video", "vclk"), ("decode", "dclk"),
+)  # fmt: skip
 # gpu_metrics residency accumulator -> the exporter's throttle `reason` (ticks are 1 ms)
 RESIDENCY_LABELS = {
     "prochot": "prochot",
@@ -196,6 +201,10 @@ def partition_sample(gcd: GcdLayout, info: PartitionTruth, socket: Sample) -> Sa
     )
 
 
+def _top_mhz(m: AsicModel, clock: str) -> int:
+    return (m.sclk_range if clock == "sclk" else getattr(m, f"{clock}_levels"))[-1]
+
+
 def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
     m = gcd.model
     primary = gcd.die == 0
@@ -225,27 +234,9 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
         memory_total_bytes=frozen_map(
             {"vram": float(m.vram_bytes), "visible_vram": float(m.vram_bytes), "gtt": float(m.gtt_bytes)}
         ),
-        clocks_hertz=frozen_map(
-            {
-                "gfx": r.sclk * MHZ,
-                "memory": r.mclk * MHZ,
-                "fabric": r.fclk * MHZ,
-                "soc": r.socclk * MHZ,
-                "video": r.vclk * MHZ,
-                "decode": r.dclk * MHZ,
-            }
-        ),
+        clocks_hertz=frozen_map({name: getattr(r, clock) * MHZ for name, clock in CLOCKS}),
         gfx_dpm_levels_hertz=(m.sclk_range[0] * MHZ, m.sclk_range[1] * MHZ),
-        clocks_max_hertz=frozen_map(
-            {
-                "gfx": m.sclk_range[1] * MHZ,
-                "memory": m.mclk_levels[-1] * MHZ,
-                "fabric": m.fclk_levels[-1] * MHZ,
-                "soc": m.socclk_levels[-1] * MHZ,
-                "video": m.vclk_levels[-1] * MHZ,
-                "decode": m.dclk_levels[-1] * MHZ,
-            }
-        ),
+        clocks_max_hertz=frozen_map({name: _top_mhz(m, clock) * MHZ for name, clock in CLOCKS}),
         voltages_volts=frozen_map({"gfx": r.vddgfx_mv / 1000.0} if r.vddgfx_mv is not None else {}),
         throttle=frozen_map(r.throttlers),
         throttle_residency_seconds=frozen_map(

@@ -91,7 +91,7 @@ class WindowHistory:
         for family in FAMILIES:
             keys = ticks[-1][2][gpu].values[family].keys()
             for key in keys:
-                lows, highs, weighted, total = [], [], 0.0, 0.0
+                shown_values, weighted, total = [], 0.0, 0.0
                 for i, (t, _wall, points) in enumerate(ticks):
                     value = points[gpu].values[family].get(key)
                     if value is None:
@@ -100,13 +100,12 @@ class WindowHistory:
                     shown = min(end, now) - max(t, start)
                     if shown < 0 or (shown == 0 and i + 1 < len(ticks)):
                         continue
-                    lows.append(value)
-                    highs.append(value)
+                    shown_values.append(value)
                     weighted += value * shown
                     total += shown
-                mean = weighted / total if total > 0 else (lows[-1] if lows else None)
-                if lows and mean is not None:
-                    low, high = min(lows), max(highs)
+                if shown_values:
+                    mean = weighted / total if total > 0 else shown_values[-1]
+                    low, high = min(shown_values), max(shown_values)
                     # a constant value must not come out a rounding error outside its own range
                     result[family][key] = {"min": low, "max": high, "mean": min(high, max(low, mean))}
         first_t, last_t = ticks[0][0], ticks[-1][0]
