@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.attribution import kubernetes, processes, slurm
@@ -82,6 +82,7 @@ _containers = st.lists(
 _pods = st.lists(st.tuples(_names, _names, _containers), max_size=4)
 
 
+@settings(deadline=None)  # the first example compiles the pod-resources protos
 @given(_pods)
 def test_claims_are_every_amd_device_of_every_container(pods: list) -> None:
     pb = kubernetes.protos()
