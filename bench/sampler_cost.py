@@ -42,7 +42,7 @@ RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS-sampler.md"
 
 def bare_loop(sysfs: str, interval: float) -> None:
     """The floor: the sampler's reads and nothing else, on its schedule, until killed."""
-    from exporter.sources.gpu_metrics.fast import extract_fast
+    from exporter.sources.gpu_metrics.channels import channel_values
 
     drm = Path(sysfs) / "class" / "drm"
     cards = [p for p in drm.iterdir() if p.name.startswith("card") and p.name[4:].isdigit()]
@@ -52,7 +52,7 @@ def bare_loop(sysfs: str, interval: float) -> None:
         for path in paths:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                extract_fast(os.read(fd, 65536))
+                channel_values(os.read(fd, 65536))
             finally:
                 os.close(fd)
         next_tick += interval
@@ -105,6 +105,8 @@ def measure_bare(sysfs: Path, seconds: float, settle: float) -> float:
     process = subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdin=subprocess.DEVNULL)
     try:
         time.sleep(settle)
+        if process.poll() is not None:
+            raise SystemExit(f"the bare loop exited with status {process.returncode} (see its traceback above)")
         return cpu_per_second(process.pid, seconds, None)
     finally:
         process.kill()
