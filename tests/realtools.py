@@ -255,3 +255,12 @@ def wait_for_cycles(port: int, cycles: int, timeout: float = 30.0) -> None:
     while (done := poll_cycles(port)) < cycles:
         assert time.monotonic() < deadline, f"{done} of {cycles} poll cycles within {timeout} s"
         time.sleep(0.1)
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition other threads bring about (the limit, 15 s, only ends a broken run)."""
+    for _ in range(3000):
+        if condition():
+            return
+        time.sleep(0.005)
+    raise AssertionError("condition never met")

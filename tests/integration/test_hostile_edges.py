@@ -240,11 +240,12 @@ def _fake_alertmanager(mode: str) -> tuple[http.server.ThreadingHTTPServer, str]
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def _rss_bytes(pid: int) -> int:
+def _status_bytes(pid: int, field: str) -> int:
+    """A size from /proc/<pid>/status ("VmRSS", "VmSize"), in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    raise AssertionError(f"no {field}")
 
 
 def test_broken_alertmanagers_cost_a_counter_not_memory_or_a_stuck_sender(tmp_path: Path) -> None:
@@ -275,7 +276,7 @@ def test_broken_alertmanagers_cost_a_counter_not_memory_or_a_stuck_sender(tmp_pa
                 timeout=40,
             )
             assert failed() > 0
-            assert _rss_bytes(daemon.process.pid) < 250 << 20
+            assert _status_bytes(daemon.process.pid, "VmRSS") < 250 << 20
         log = daemon.stderr()
         assert "Traceback" not in log
         assert "no complete answer within" in log  # the trickle, named
@@ -405,13 +406,6 @@ def test_a_fifo_in_the_state_dir_holds_nothing_back(tmp_path: Path) -> None:
 # --- running out of address space ----------------------------------------------------------------
 
 
-def _vm_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmSize")
-
-
 def test_running_out_of_address_space_is_survived_and_recovered_from(tmp_path: Path) -> None:
     """RLIMIT_AS lowered to what the running daemon already uses: no new thread, arena or mapping can
     be made. The daemon must live through it and be whole again once the limit is raised."""
@@ -423,8 +417,10 @@ def test_running_out_of_address_space_is_survived_and_recovered_from(tmp_path: P
     try:
         with httpx.Client(timeout=10) as client:
             wait_ready(daemon, client, base)
-            assert _vm_bytes(pid) < 512 << 20  # a 60 MB daemon does not reserve a gigabyte of address space
-            squeezed = _vm_bytes(pid) + (1 << 20)
+            assert (
+                _status_bytes(pid, "VmSize") < 512 << 20
+            )  # a 60 MB daemon does not reserve a gigabyte of address space
+            squeezed = _status_bytes(pid, "VmSize") + (1 << 20)
             subprocess.run([prlimit, f"--pid={pid}", f"--as={squeezed}:unlimited"], check=True, timeout=10)
             time.sleep(3)  # cycles, scrapes and sampler reads under the limit
             for _ in range(3):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import struct
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from exporter.pipeline.sampler import Sampler
 from exporter.pipeline.windows import SLOT_BYTES, WIDTH, RingView, SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import layouts
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
+from tests.realtools import wait_until
 
 NAN = math.nan
 JUNCTION = CHANNEL_INDEX[("temperature", "junction")]
@@ -203,15 +202,6 @@ def test_unreadable_and_vanished_tables_are_counted_not_raised(tmp_path: Path) -
     sampler.sample_once()
     assert dict(sampler.windows().stats.read_errors) == {(0, "unreadable_table"): 1, (1, "gone"): 1}
     sampler.stop()
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait for a condition the sampler's own threads bring about (the limit only ends a broken run)."""
-    for _ in range(3000):
-        if condition():
-            return
-        time.sleep(0.005)
-    raise AssertionError("condition never met")
 
 
 def test_a_hung_device_is_moved_aside_stalls_nobody_and_holds_one_thread(tmp_path: Path) -> None:

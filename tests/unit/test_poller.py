@@ -6,20 +6,11 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 from exporter.model import DeviceIdentity, Sample, Snapshot, SourceStats, frozen_map
 from exporter.pipeline.poller import Poller
 from exporter.sources.base import Source, SourceError
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait for a condition the poller's threads bring about (the limit only ends a broken run)."""
-    for _ in range(3000):
-        if condition():
-            return
-        time.sleep(0.005)
-    raise AssertionError("condition never met")
+from tests.realtools import wait_until
 
 
 class ScriptedSource(Source):
