@@ -9,9 +9,11 @@ A field a device does not supply is None (or absent from a mapping) — decided 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
+from typing import Any
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -71,54 +73,82 @@ class DeviceIdentity:
         return (self.pci_bus_id, self.unique_id, self.partition)
 
 
+def within(low: float, high: float, low_exclusive: bool = False) -> Any:
+    """A scalar Sample field (None: not supplied) whose plausible values are low..high, inclusive
+    (above low when `low_exclusive`): sources/plausible.py rejects and counts any other."""
+    return field(default=None, metadata={"plausible": (low, high, low_exclusive)})
+
+
+def each_within(low: float, high: float, low_exclusive: bool = False) -> Any:
+    """A mapping Sample field (key -> value; empty: none supplied) whose every value is plausible as within()'s."""
+    return field(default_factory=frozen_map, metadata={"plausible": (low, high, low_exclusive)})
+
+
+# Plausible ranges are wide: they reject what no Instinct part can report (a gpu_metrics field the
+# firmware filled with 0xFFFE, 65534 °C; a blob decoded with the wrong layout, 29179 W; 2^64-1 in a
+# %llu file), not what is merely unusual. A lowest value excluded is one a sensor that read nothing
+# gives (0 °C: a datacentre GPU is never at freezing) or that means "none" (a size or maximum of 0).
+_POWER = 5000.0  # W per socket or GCD (MI355X is 1.4 kW)
+_POOL = 2.0**50  # 1 PiB: no memory pool is larger (GTT is host RAM)
+_CLOCK = 1e10  # 10 GHz
+_PCIE_RATE = 2e11  # PCIe 7 is 128 GT/s
+_COUNT = 2.0**62
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One read of one device. All values in SI base units; None/absent = not supplied."""
 
     timestamp: float  # unix seconds at which the read finished
-    # sensor ("edge", "junction", "memory", "hbm0".."hbm3", "vr_gfx", "vr_soc", "vr_mem") -> °C
-    temperatures: Mapping[str, float] = field(default_factory=frozen_map)
+    # sensor ("edge", "junction", "memory", "hbm0".."hbm3", "vr_gfx", "vr_soc", "vr_mem") -> °C (150: past any shutdown)
+    temperatures: Mapping[str, float] = each_within(0.0, 150.0, low_exclusive=True)
     # (sensor, threshold) -> °C, threshold in ("critical", "emergency")
-    temperature_thresholds: Mapping[tuple[str, str], float] = field(default_factory=frozen_map)
-    power_watts: float | None = None
-    power_cap_watts: float | None = None
-    power_cap_max_watts: float | None = None
-    energy_joules: float | None = None  # hardware accumulator, monotonic until driver reload
-    busy: Mapping[str, float] = field(default_factory=frozen_map)  # engine -> ratio 0..1
-    memory_used_bytes: Mapping[str, float] = field(default_factory=frozen_map)  # pool -> bytes
-    memory_total_bytes: Mapping[str, float] = field(default_factory=frozen_map)
-    clocks_hertz: Mapping[str, float] = field(default_factory=frozen_map)  # domain -> Hz
-    clocks_max_hertz: Mapping[str, float] = field(default_factory=frozen_map)
+    temperature_thresholds: Mapping[tuple[str, str], float] = each_within(0.0, 200.0, low_exclusive=True)
+    power_watts: float | None = within(0.0, _POWER)
+    power_cap_watts: float | None = within(0.0, _POWER)
+    power_cap_max_watts: float | None = within(0.0, _POWER)
+    # hardware accumulator, monotonic until driver reload (all-ones is already "not supplied")
+    energy_joules: float | None = within(0.0, math.inf)
+    busy: Mapping[str, float] = each_within(0.0, 1.0)  # engine -> ratio 0..1
+    memory_used_bytes: Mapping[str, float] = each_within(0.0, _POOL)  # pool -> bytes
+    memory_total_bytes: Mapping[str, float] = each_within(0.0, _POOL, low_exclusive=True)
+    clocks_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)  # domain -> Hz
+    clocks_max_hertz: Mapping[str, float] = each_within(0.0, _CLOCK, low_exclusive=True)
     # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. A fine-grained
     # table (Aldebaran, MI300: min, the current clock when between, max) is held as its range (min, max).
     gfx_dpm_levels_hertz: tuple[float, ...] | None = None
-    voltages_volts: Mapping[str, float] = field(default_factory=frozen_map)  # rail -> V
+    voltages_volts: Mapping[str, float] = each_within(0.0, 5.0)  # rail -> V
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
     # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
-    throttle_residency_seconds: Mapping[str, float] = field(default_factory=frozen_map)
-    pcie_link_transfers_per_second: float | None = None  # current, e.g. 16e9
-    pcie_max_link_transfers_per_second: float | None = None
-    pcie_link_width: int | None = None
-    pcie_max_link_width: int | None = None
-    pcie_bandwidth_bytes_per_second: float | None = None  # measured (MI300: gpu_metrics pcie_bandwidth_inst)
+    throttle_residency_seconds: Mapping[str, float] = each_within(0.0, math.inf)
+    pcie_link_transfers_per_second: float | None = within(0.0, _PCIE_RATE)  # current, e.g. 16e9
+    pcie_max_link_transfers_per_second: float | None = within(0.0, _PCIE_RATE)
+    pcie_link_width: int | None = within(0.0, 32.0)
+    pcie_max_link_width: int | None = within(0.0, 32.0)
+    # measured (MI300: gpu_metrics pcie_bandwidth_inst); 1 TB/s is 8x a PCIe 6 x16 link
+    pcie_bandwidth_bytes_per_second: float | None = within(0.0, 1e12)
     # MI200: an upper bound from pcie_bw (messages x max payload over the kernel's 1 s window), not a measurement
-    pcie_bandwidth_upper_bound_bytes_per_second: float | None = None
-    pcie_replays: int | None = None
-    pcie_recoveries: int | None = None
-    pcie_naks_sent: int | None = None
-    pcie_naks_received: int | None = None
-    xgmi_link_width: int | None = None
-    xgmi_link_speed_bytes_per_second: float | None = None
+    pcie_bandwidth_upper_bound_bytes_per_second: float | None = within(0.0, 1e12)
+    pcie_replays: int | None = within(0.0, _COUNT)
+    pcie_recoveries: int | None = within(0.0, _COUNT)
+    pcie_naks_sent: int | None = within(0.0, 2.0**32)
+    pcie_naks_received: int | None = within(0.0, 2.0**32)
+    xgmi_link_width: int | None = within(0.0, 64.0)
+    xgmi_link_speed_bytes_per_second: float | None = within(0.0, 2e12)
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up
-    xgmi_read_bytes: Mapping[int, float] = field(default_factory=frozen_map)  # cumulative
-    xgmi_write_bytes: Mapping[int, float] = field(default_factory=frozen_map)
-    xgmi_error_events: int | None = None  # accumulated by the source (the file clears on read)
+    xgmi_read_bytes: Mapping[int, float] = each_within(0.0, 2.0**74)  # cumulative, from u64 KB counters
+    xgmi_write_bytes: Mapping[int, float] = each_within(0.0, 2.0**74)
+    xgmi_error_events: int | None = within(0.0, _COUNT)  # accumulated by the source (the file clears on read)
     # (block, type) -> count, type in ("correctable", "uncorrectable", "deferred")
-    ecc_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
-    ras_retired_pages: int | None = None
+    ecc_errors: Mapping[tuple[str, str], int] = each_within(0.0, _COUNT)
+    ras_retired_pages: int | None = within(0.0, 2.0**32)
     # (file, reason) -> how many times this read found the file unreadable or its value rejected
     # (file = the attribute's name, "temp2_input"; reason one of the set in exporter/sources/errors.py)
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
+
+
+# The Sample fields that are mappings (key -> value), the others being scalars (None: not supplied).
+SAMPLE_MAPPINGS = frozenset(f.name for f in fields(Sample) if f.default_factory is not MISSING)
 
 
 @dataclass(frozen=True, slots=True)

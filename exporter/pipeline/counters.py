@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.model import SAMPLE_MAPPINGS, DeviceIdentity, Sample, frozen_map
 
 _TICK = 2.0**-16  # J per energy_accumulator tick
 _U32 = 2**32  # ints: exact arithmetic near the top of a u64 (a float cannot tell 2^64 - 5 from 2^64)
@@ -60,10 +60,9 @@ COUNTERS: Mapping[str, CounterRule] = {
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
     "throttle_residency_seconds": CounterRule(_fixed(None)),
 }
-_MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if "Mapping" in str(f.type))
 # The rules split once: mapping counters, and scalar ones with their track key.
-_MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in _MAPPING_FIELDS)
-_SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in _MAPPING_FIELDS)
+_MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in SAMPLE_MAPPINGS)
+_SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in SAMPLE_MAPPINGS)
 
 
 @dataclass(slots=True)

@@ -1,9 +1,8 @@
-"""Plausible ranges, defined once per Sample field: a value outside them is rejected and counted, never exported.
+"""Plausible ranges: a value outside its Sample field's range is rejected and counted, never exported.
 
-The hardware and driver do hand out impossible values: a gpu_metrics field the firmware filled
-with 0xFFFE (65534 °C, 65534 W), a blob decoded with the wrong layout (29179 W), a hwmon file of
-1000000000 (1e6 °C), 2^64-1 in a %llu file. The ranges are wide: they reject what no Instinct part
-can report, not what is merely unusual. Units are the Sample's (SI).
+The hardware and driver do hand out impossible values (0xFFFE in a gpu_metrics field, 1e6 °C in
+a hwmon file, 2^64-1 in a %llu file). Each range is declared once, on its Sample field in
+exporter/model.py (within / each_within); this module only applies them. Units are the Sample's (SI).
 """
 
 from __future__ import annotations
@@ -14,46 +13,13 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from exporter.model import Sample, frozen_map
+from exporter.model import SAMPLE_MAPPINGS, Sample, frozen_map
 
 _INF = math.inf
-
-# field -> (lowest, highest) accepted, inclusive; "low_exclusive" fields below also reject `lowest`.
-RANGES: Mapping[str, tuple[float, float]] = {
-    "temperatures": (0.0, 150.0),  # °C; a datacentre GPU is never at or below freezing, 150 is past any shutdown
-    "temperature_thresholds": (0.0, 200.0),
-    "power_watts": (0.0, 5000.0),  # W per socket or GCD (MI355X is 1.4 kW)
-    "power_cap_watts": (0.0, 5000.0),
-    "power_cap_max_watts": (0.0, 5000.0),
-    "energy_joules": (0.0, _INF),  # accumulator; all-ones is already "not supplied"
-    "busy": (0.0, 1.0),
-    "memory_used_bytes": (0.0, 2.0**50),  # 1 PiB: no pool is larger (GTT is host RAM)
-    "memory_total_bytes": (0.0, 2.0**50),
-    "clocks_hertz": (0.0, 1e10),  # 10 GHz
-    "clocks_max_hertz": (0.0, 1e10),
-    "voltages_volts": (0.0, 5.0),
-    "pcie_link_transfers_per_second": (0.0, 2e11),  # PCIe 7 is 128 GT/s
-    "pcie_max_link_transfers_per_second": (0.0, 2e11),
-    "pcie_link_width": (0.0, 32.0),
-    "pcie_max_link_width": (0.0, 32.0),
-    "pcie_bandwidth_bytes_per_second": (0.0, 1e12),  # 1 TB/s: 8x a PCIe 6 x16 link
-    "pcie_bandwidth_upper_bound_bytes_per_second": (0.0, 1e12),
-    "pcie_replays": (0.0, 2.0**62),
-    "pcie_recoveries": (0.0, 2.0**62),
-    "pcie_naks_sent": (0.0, 2.0**32),
-    "pcie_naks_received": (0.0, 2.0**32),
-    "xgmi_link_width": (0.0, 64.0),
-    "xgmi_link_speed_bytes_per_second": (0.0, 2e12),
-    "xgmi_read_bytes": (0.0, 2.0**74),  # u64 KB counters
-    "xgmi_write_bytes": (0.0, 2.0**74),
-    "xgmi_error_events": (0.0, 2.0**62),
-    "ecc_errors": (0.0, 2.0**62),
-    "ras_retired_pages": (0.0, 2.0**32),
-    "throttle_residency_seconds": (0.0, _INF),
-}
-# Fields where the lowest value itself is implausible (a power cap of 0 W is "no cap", handled by
-# the parser; a 0 °C GPU is a sensor that read nothing).
-LOW_EXCLUSIVE = frozenset({"temperatures", "temperature_thresholds", "memory_total_bytes", "clocks_max_hertz"})
+_DECLARED = {f.name: f.metadata["plausible"] for f in dataclasses.fields(Sample) if "plausible" in f.metadata}
+# field -> (lowest, highest) accepted, inclusive; the LOW_EXCLUSIVE fields also reject `lowest`.
+RANGES: Mapping[str, tuple[float, float]] = {name: (low, high) for name, (low, high, _) in _DECLARED.items()}
+LOW_EXCLUSIVE = frozenset(name for name, (_, _, low_exclusive) in _DECLARED.items() if low_exclusive)
 # How many xgmi_error events one read (the file clears on read) can plausibly add.
 MAX_XGMI_ERRORS_PER_READ = 2**32
 
@@ -81,10 +47,7 @@ def _range_check(low: float, high: float) -> Callable[[object], bool]:
 
 
 CHECKS: Mapping[str, Callable[[object], bool]] = {name: _range_check(*bounds) for name, bounds in BOUNDS.items()}
-# Sample fields with a range that are mappings (key -> value); the others with a range are scalars.
-_MAPPING_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(Sample) if f.name in RANGES and f.default_factory is not dataclasses.MISSING
-)
+_MAPPING_FIELDS = SAMPLE_MAPPINGS & RANGES.keys()  # the fields with a range that are mappings
 
 
 def plausible(field: str, value: object) -> bool:

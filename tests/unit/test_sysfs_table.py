@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.model import SAMPLE_MAPPINGS, DeviceIdentity, Sample, frozen_map
 from exporter.simulator import Simulator
 from exporter.sources.sysfs import SysfsSource
 from exporter.sources.sysfs import table as sysfs_table
-from exporter.sources.sysfs.table import CYCLE_FILES, MAPPING_FIELDS, SLOW_FILES, FileField, SampleValues, read_rows
+from exporter.sources.sysfs.table import CYCLE_FILES, SLOW_FILES, FileField, SampleValues, read_rows
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_the_second_die_of_a_dual_die_package_reports_no_power(node) -> None:
 
 # --- the Sample built from SampleValues ------------------------------------------------------------------
 
-_SCALARS = sorted(f.name for f in dataclasses.fields(Sample) if f.name not in MAPPING_FIELDS and f.name != "timestamp")
+_SCALARS = sorted(f.name for f in dataclasses.fields(Sample) if f.name not in SAMPLE_MAPPINGS and f.name != "timestamp")
 _values = st.one_of(st.none(), st.floats(allow_nan=False), st.integers(), st.tuples(st.floats(allow_nan=False)))
 
 
@@ -116,7 +116,7 @@ _values = st.one_of(st.none(), st.floats(allow_nan=False), st.integers(), st.tup
 @given(
     st.dictionaries(st.sampled_from(_SCALARS), _values),
     st.dictionaries(
-        st.sampled_from(sorted(MAPPING_FIELDS - {"file_errors"})),
+        st.sampled_from(sorted(SAMPLE_MAPPINGS - {"file_errors"})),
         st.dictionaries(st.text(max_size=3), st.floats(allow_nan=False), max_size=3),
     ),
     st.dictionaries(st.tuples(st.text(max_size=3), st.sampled_from(["eio", "parse"])), st.integers(1, 9), max_size=2),
@@ -136,7 +136,7 @@ def test_the_sample_holds_exactly_the_values_assembled(
     )
     built = values.sample(12.5, frozen_map(errors))
     assert built == expected
-    assert all(isinstance(getattr(built, name), MappingProxyType) for name in MAPPING_FIELDS)  # read-only
+    assert all(isinstance(getattr(built, name), MappingProxyType) for name in SAMPLE_MAPPINGS)  # read-only
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.power_watts = 1.0  # type: ignore[misc]
 

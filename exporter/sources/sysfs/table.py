@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.model import SAMPLE_MAPPINGS, DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
 from exporter.sources.gpu_metrics import GpuMetrics
@@ -44,8 +44,7 @@ class FileField:
     key: Key | None  # the key within a mapping field; None for a scalar field
     where: Where  # the device's PCI directory or its amdgpu hwmon directory
     file: str  # path below `where`
-    parse: Callable[[str], float | int | None]  # file text -> SI value; None = not supplied
-    unit: str  # what the file holds (the parser converts it to the field's SI unit)
+    parse: Callable[[str], float | int | None]  # file text -> the field's SI value, named by the file's unit
     fill: Fill = "always"
 
     def path(self, device: DeviceIdentity) -> str | None:
@@ -53,11 +52,15 @@ class FileField:
         return f"{base}/{self.file}" if base else None
 
 
-_milli = functools.partial(tf.parse_scaled, scale=1e-3)
-_micro = functools.partial(tf.parse_scaled, scale=1e-6)
+# The parsers, by the unit the file holds (the kernel's sysfs and hwmon ABI): each gives the SI value.
+_millidegrees = _millivolts = functools.partial(tf.parse_scaled, scale=1e-3)
+_microwatts = functools.partial(tf.parse_scaled, scale=1e-6)
+_percent = tf.parse_percent_ratio
+_gigatransfers = tf.parse_link_speed  # "16.0 GT/s PCIe"
+_lanes = tf.parse_link_width
 
 
-def _micro_nonzero(text: str) -> float | None:
+def _microwatts_nonzero(text: str) -> float | None:
     # MI250X die 1 reports a power cap of 0: there is no cap to show, not a cap of zero.
     return tf.parse_scaled(text, 1e-6) or None
 
@@ -66,51 +69,51 @@ def _bytes(text: str) -> float:
     return float(tf.parse_unsigned(text))
 
 
+_hertz = _bytes
+
+
 _HWMON_TEMPERATURES = (("edge", 1), ("junction", 2), ("memory", 3))
 MEMORY_POOLS = (("vram", "mem_info_vram"), ("visible_vram", "mem_info_vis_vram"), ("gtt", "mem_info_gtt"))
 
 CYCLE_FILES: tuple[FileField, ...] = (
     *(
-        FileField("temperatures", sensor, "hwmon", f"temp{i}_input", _milli, "m°C", "if_field_empty")
+        FileField("temperatures", sensor, "hwmon", f"temp{i}_input", _millidegrees, "if_field_empty")
         for sensor, i in _HWMON_TEMPERATURES
     ),
-    FileField("busy", "gfx", "device", "gpu_busy_percent", tf.parse_percent_ratio, "%", "if_field_empty"),
-    FileField("busy", "memory", "device", "mem_busy_percent", tf.parse_percent_ratio, "%", "if_field_empty"),
-    FileField("power_watts", None, "hwmon", "power1_average", _micro, "µW", "if_missing"),
-    FileField("power_watts", None, "hwmon", "power1_input", _micro, "µW", "if_missing"),
+    FileField("busy", "gfx", "device", "gpu_busy_percent", _percent, "if_field_empty"),
+    FileField("busy", "memory", "device", "mem_busy_percent", _percent, "if_field_empty"),
+    FileField("power_watts", None, "hwmon", "power1_average", _microwatts, "if_missing"),
+    FileField("power_watts", None, "hwmon", "power1_input", _microwatts, "if_missing"),
     # MI2xx leaves the gpu_metrics voltages unset; hwmon in0 (vddgfx) has the gfx rail.
-    FileField("voltages_volts", "gfx", "hwmon", "in0_input", _milli, "mV", "if_missing"),
-    FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _bytes, "Hz", "if_missing"),
-    *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes, "B") for pool, prefix in MEMORY_POOLS),
+    FileField("voltages_volts", "gfx", "hwmon", "in0_input", _millivolts, "if_missing"),
+    FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _hertz, "if_missing"),
+    *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes) for pool, prefix in MEMORY_POOLS),
 )
 
 SLOW_FILES: tuple[FileField, ...] = (
     *(
-        FileField("temperature_thresholds", (sensor, threshold), "hwmon", f"temp{i}_{suffix}", _milli, "m°C")
+        FileField("temperature_thresholds", (sensor, threshold), "hwmon", f"temp{i}_{suffix}", _millidegrees)
         for sensor, i in _HWMON_TEMPERATURES
         for threshold, suffix in (("critical", "crit"), ("emergency", "emergency"))
     ),
-    FileField("power_cap_watts", None, "hwmon", "power1_cap", _micro_nonzero, "µW"),
-    FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _micro_nonzero, "µW"),
-    *(FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes, "B") for pool, prefix in MEMORY_POOLS),
-    FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", tf.parse_link_speed, "GT/s"),
-    FileField("pcie_max_link_width", None, "device", "max_link_width", tf.parse_link_width, "lanes"),
-    FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", tf.parse_link_speed, "GT/s"),
-    FileField("pcie_link_width", None, "device", "current_link_width", tf.parse_link_width, "lanes"),
-    FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned, "count"),
-    FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages, "pages"),
+    FileField("power_cap_watts", None, "hwmon", "power1_cap", _microwatts_nonzero),
+    FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _microwatts_nonzero),
+    *(FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes) for pool, prefix in MEMORY_POOLS),
+    FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", _gigatransfers),
+    FileField("pcie_max_link_width", None, "device", "max_link_width", _lanes),
+    FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", _gigatransfers),
+    FileField("pcie_link_width", None, "device", "current_link_width", _lanes),
+    FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned),
+    FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages),
 )
 
 _SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
 # GpuMetrics fields copied into the Sample field of the same name, in SI units already: every field
 # the two share (a decoded value with a Sample field of its name is never left out).
 GPU_METRICS_FIELDS: tuple[str, ...] = tuple(name for name in GpuMetrics._fields if name in _SAMPLE_FIELDS)
-
-# Sample fields that are mappings (their default is an empty mapping), the rest are scalars.
-MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample) if f.default_factory is not dataclasses.MISSING)
 # Every mapping field given as the one shared empty mapping: a Sample built with these calls no
 # default factory for the twenty-odd fields a device leaves empty.
-_NO_MAPPINGS = {name: frozen_map() for name in MAPPING_FIELDS}
+_NO_MAPPINGS = {name: frozen_map() for name in SAMPLE_MAPPINGS}
 
 
 class SampleValues:
@@ -130,7 +133,7 @@ class SampleValues:
         return self.mappings.setdefault(field, {})
 
     def supplied(self, field: str, key: Key | None = None) -> bool:
-        if field in MAPPING_FIELDS:
+        if field in SAMPLE_MAPPINGS:
             found = self.mappings.get(field)
             return bool(found) if key is None else found is not None and key in found
         return self.scalars.get(field) is not None
@@ -161,7 +164,7 @@ class SampleValues:
         """
         for name in names:
             value = getattr(metrics, name)
-            if name not in MAPPING_FIELDS:
+            if name not in SAMPLE_MAPPINGS:
                 if value is not None:
                     if plausible(name, value):
                         self.scalars[name] = value
@@ -230,7 +233,7 @@ def check_table() -> None:
     for row in (*CYCLE_FILES, *SLOW_FILES):
         if row.field not in _SAMPLE_FIELDS:
             raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
-        if (row.key is not None) != (row.field in MAPPING_FIELDS):
+        if (row.key is not None) != (row.field in SAMPLE_MAPPINGS):
             raise AssertionError(f"sysfs table: {row.file}: key {row.key!r} does not fit field {row.field!r}")
 
 
