@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -22,12 +23,89 @@ from exporter.sources.gpu_metrics.decoder import (
     ALWAYS_EXPORTED_THROTTLERS,
     GpuMetrics,
     GpuMetricsError,
+    _as_bytes,
+    _check_length,
+    _read_header,
+    _walk_v1_9,
     decode_gpu_metrics,
-    read_v1_9_attributes,
     throttle_reasons,
 )
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAttribute:
+    """One v1.9 record, as stored: values are raw integers (signed types already signed)."""
+
+    attr_id: int
+    name: str  # kernel attribute name in lower case, or "attr_<id>" for ids the decoder predates
+    unit: int  # AttrUnit value (may be one the decoder predates)
+    value_type: layouts.AttrType
+    values: tuple[int, ...]
+
+
+def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsAttribute, ...]:
+    """The records of a v1.9 table in table order, unknown attribute ids included: the decoder's own walk."""
+    data = _as_bytes(blob)
+    structure_size, format_revision, content_revision = _read_header(data)
+    if (format_revision, content_revision) != (layouts.V1_9_FORMAT_REVISION, layouts.V1_9_CONTENT_REVISION):
+        raise GpuMetricsError(f"gpu_metrics v{format_revision}.{content_revision} is not a v1.9 table")
+    _check_length(data, structure_size)
+    names = layouts.ATTR_NAMES
+    return tuple(
+        MetricsAttribute(id_, names[id_] if id_ < len(names) else f"attr_{id_}", unit, kind, values)
+        for id_, unit, kind, values in _walk_v1_9(data, structure_size)
+    )
+
+
+def struct_format(fields: tuple[layouts.Field, ...], size: int) -> str:
+    """A little-endian struct format that reads `fields` in order, skipping gaps, `size` bytes long."""
+    parts = ["<"]
+    position = 0
+    for field in sorted(fields, key=lambda f: f.offset):
+        if field.offset < position:
+            raise ValueError(f"field {field.name} at {field.offset} overlaps the previous field")
+        if field.offset > position:
+            parts.append(f"{field.offset - position}x")
+        parts.append(f"{field.count}{layouts.C_TYPES[field.ctype][0]}")
+        position = field.offset + field.size
+    if position > size:
+        raise ValueError(f"fields end at {position}, past the structure size {size}")
+    if position < size:
+        parts.append(f"{size - position}x")
+    return "".join(parts)
+
+
+_CTYPES = {"u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64}
+
+
+def _ctypes_member(field: layouts.Field) -> tuple[str, Any]:
+    ctype = _CTYPES[field.ctype]
+    return (field.name, ctype * field.count if field.count > 1 else ctype)
+
+
+def ctypes_structure(fields: tuple[layouts.Field, ...], name: str) -> Any:
+    """The C struct with these members in this order, laid out by ctypes' own (natural) alignment.
+
+    It ignores the hand-written offsets on purpose: comparing its offsets and size with the table's
+    is how these tests prove the tables match what a C compiler makes of the kernel header.
+    """
+    members = [_ctypes_member(f) for f in sorted(fields, key=lambda f: f.offset)]
+    return type(name, (ctypes.Structure,), {"_fields_": members})
+
+
+def layout_ctypes_structure(layout: layouts.Layout) -> Any:
+    """ctypes model of a whole fixed layout, the xcp_stats[] array placed where the kernel puts it."""
+    if layout.partition_block is None:
+        return ctypes_structure(layout.fields, layout.name)
+    block = layout.partition_block
+    block_type = ctypes_structure(block.fields, block.name)
+    ordered = sorted(layout.fields, key=lambda f: f.offset)
+    members = [_ctypes_member(f) for f in ordered if f.offset < layout.partitions_offset]
+    members.append(("xcp_stats", block_type * layout.partition_count))
+    members += [_ctypes_member(f) for f in ordered if f.offset >= layout.partitions_offset]
+    return type(layout.name, (ctypes.Structure,), {"_fields_": members})
 
 
 def table(size: int, content_revision: int, structure_size: int | None = None) -> bytearray:
@@ -107,10 +185,10 @@ EXPECTED_SIZES = [
 
 @pytest.mark.parametrize(("layout", "size", "content"), EXPECTED_SIZES, ids=lambda v: getattr(v, "name", v))
 def test_layout_size_matches_the_c_struct(layout: layouts.Layout, size: int, content: int) -> None:
-    c_struct = layouts.layout_ctypes_structure(layout)
+    c_struct = layout_ctypes_structure(layout)
     assert ctypes.sizeof(c_struct) == size
     assert layout.size == size
-    assert struct.calcsize(layouts.struct_format(layout.fields, layout.size)) == size
+    assert struct.calcsize(struct_format(layout.fields, layout.size)) == size
     assert (layout.format_revision, layout.content_revision) == (1, content)
 
 
@@ -118,7 +196,7 @@ def test_layout_size_matches_the_c_struct(layout: layouts.Layout, size: int, con
 def test_layout_offsets_match_natural_alignment(layout: layouts.Layout, size: int, content: int) -> None:
     # ctypes places each member by natural alignment from the member order alone; the hand-written
     # offsets must agree with it for every field, as a C compiler would lay out the kernel struct.
-    c_struct = layouts.layout_ctypes_structure(layout)
+    c_struct = layout_ctypes_structure(layout)
     for fld in layout.fields:
         assert getattr(c_struct, fld.name).offset == fld.offset, fld.name
     if layout.partition_block is not None:
@@ -127,7 +205,7 @@ def test_layout_offsets_match_natural_alignment(layout: layouts.Layout, size: in
 
 @pytest.mark.parametrize(("block", "size"), [(layouts.XCP_V1_0, 168), (layouts.XCP_V1_1, 232), (layouts.XCP_V1_2, 440)])
 def test_partition_block_sizes(block: layouts.BlockLayout, size: int) -> None:
-    c_struct = layouts.ctypes_structure(block.fields, block.name)
+    c_struct = ctypes_structure(block.fields, block.name)
     assert ctypes.sizeof(c_struct) == size == block.size
     for fld in block.fields:
         assert getattr(c_struct, fld.name).offset == fld.offset, fld.name

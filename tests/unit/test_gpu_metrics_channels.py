@@ -68,7 +68,7 @@ def random_table(layout: layouts.Layout, rng: random.Random, supplied: float) ->
             base = layout.partitions_offset + index * layout.partition_block.size
             fields += [layouts.Field(f.name, f.ctype, base + f.offset, f.count) for f in layout.partition_block.fields]
     for fld in fields:
-        code, width, _ = layouts.C_TYPES[fld.ctype]
+        code, width = layouts.C_TYPES[fld.ctype]
         for i in range(fld.count):
             if rng.random() < supplied:
                 top = (1 << (8 * width)) - 1

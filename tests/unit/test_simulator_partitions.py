@@ -21,8 +21,9 @@ import pytest
 from exporter.simulator import Simulator, load_truth_json, parse_fleet, parse_scenario
 from exporter.simulator import gpu_metrics_writer as gm
 from exporter.simulator.fleet import layout
-from exporter.sources.gpu_metrics import decode_gpu_metrics, read_v1_9_attributes
-from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout, struct_format
+from exporter.sources.gpu_metrics import decode_gpu_metrics
+from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout
+from tests.unit.test_gpu_metrics import read_v1_9_attributes, struct_format
 
 
 @pytest.fixture

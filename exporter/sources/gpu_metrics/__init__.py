@@ -1,5 +1,5 @@
 """The binary gpu_metrics table: layouts.py declares every kernel struct version, decoder.py decodes."""
 
-from exporter.sources.gpu_metrics.decoder import GpuMetrics, GpuMetricsError, decode_gpu_metrics, read_v1_9_attributes
+from exporter.sources.gpu_metrics.decoder import GpuMetrics, GpuMetricsError, decode_gpu_metrics
 
-__all__ = ["GpuMetrics", "GpuMetricsError", "decode_gpu_metrics", "read_v1_9_attributes"]
+__all__ = ["GpuMetrics", "GpuMetricsError", "decode_gpu_metrics"]

@@ -146,17 +146,6 @@ class GpuMetrics(NamedTuple):
         return f"{self.format_revision}.{self.content_revision}"
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsAttribute:
-    """One v1.9 record, as stored: values are raw integers (signed types already signed)."""
-
-    attr_id: int
-    name: str  # kernel attribute name in lower case, or "attr_<id>" for ids this decoder predates
-    unit: int  # AttrUnit value (may be one this decoder predates)
-    value_type: AttrType
-    values: tuple[int, ...]
-
-
 # The reasons Aldebaran's firmware maps into indep_throttle_status (aldebaran_ppt.c's throttler map):
 # always exported, 0 or 1, so their series are stable. Any other known reason is exported only while
 # its bit is set — 34 always-zero series per GCD would be noise, but a set bit must never be lost.
@@ -435,7 +424,7 @@ def _fixed_places(layout: Layout, wanted: frozenset[str] | None) -> tuple[struct
     for offset, fld, partition in sorted(placed, key=lambda entry: entry[0]):
         if wanted is not None and fld.name not in wanted:
             continue
-        code, width, _ = C_TYPES[fld.ctype]
+        code, width = C_TYPES[fld.ctype]
         if offset > position:
             parts.append(f"{offset - position}x")
         parts.append(f"{fld.count}{code}")
@@ -613,16 +602,3 @@ def _reported_partitions(
         if any(v != ones for first, stop, ones, _ in block.values() for v in flat[first:stop])
     ]
     return blocks[: used[-1] + 1] if used else ()
-
-
-def read_v1_9_attributes(blob: bytes | bytearray | memoryview) -> tuple[MetricsAttribute, ...]:
-    """The records of a v1.9 table in table order, unknown attribute ids included."""
-    data = _as_bytes(blob)
-    structure_size, format_revision, content_revision = _read_header(data)
-    if (format_revision, content_revision) != (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
-        raise GpuMetricsError(f"gpu_metrics v{format_revision}.{content_revision} is not a v1.9 table")
-    _check_length(data, structure_size)
-    return tuple(
-        MetricsAttribute(id_, ATTR_NAMES[id_] if id_ < len(ATTR_NAMES) else f"attr_{id_}", unit, kind, values)
-        for id_, unit, kind, values in _walk_v1_9(data, structure_size)
-    )

@@ -14,22 +14,15 @@ count, then [u64 encoding][values] records; its vocabulary (attribute ids, types
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 HEADER_SIZE = 4  # structure_size u16, format_revision u8, content_revision u8
 HEADER = struct.Struct("<HBB")
 
-# C type -> (struct code, size in bytes, ctypes type). All unsigned: the kernel structs are.
-C_TYPES: dict[str, tuple[str, int, Any]] = {
-    "u8": ("B", 1, ctypes.c_uint8),
-    "u16": ("H", 2, ctypes.c_uint16),
-    "u32": ("I", 4, ctypes.c_uint32),
-    "u64": ("Q", 8, ctypes.c_uint64),
-}
+# C type -> (struct code, size in bytes). All unsigned: the kernel structs are.
+C_TYPES: dict[str, tuple[str, int]] = {"u8": ("B", 1), "u16": ("H", 2), "u32": ("I", 4), "u64": ("Q", 8)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,49 +411,3 @@ FIXED_FIELD_UNITS: dict[str, AttrUnit] = {
     )
     for name in names.split()
 }
-
-
-def struct_format(fields: tuple[Field, ...], size: int) -> str:
-    """A little-endian struct format that reads `fields` in order, skipping gaps, `size` bytes long."""
-    parts = ["<"]
-    position = 0
-    for field in sorted(fields, key=lambda f: f.offset):
-        if field.offset < position:
-            raise ValueError(f"field {field.name} at {field.offset} overlaps the previous field")
-        if field.offset > position:
-            parts.append(f"{field.offset - position}x")
-        parts.append(f"{field.count}{C_TYPES[field.ctype][0]}")
-        position = field.offset + field.size
-    if position > size:
-        raise ValueError(f"fields end at {position}, past the structure size {size}")
-    if position < size:
-        parts.append(f"{size - position}x")
-    return "".join(parts)
-
-
-def _ctypes_member(field: Field) -> tuple[str, Any]:
-    ctype = C_TYPES[field.ctype][2]
-    return (field.name, ctype * field.count if field.count > 1 else ctype)
-
-
-def ctypes_structure(fields: tuple[Field, ...], name: str) -> Any:
-    """The C struct with these members in this order, laid out by ctypes' own (natural) alignment.
-
-    It ignores the hand-written offsets on purpose: comparing its offsets and size with the table's
-    is how the tests prove the tables match what a C compiler makes of the kernel header.
-    """
-    members = [_ctypes_member(f) for f in sorted(fields, key=lambda f: f.offset)]
-    return type(name, (ctypes.Structure,), {"_fields_": members})
-
-
-def layout_ctypes_structure(layout: Layout) -> Any:
-    """ctypes model of a whole fixed layout, the xcp_stats[] array placed where the kernel puts it."""
-    if layout.partition_block is None:
-        return ctypes_structure(layout.fields, layout.name)
-    block = layout.partition_block
-    block_type = ctypes_structure(block.fields, block.name)
-    ordered = sorted(layout.fields, key=lambda f: f.offset)
-    members = [_ctypes_member(f) for f in ordered if f.offset < layout.partitions_offset]
-    members.append(("xcp_stats", block_type * layout.partition_count))
-    members += [_ctypes_member(f) for f in ordered if f.offset >= layout.partitions_offset]
-    return type(layout.name, (ctypes.Structure,), {"_fields_": members})
