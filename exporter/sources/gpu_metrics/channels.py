@@ -61,32 +61,7 @@ def _channel(field: str, key: Key) -> tuple[int, Key] | None:
     return None if index is None else (0, index)
 
 
-_PLANS = Plans(
-    _channel,
-    frozenset(
-        {
-            "temperature_edge",
-            "temperature_hotspot",
-            "temperature_mem",
-            "temperature_vrgfx",
-            "temperature_vrsoc",
-            "temperature_vrmem",
-            "temperature_hbm",
-            "curr_socket_power",
-            "average_socket_power",
-            "average_gfx_activity",
-            "average_umc_activity",
-            "current_gfxclk",
-            "current_uclk",
-            "current_socclk",
-            "energy_accumulator",
-            "gfx_activity_acc",
-            "mem_activity_acc",
-            "system_clock_counter",
-        }
-    ),
-    as_float=True,
-)
+_PLANS = Plans(_channel, every_field=False, as_float=True)
 _NAN = math.nan
 _ACTIVITY_ACCUMULATORS = (CHANNEL_INDEX["acc", "gfx_activity"], CHANNEL_INDEX["acc", "mem_activity"])
 

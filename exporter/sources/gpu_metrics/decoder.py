@@ -150,19 +150,7 @@ class GpuMetrics(NamedTuple):
 # always exported, 0 or 1, so their series are stable. Any other known reason is exported only while
 # its bit is set — 34 always-zero series per GCD would be noise, but a set bit must never be lost.
 ALWAYS_EXPORTED_THROTTLERS = frozenset(
-    {
-        "ppt0",
-        "ppt1",
-        "tdc_gfx",
-        "tdc_soc",
-        "tdc_mem",
-        "temp_gpu",
-        "temp_mem",
-        "temp_vr_gfx",
-        "temp_vr_soc",
-        "temp_vr_mem0",
-        "apcc",
-    }
+    "ppt0 ppt1 tdc_gfx tdc_soc tdc_mem temp_gpu temp_mem temp_vr_gfx temp_vr_soc temp_vr_mem0 apcc".split()
 )
 
 
@@ -291,6 +279,7 @@ class Plan:
     spans: tuple[Span, ...]
     slots: Mapping[str, Slot]  # every placed top-level field, for the values the decode derives
     partitions: tuple[Mapping[str, Slot], ...]  # the xcp_stats[] blocks (or v1.9's one), in index order
+    read: frozenset[str]  # the kernel fields some value is read from
 
 
 def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, as_float: bool) -> Plan:
@@ -304,6 +293,7 @@ def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, 
             partitions[partition][name] = (first, stop, ones, unit)
     sources: dict[tuple[int, Key], list[tuple[str, tuple[Any, ...]]]] = {}
     spans: list[Span] = []
+    read: set[str] = set()
     for value, key, name, elements, kind in _READS:
         slot = slots.get(name)
         if slot is None:
@@ -317,6 +307,7 @@ def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, 
         if elements == "highest":
             if (where := target(value, key)) is not None:
                 spans.append((*where, first, stop, ones, number))
+                read.add(name)
             continue
         low, high = (0, 100) if kind is _PERCENT else (-_INF, _INF)
         for index in range(first, min(stop, first + 1) if elements == "first" else stop):
@@ -324,11 +315,13 @@ def _plan(codec: struct.Struct | None, places: Sequence[Place], target: Target, 
             if (where := target(value, element_key)) is not None:
                 extra = {"*": (number,), "/": (low, high, number), "=": ()}[operation]
                 sources.setdefault(where, []).append((operation, (*where, index, ones, *extra)))
+                read.add(name)
     picks: dict[str, list[Any]] = {"*": [], "/": [], "=": []}
     for found in sources.values():
         for operation, pick in reversed(found):
             picks[operation].append(pick)
-    return Plan(codec, tuple(picks["*"]), tuple(picks["/"]), tuple(picks["="]), tuple(spans), slots, tuple(partitions))
+    scaled, divided, stored = (tuple(picks[operation]) for operation in "*/=")
+    return Plan(codec, scaled, divided, stored, tuple(spans), slots, tuple(partitions), frozenset(read))
 
 
 def _as_bytes(blob: object) -> bytes:
@@ -440,18 +433,18 @@ Shape = tuple[tuple[int, int, AttrType, int], ...]
 
 
 @functools.lru_cache(maxsize=64)
-def _v1_9_plan(shape: Shape, wanted: frozenset[str] | None, target: Target, as_float: bool) -> Plan:
+def _v1_9_plan(shape: Shape, target: Target, as_float: bool) -> Plan:
     """A device writes the same records every time: one plan per shape, over all records' values in order."""
     places: list[Place] = []
     seen: set[str] = set()
     first = 0
     for attr_id, unit, value_type, count in shape:
         name = ATTR_NAMES[attr_id] if attr_id < len(ATTR_NAMES) else ""
-        if name and name not in seen and (wanted is None or name in wanted):
+        if name and name not in seen:
             # All-ones in the stored bits: -1 once a signed type has been sign-converted.
             ones = -1 if value_type in SIGNED_ATTR_TYPES else (1 << (8 * ATTR_TYPE_FORMAT[value_type][1])) - 1
             places.append((name, first, first + count, ones, unit, 0 if name in _PARTITION_FIELDS else -1))
-        seen.add(name)  # the first record of an id wins, wanted or not
+        seen.add(name)  # the first record of an id wins
         first += count
     return _plan(None, places, target, as_float)
 
@@ -459,18 +452,19 @@ def _v1_9_plan(shape: Shape, wanted: frozenset[str] | None, target: Target, as_f
 class Plans:
     """One view of gpu_metrics: a plan per fixed layout, made once, and per v1.9 shape, made when first seen.
 
-    `target` says where each GpuMetrics value goes (None: not wanted); only the `wanted` kernel
-    fields are unpacked (every field when None). `as_float` gives counters as floats.
+    `target` says where each GpuMetrics value goes (None: not wanted). `every_field`: a fixed layout
+    unpacks all its fields (the full decode derives values from some); else only those a wanted
+    value is read from (the rest of the table is skipped). `as_float` gives counters as floats.
     """
 
-    def __init__(self, target: Target, wanted: frozenset[str] | None = None, as_float: bool = False) -> None:
-        self.target, self.wanted, self.as_float = target, wanted, as_float
-        self.fixed = {
-            (layout.size, layout.format_revision, layout.content_revision): _plan(
-                *_fixed_places(layout, wanted), target, as_float
-            )
-            for layout in FIXED_LAYOUTS
-        }
+    def __init__(self, target: Target, every_field: bool = True, as_float: bool = False) -> None:
+        self.target, self.as_float = target, as_float
+        self.fixed = {}
+        for layout in FIXED_LAYOUTS:
+            plan = _plan(*_fixed_places(layout, None), target, as_float)
+            if not every_field:
+                plan = _plan(*_fixed_places(layout, plan.read), target, as_float)
+            self.fixed[layout.size, layout.format_revision, layout.content_revision] = plan
 
     def unpack(self, blob: bytes | bytearray | memoryview) -> tuple[Plan, Sequence[int], int, int, int]:
         """The blob's plan, its flat values, format revision, content revision and structure size."""
@@ -486,7 +480,7 @@ class Plans:
         records = list(_walk_v1_9(data, structure_size))
         shape = tuple((attr_id, unit, value_type, len(values)) for attr_id, unit, value_type, values in records)
         flat = [value for *_, values in records for value in values]
-        plan = _v1_9_plan(shape, self.wanted, self.target, self.as_float)
+        plan = _v1_9_plan(shape, self.target, self.as_float)
         return plan, flat, format_revision, content_revision, structure_size
 
 
