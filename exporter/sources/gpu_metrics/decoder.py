@@ -150,7 +150,8 @@ class GpuMetrics(NamedTuple):
 # always exported, 0 or 1, so their series are stable. Any other known reason is exported only while
 # its bit is set — 34 always-zero series per GCD would be noise, but a set bit must never be lost.
 ALWAYS_EXPORTED_THROTTLERS = frozenset(
-    "ppt0 ppt1 tdc_gfx tdc_soc tdc_mem temp_gpu temp_mem temp_vr_gfx temp_vr_soc temp_vr_mem0 apcc".split()
+    {"ppt0", "ppt1", "apcc", "tdc_gfx", "tdc_soc", "tdc_mem"}  # power, current
+    | {"temp_gpu", "temp_mem", "temp_vr_gfx", "temp_vr_soc", "temp_vr_mem0"}  # temperature
 )
 
 
