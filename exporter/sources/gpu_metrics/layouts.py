@@ -103,18 +103,21 @@ def _block(name: str, listing: str) -> BlockLayout:
     return BlockLayout(name, size, fields)
 
 
+# struct metrics_table_header, the first member of every gpu_metrics struct.
+_HEADER_MEMBERS = "u16 structure_size\nu8 format_revision content_revision\n"
+
+
 def _layout(name: str, content_revision: int, listing: str, block: BlockLayout | None = None) -> Layout:
-    fields, partitions_offset, partition_count, size = _place(listing, block)
+    fields, partitions_offset, partition_count, size = _place(_HEADER_MEMBERS + listing, block)
     return Layout(name, 1, content_revision, size, fields, block, partitions_offset, partition_count)
 
 
-# The members of each struct gpu_metrics_v1_N in kernel order, one line per run of one C type.
+# The members of each struct gpu_metrics_v1_N in kernel order, one line per run of one C type,
+# after its struct metrics_table_header (which _layout puts first).
 V1_0 = _layout(
     "v1_0",
     0,
     """
-    u16 structure_size
-    u8 format_revision content_revision
     u64 system_clock_counter
     u16 temperature_edge temperature_hotspot temperature_mem temperature_vrgfx temperature_vrsoc temperature_vrmem
     u16 average_gfx_activity average_umc_activity average_mm_activity average_socket_power
@@ -129,8 +132,6 @@ V1_0 = _layout(
 )
 # v1_2 and v1_3 only append to v1_1.
 _V1_1 = """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_edge temperature_hotspot temperature_mem temperature_vrgfx temperature_vrsoc temperature_vrmem
     u16 average_gfx_activity average_umc_activity average_mm_activity average_socket_power
     u64 energy_accumulator system_clock_counter
@@ -150,8 +151,6 @@ V1_4 = _layout(
     "v1_4",
     4,
     """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity
     u16 average_umc_activity vcn_activity[4]
     u64 energy_accumulator system_clock_counter
@@ -167,8 +166,6 @@ V1_5 = _layout(
     "v1_5",
     5,
     """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity
     u16 average_umc_activity vcn_activity[4] jpeg_activity[32]
     u64 energy_accumulator system_clock_counter
@@ -187,8 +184,6 @@ V1_6_EARLY = _layout(
     "v1_6 (early, reverted)",
     6,
     """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity
     u16 average_umc_activity vcn_activity[4] jpeg_activity[32]
     u64 energy_accumulator system_clock_counter
@@ -225,8 +220,6 @@ V1_6 = _layout(
     "v1_6",
     6,
     """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity
     u16 average_umc_activity
     u64 energy_accumulator system_clock_counter
@@ -246,8 +239,6 @@ V1_6 = _layout(
 )
 # v1_7 and v1_8 share everything but the per-partition block.
 _V1_7 = """
-    u16 structure_size
-    u8 format_revision content_revision
     u16 temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity
     u16 average_umc_activity
     u64 mem_max_bandwidth energy_accumulator system_clock_counter
