@@ -509,17 +509,8 @@ def take(plan: Plan, flat: Sequence[int], targets: Sequence[Any]) -> None:
 
 # --- step 3: the flat values -> GpuMetrics ----------------------------------------------------------
 
-# The mapping fields the plan fills, in target order after 0, the scalars.
-_MAPPINGS = (
-    "temperatures",
-    "busy",
-    "clocks_hertz",
-    "clocks_average_hertz",
-    "voltages_volts",
-    "xgmi_read_bytes",
-    "xgmi_write_bytes",
-    "residency_acc",
-)
+# The mapping fields the plan fills (those read by key), in target order after 0, the scalars.
+_MAPPINGS = tuple(dict.fromkeys(value for value, key, *_ in _READS if key is not None))
 _MAPPING_TARGET = {name: index for index, name in enumerate(_MAPPINGS, 1)}
 # Aldebaran's ESM link codes in the 0.1 GT/s unit that are not a standard rate (see _PCIE_RATES_100MTS).
 _ESM_ONLY = frozenset(_ESM_CODES) - _PCIE_RATES_100MTS
