@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample
+from exporter.model import DeviceIdentity, DeviceState, Sample, frozen_map
+from exporter.pipeline.pcie import link_max_bytes_per_second
 
 log = get_logger("exporter.pipeline.discovery")
 
@@ -125,9 +126,23 @@ class KnownDevices:
     def __iter__(self) -> Iterator[TrackedDevice]:
         return iter(self._devices.values())
 
-    def in_gpu_order(self) -> list[TrackedDevice]:
-        """Every known device by its `gpu` index (the order snapshots list them in)."""
-        return sorted(self._devices.values(), key=lambda t: t.gpu)
+    def states(self) -> tuple[DeviceState, ...]:
+        """Every known device (gone ones included) frozen into what a Snapshot carries, in `gpu` order."""
+        return tuple(
+            DeviceState(
+                identity=t.identity,
+                gpu=t.gpu,
+                sample=t.sample,
+                up=t.up,
+                down_reason=t.down_reason,
+                read_errors=frozen_map(t.read_errors),
+                read_timeouts=t.read_timeouts,
+                present=t.present,
+                file_errors=frozen_map(t.file_errors),
+                pcie_link_max_bytes_per_second=link_max_bytes_per_second(t.sample),
+            )
+            for t in sorted(self._devices.values(), key=lambda t: t.gpu)
+        )
 
     @property
     def present_count(self) -> int:

@@ -28,7 +28,6 @@ from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, Snapshot
 from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.discovery import KnownDevices, TrackedDevice
-from exporter.pipeline.snapshot import freeze
 from exporter.sources.base import Source, SourceError
 from exporter.sources.plausible import without_implausible
 from exporter.threads import DaemonPool
@@ -225,10 +224,12 @@ class Poller:
         tracked.down_reason = reason
 
     def _snapshot(self, duration: float) -> Snapshot:
-        return freeze(
-            self._devices,
-            duration=duration,
-            source_name=self.source_name,
+        return Snapshot(
+            taken_at=time.time(),
+            monotonic_at=time.monotonic(),
+            devices=self._devices.states(),
+            poll_duration_seconds=duration,
+            source=self.source_name,
             cycle=self._cycle,
             source_stats=self.source.stats(),
             discoveries=self.discoveries,
