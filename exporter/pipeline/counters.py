@@ -18,7 +18,7 @@ Widths and plausible rates are declared once here, per Sample field.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,33 +33,25 @@ _U64 = 2**64
 class CounterRule:
     """How one counter field wraps: its register width in the field's unit, the fastest it can climb."""
 
-    width: Callable[[DeviceIdentity], int | float | None]  # None: never wraps (accumulated in software)
+    width: int | float | None  # None: never wraps (accumulated in software)
     max_rate_per_second: float | None = None  # None: a wrap is only believed from the top quarter
-
-
-def _energy_width(identity: DeviceIdentity) -> int | float:
-    # v1_0 has a u32 energy accumulator; v1_1 and later (and rocm_smi's u64 counter) a u64.
-    return _U32 * _TICK if identity.gpu_metrics_version == "1.0" else _U64 * _TICK
-
-
-def _fixed(width: int | None) -> Callable[[DeviceIdentity], int | float | None]:
-    return lambda identity: width
 
 
 # Sample counter fields (scalar or mapping of keys to counts). 5 kW bounds any socket's power.
 COUNTERS: Mapping[str, CounterRule] = {
-    "energy_joules": CounterRule(_energy_width, max_rate_per_second=5000.0),
-    "pcie_replays": CounterRule(_fixed(_U64)),
-    "pcie_recoveries": CounterRule(_fixed(_U64)),
-    "pcie_naks_sent": CounterRule(_fixed(_U32)),
-    "pcie_naks_received": CounterRule(_fixed(_U32)),
-    "xgmi_read_bytes": CounterRule(_fixed(_U64 * 1024)),  # KB registers
-    "xgmi_write_bytes": CounterRule(_fixed(_U64 * 1024)),
-    "xgmi_error_events": CounterRule(_fixed(None)),
-    "ecc_errors": CounterRule(_fixed(_U64)),
+    "energy_joules": CounterRule(_U64 * _TICK, max_rate_per_second=5000.0),  # v1_1+ (and rocm_smi's): u64
+    "pcie_replays": CounterRule(_U64),
+    "pcie_recoveries": CounterRule(_U64),
+    "pcie_naks_sent": CounterRule(_U32),
+    "pcie_naks_received": CounterRule(_U32),
+    "xgmi_read_bytes": CounterRule(_U64 * 1024),  # KB registers
+    "xgmi_write_bytes": CounterRule(_U64 * 1024),
+    "xgmi_error_events": CounterRule(None),
+    "ecc_errors": CounterRule(_U64),
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
-    "throttle_residency_seconds": CounterRule(_fixed(None)),
+    "throttle_residency_seconds": CounterRule(None),
 }
+_V1_0_ENERGY_WIDTH = _U32 * _TICK  # gpu_metrics v1_0's energy accumulator is a u32
 # The rules split once: mapping counters, and scalar ones with their track key.
 _MAPPING_RULES = tuple((name, rule) for name, rule in COUNTERS.items() if name in SAMPLE_MAPPINGS)
 _SCALAR_RULES = tuple((name, (name, None), rule) for name, rule in COUNTERS.items() if name not in SAMPLE_MAPPINGS)
@@ -92,7 +84,9 @@ def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sam
     state.last_timestamp = sample.timestamp
     changes: dict[str, Any] = {}
     if state.widths_for is not identity:  # widths depend on the identity only (its gpu_metrics version)
-        state.widths = {name: rule.width(identity) for name, rule in COUNTERS.items()}
+        state.widths = {name: rule.width for name, rule in COUNTERS.items()}
+        if identity.gpu_metrics_version == "1.0":
+            state.widths["energy_joules"] = _V1_0_ENERGY_WIDTH
         state.widths_for = identity
     widths, settled, tracks = state.widths, state.settled, state.tracks
     for name, rule in _MAPPING_RULES:

@@ -143,7 +143,3 @@ class KnownDevices:
             )
             for t in sorted(self._devices.values(), key=lambda t: t.gpu)
         )
-
-    @property
-    def present_count(self) -> int:
-        return sum(1 for t in self._devices.values() if t.present)

@@ -24,14 +24,11 @@ LOW_EXCLUSIVE = frozenset(name for name, (_, _, low_exclusive) in _DECLARED.item
 MAX_XGMI_ERRORS_PER_READ = 2**32
 
 
-def _inclusive(low: float, high: float, low_exclusive: bool) -> tuple[float, float]:
-    """Both bounds inclusive and finite: one chained comparison then also rejects an excluded lowest
-    value, infinities and NaN (which fails every comparison)."""
-    return (math.nextafter(low, _INF) if low_exclusive else low), min(high, sys.float_info.max)
-
-
+# Both bounds inclusive and finite: one chained comparison then also rejects an excluded lowest
+# value, infinities and NaN (which fails every comparison).
 BOUNDS: Mapping[str, tuple[float, float]] = {
-    name: _inclusive(low, high, name in LOW_EXCLUSIVE) for name, (low, high) in RANGES.items()
+    name: (math.nextafter(low, _INF) if low_exclusive else low, min(high, sys.float_info.max))
+    for name, (low, high, low_exclusive) in _DECLARED.items()
 }
 
 
