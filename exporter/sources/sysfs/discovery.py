@@ -176,6 +176,8 @@ class KfdNode:
     partition: int
     render_minor: int
     links: tuple[Mapping[str, int], ...]
+    num_xcc: int = 0  # the XCCs of its partition
+    directory: str = ""
 
 
 def read_kfd_nodes(root: str) -> dict[int, KfdNode]:
@@ -198,7 +200,8 @@ def read_kfd_nodes(root: str) -> dict[int, KfdNode]:
         )
         loc = props["location_id"]
         bdf = f"{props.get('domain', 0):04x}:{(loc >> 8) & 0xFF:02x}:{(loc >> 3) & 0x1F:02x}.{loc & 0x7}"
-        nodes[int(entry)] = KfdNode(int(entry), bdf, loc >> _PARTITION_SHIFT, props.get("drm_render_minor", 0), links)
+        partition, render_minor = loc >> _PARTITION_SHIFT, props.get("drm_render_minor", 0)
+        nodes[int(entry)] = KfdNode(int(entry), bdf, partition, render_minor, links, props.get("num_xcc", 0), node_dir)
     return nodes
 
 

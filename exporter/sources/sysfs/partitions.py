@@ -54,14 +54,10 @@ def partition_layouts(root: str, devices: Iterable[DeviceIdentity]) -> dict[str,
     wanted = {d.pci_bus_id for d in devices if d.compute_partition}
     if not wanted:
         return {}
-    nodes_dir = os.path.join(root, "class", "kfd", "kfd", "topology", "nodes")
     found: dict[str, dict[int, tuple[int, int]]] = {}  # BDF -> partition -> (XCC count, VRAM bytes)
     for node in read_kfd_nodes(root).values():
-        if node.pci_bus_id not in wanted:
-            continue
-        node_dir = os.path.join(nodes_dir, str(node.node))
-        props = read_parsed(os.path.join(node_dir, "properties"), tf.parse_key_values) or {}
-        found.setdefault(node.pci_bus_id, {})[node.partition] = (props.get("num_xcc", 0), _local_memory(node_dir))
+        if node.pci_bus_id in wanted:
+            found.setdefault(node.pci_bus_id, {})[node.partition] = (node.num_xcc, _local_memory(node.directory))
     layouts = {}
     for bdf, by_partition in found.items():
         parts = [by_partition[p] for p in range(len(by_partition)) if p in by_partition]
