@@ -267,7 +267,7 @@ class SysfsSource(Source):
         if state.plan is None or state.plan[0] is not device:  # planned again when discovery refreshes the identity
             state.plan = (device, plan_rows(CYCLE_FILES, device))
         values = SampleValues.copy_of(self._slow_layer(device, state))
-        metrics = self._decode(device, read(os.path.join(dev, "gpu_metrics")))
+        metrics = _decode(read(os.path.join(dev, "gpu_metrics")))
         layout = state.layout
         partitioned = layout is not None and layout.count > 1
         if partitioned:
@@ -309,7 +309,7 @@ class SysfsSource(Source):
         metrics = shared[1] if shared is not None and fresh else None
         if metrics is None:
             socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
-            metrics = self._decode(device, read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
+            metrics = _decode(read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
             state.socket_table = (time.monotonic(), metrics)
         values = SampleValues()
         for engine, ratio in (partition_busy(metrics, layout, device.partition) if metrics and layout else {}).items():
@@ -317,15 +317,6 @@ class SysfsSource(Source):
         for pool, size in partition_memory(layout, device.partition).items():
             values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         return values.sample(time.time())
-
-    def _decode(self, device: DeviceIdentity, blob: bytes | None) -> GpuMetrics | None:
-        if blob is None:
-            return None
-        try:
-            return decode_gpu_metrics(blob)
-        except GpuMetricsError as error:
-            record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
-            return None
 
     @staticmethod
     def _throttle_residency(state: DeviceReadState, metrics: GpuMetrics, values: SampleValues) -> None:
@@ -381,6 +372,16 @@ class SysfsSource(Source):
             for state in self._devices.values():
                 state.close()
         self._identify_pool.close()
+
+
+def _decode(blob: bytes | None) -> GpuMetrics | None:
+    if blob is None:
+        return None
+    try:
+        return decode_gpu_metrics(blob)
+    except GpuMetricsError as error:
+        record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
+        return None
 
 
 def _check_memory(values: SampleValues) -> None:
