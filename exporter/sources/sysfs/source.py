@@ -11,7 +11,6 @@ finds files, reads them, and assembles a Sample.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import threading
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.log import get_logger
-from exporter.model import DeviceIdentity, Sample, frozen_map
+from exporter.model import DeviceIdentity, Sample
 from exporter.sources.base import Source, SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
@@ -208,11 +207,8 @@ class SysfsSource(Source):
         except SourceError as error:
             error.file_errors = self._file_errors(device, state, errors)
             raise
-        file_errors = frozen_map(self._file_errors(device, state, errors))
-        if isinstance(read, Sample):
-            return dataclasses.replace(read, file_errors=file_errors)
         values, timestamp = read
-        return values.sample(timestamp, file_errors)  # built once: no copy of a finished Sample
+        return values.sample(timestamp, self._file_errors(device, state, errors))  # built once, never copied
 
     def _file_errors(
         self, device: DeviceIdentity, state: DeviceReadState, errors: FileErrors
@@ -242,8 +238,8 @@ class SysfsSource(Source):
                         log.info("file_recovered", pci_bus_id=device.pci_bus_id, card=device.card, file=file)
         return errors.counts
 
-    def _read(self, device: DeviceIdentity, state: DeviceReadState) -> Sample | tuple[SampleValues, float]:
-        """A partition's Sample, or a device's values and the time the read finished."""
+    def _read(self, device: DeviceIdentity, state: DeviceReadState) -> tuple[SampleValues, float]:
+        """A device's (or partition's) values and the time the read finished."""
         if device.partition > 0:
             if not os.path.isdir(device.device_dir):
                 raise SourceError("gone", f"{device.device_dir} no longer exists")
@@ -300,7 +296,7 @@ class SysfsSource(Source):
             raise SourceError("read_error", f"{device.card}: no value could be read from {dev}")
         return values, time.time()
 
-    def _read_partition(self, device: DeviceIdentity, state: DeviceReadState) -> Sample:
+    def _read_partition(self, device: DeviceIdentity, state: DeviceReadState) -> tuple[SampleValues, float]:
         """Partition 1..N-1: only its own values (busy of its XCCs and decoders); the socket-wide
         values live on partition 0. Read from the socket's table, shared with partition 0's read."""
         layout = state.layout
@@ -316,7 +312,7 @@ class SysfsSource(Source):
             values.set("busy", engine, ratio, "gpu_metrics")
         for pool, size in partition_memory(layout, device.partition).items():
             values.set("memory_total_bytes", pool, size, _MEM_BANKS)
-        return values.sample(time.time())
+        return values, time.time()
 
     @staticmethod
     def _throttle_residency(state: DeviceReadState, metrics: GpuMetrics, values: SampleValues) -> None:
