@@ -283,17 +283,9 @@ class AttrType(IntEnum):
     S64 = 7
 
 
-# type -> (struct code, width in bytes); every value is read unsigned so all-ones is easy to spot.
-ATTR_TYPE_FORMAT: dict[AttrType, tuple[str, int]] = {
-    AttrType.U8: ("B", 1),
-    AttrType.S8: ("B", 1),
-    AttrType.U16: ("H", 2),
-    AttrType.S16: ("H", 2),
-    AttrType.U32: ("I", 4),
-    AttrType.S32: ("I", 4),
-    AttrType.U64: ("Q", 8),
-    AttrType.S64: ("Q", 8),
-}
+# type -> (struct code, width in bytes), those of the unsigned C type of its width: every value is
+# read unsigned so all-ones is easy to spot (the decoder signs the signed types after).
+ATTR_TYPE_FORMAT: dict[AttrType, tuple[str, int]] = {t: C_TYPES[f"u{t.name[1:]}"] for t in AttrType}
 SIGNED_ATTR_TYPES = frozenset({AttrType.S8, AttrType.S16, AttrType.S32, AttrType.S64})
 
 
