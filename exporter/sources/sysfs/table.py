@@ -226,15 +226,3 @@ def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], byte
         value = None if raw is None else parse_read(path, raw, row.parse)
         if value is not None:
             values.set(row.field, row.key, value, row.file)
-
-
-def check_table() -> None:
-    """Every row names a Sample field, with a key exactly when the field is a mapping."""
-    for row in (*CYCLE_FILES, *SLOW_FILES):
-        if row.field not in _SAMPLE_FIELDS:
-            raise AssertionError(f"sysfs table: {row.file} fills unknown Sample field {row.field!r}")
-        if (row.key is not None) != (row.field in SAMPLE_MAPPINGS):
-            raise AssertionError(f"sysfs table: {row.file}: key {row.key!r} does not fit field {row.field!r}")
-
-
-check_table()
