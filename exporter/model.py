@@ -97,7 +97,9 @@ _COUNT = 2.0**62
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One read of one device. All values in SI base units; None/absent = not supplied."""
+    """One read of one device. All values in SI base units; None/absent = not supplied.
+
+    Each numeric field declares its plausible range here (within / each_within), and only here."""
 
     timestamp: float  # unix seconds at which the read finished
     # sensor ("edge", "junction", "memory", "hbm0".."hbm3", "vr_gfx", "vr_soc", "vr_mem") -> °C (150: past any shutdown)
