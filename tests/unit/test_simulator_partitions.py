@@ -232,9 +232,9 @@ def _expected(value: object, count: int, width: int) -> tuple[int, ...]:
         "MI300X:gpu_metrics=1.6",
         "MI300X:CPX:gpu_metrics=1.6",
         "MI300X:QPX:NPS4:gpu_metrics=1.7",
-        "2xMI325X:DPX",
-        "MI355X:CPX",
-        "MI355X:QPX",
+        "2xMI325X:DPX:gpu_metrics=1.7",
+        "MI355X:CPX:gpu_metrics=1.8",
+        "MI355X:QPX:gpu_metrics=1.8",
     ],
 )
 def test_every_value_written_is_where_the_exporter_layout_reads_it(sysfs: Path, fleet: str) -> None:
@@ -323,7 +323,7 @@ def test_v1_9_encoding_follows_the_kernel_macro() -> None:
 
 
 def test_mi355x_fills_the_v1_8_host_limit_counters(sysfs: Path) -> None:
-    sim = Simulator(sysfs, "MI355X:CPX", "idle", seed=1)
+    sim = Simulator(sysfs, "MI355X:CPX:gpu_metrics=1.8", "idle", seed=1)
     sim.write_tree()
     sim.tick(5.0)
     blocks = sim.truth()[0].gpu_metrics["xcp_stats"]  # type: ignore[index]
