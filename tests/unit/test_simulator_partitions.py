@@ -79,7 +79,7 @@ def test_fleet_specs_take_partition_modes(spec: str, devices: int, canonical: st
         ("MI300X:CPX:QPX", "gives two compute partition modes"),
         ("MI300X:turbo", "unknown option 'turbo' for MI300X"),
         ("MI300X:xcp_names=colon", "bad xcp_names=colon"),
-        ("MI355X:gpu_metrics=1.7", "MI355X does not emit gpu_metrics 1.7"),
+        ("MI355X:gpu_metrics=1.7", "the simulator writes no gpu_metrics 1.7 for MI355X"),
         ("17xMI300X:CPX", "at most 128 DRM render nodes"),
     ],
 )
