@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.exposition.views import unreported
+from exporter.model import DeviceState
 from exporter.simulator import Simulator, load_truth_json, parse_fleet, parse_scenario
 from exporter.simulator import gpu_metrics_writer as gm
+from exporter.simulator.asics import ASICS
 from exporter.simulator.fleet import layout
 from exporter.sources.gpu_metrics import decode_gpu_metrics, read_v1_9_attributes
 from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout, struct_format
@@ -510,3 +513,23 @@ def test_xcp_nodes_all_preallocates_seven_per_socket_like_the_driver(sysfs: Path
     assert sorted(p.name for p in (idle / "drm").iterdir()) == ["card4", "renderD132"]
     with pytest.raises(ValueError, match="needs 136 DRM render nodes"):
         parse_fleet("17xMI300X:xcp_nodes=all")
+
+
+_EVERY_DEMO_SHAPE = [
+    f"{model}{mode}:gpu_metrics={a}.{b}"
+    for model, asic in ASICS.items()
+    for a, b in asic.metrics_versions
+    for mode in ["", *(f":{m.strip()}" for m in asic.compute_partitions.split(",") if m.strip())]
+]
+
+
+@pytest.mark.parametrize("fleet", _EVERY_DEMO_SHAPE)
+def test_every_demo_device_shows_power_and_busy_or_says_why_not(sysfs: Path, fleet: str) -> None:
+    sim = Simulator(sysfs, f"2x{fleet}", "training", seed=1)
+    sim.write_tree()
+    sim.tick(10.0)
+    for device in sim.truth():
+        state = DeviceState(identity=device.identity, gpu=device.gpu, sample=device.sample, up=True)
+        why = unreported(state)
+        assert device.sample.power_watts is not None or "power" in why, (fleet, device.gpu)
+        assert "gfx" in device.sample.busy or "busy" in why, (fleet, device.gpu)
