@@ -60,9 +60,13 @@ _SOURCES = (
     " others are checked against |",
     "| `rocm-smi` | librocm_smi64 of ROCm 5.2 (Debian bookworm), 6.1 or 6.4: the ABIs the exporter knows; `auto`"
     " picks it where it passes a self-check | its own reads, in a supervised worker; 5.2 aborts on MI300-class"
-    " tables (content >= 4), so those come from sysfs; 6.1 reads v1_5 and rejects v1_7 |",
+    " tables (content >= 4), 6.1 reads v1_5 but rejects v1_7, 6.1 and 6.4 reject v1.9: such tables come from"
+    " sysfs |",
     "| `amd-smi` | AMD's `amdsmi` Python module (ROCm 6.3+, Debian's amd-smi) | its own reads, in a supervised"
     " worker, sysfs for the rest |",
+    "",
+    "The library sources serve the sysfs source's values on MI210/MI250X and on MI300X v1_5, v1_7"
+    " (CPX) and v1.9 trees (tests/oracles: librocm_smi64 6.1.2 and 6.4.1, amd-smi 10.1).",
     "",
     "MI300A (the APU) takes the MI300X's driver path (SMU 13.0.6) and tables, without the PCIe fields;",
     "it is not simulated here.",
