@@ -47,8 +47,8 @@ The table each upstream kernel release's driver writes, read from the drm source
 6.1, 6.6 to 6.19 and 7.0 (`drivers/gpu/drm/amd/pm/swsmu/smu13/aldebaran_ppt.c`,
 `smu_v13_0_6_ppt.c`, `smu_v13_0_12_ppt.c`; the layouts in
 `drivers/gpu/drm/amd/include/kgd_pp_interface.h`). The first release named is the oldest checked
-that has the ASIC's driver file (`doctor` holds an MI210 to 5.15 or later). v1_4 and v1_6 were
-written only by drivers between releases. From 6.16 a partitioned socket also has a per-partition
+that has the ASIC's driver file (`doctor` holds an MI210 to 5.15 or later). No release checked
+writes v1_4 or v1_6: they appeared between releases. From 6.16 a partitioned socket also has a per-partition
 `xcp/xcp_metrics` (v1.0; v1.1 from 6.19), which the exporter does not need. The demo writes a
 current kernel's table; the older ones are fleet options (`--demo.fleet=2xMI300X:CPX:gpu_metrics=1.5`).
 
