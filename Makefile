@@ -10,7 +10,8 @@ DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter promet
 	prometheus-alertmanager systemd util-linux procps python3-venv \
 	mmdebstrap gcc curl openssl strace chromium
 DEBIAN_BENCH_PACKAGES := wrk strace
-LISTEN ?= 127.0.0.1:9442
+# `make demo PORT=9500` (and `make demo-stack PORT=9500`): the demo exporter's port on 127.0.0.1.
+PORT ?= 9442
 # The unit tests run on every core (pytest-xdist; PYTEST_WORKERS=0 runs them in one process). The
 # integration and oracle tests run one at a time: they start daemons, Prometheus stacks and real
 # tools whose deadlines assume no other such test is loading the same two cores.
@@ -62,16 +63,18 @@ lock:
 	$(UV_COMPILE) pyproject.toml -o $(RUNTIME_LOCK)
 	$(UV_COMPILE) pyproject.toml --extra test -c $(RUNTIME_LOCK) -o $(TEST_LOCK)
 
+# ARGS adds flags, e.g. ARGS='--demo.fleet=2xMI300X:CPX' (see `amdgpu-exporter --help`).
 demo: $(BIN)/.runtime-installed
-	@echo "amdgpu-exporter demo: a simulated node (4 x MI250X = 8 GCDs) on http://$(LISTEN)/"
-	@echo "  metrics: http://$(LISTEN)/metrics   devices: http://$(LISTEN)/api/v1/devices   alerts: http://$(LISTEN)/api/v1/alerts"
-	$(BIN)/amdgpu-exporter --demo --web.listen-address=$(LISTEN) $(ARGS)
+	@echo "amdgpu-exporter demo: a simulated node (4 x MI250X = 8 GCDs) on http://127.0.0.1:$(PORT)/"
+	@echo "  metrics: http://127.0.0.1:$(PORT)/metrics   devices: http://127.0.0.1:$(PORT)/api/v1/devices   alerts: http://127.0.0.1:$(PORT)/api/v1/alerts"
+	$(BIN)/amdgpu-exporter --demo --web.listen-address=127.0.0.1:$(PORT) $(ARGS)
 
-# The demo exporter beside Debian's Prometheus and Alertmanager, pages printed in the terminal; Ctrl-C stops all.
-# ARGS='--fast' pages within ~30 s instead of ~2 min (see deploy/demo/demo_stack.py --help).
+# The demo exporter beside Debian's Prometheus and Alertmanager, pages printed in the terminal; Ctrl-C
+# (or SIGTERM) stops all. ARGS='--fast' pages within ~30 s instead of ~2 min (deploy/demo/demo_stack.py
+# --help). As root it installs the two Debian packages; otherwise it says how to.
 demo-stack: $(BIN)/.runtime-installed
-	@./.ci/install-debian-packages prometheus prometheus-alertmanager
-	$(BIN)/python deploy/demo/demo_stack.py $(ARGS)
+	@if [ "$$(id -u)" -eq 0 ]; then ./.ci/install-debian-packages prometheus prometheus-alertmanager; fi
+	$(BIN)/python deploy/demo/demo_stack.py --exporter-port=$(PORT) $(ARGS)
 
 debian-test-packages:
 	@./.ci/install-debian-packages $(DEBIAN_TEST_PACKAGES)

@@ -29,7 +29,7 @@ from exporter.sources.sysfs import SysfsSource
 
 NODES = {
     "16 GCDs (8xMI250X)": "8xMI250X",
-    "64 partitions (8xMI300X CPX, gpu_metrics v1_5)": "8xMI300X:CPX",
+    "64 partitions (8xMI300X CPX, gpu_metrics v1_5)": "8xMI300X:CPX:gpu_metrics=1.5",
     "64 partitions (8xMI300X CPX, gpu_metrics v1_7)": "8xMI300X:CPX:gpu_metrics=1.7",
     "8 sockets (8xMI300X SPX, v1_7)": "8xMI300X:gpu_metrics=1.7",
 }

@@ -297,8 +297,23 @@ OPTIONS: tuple[Option, ...] = (
         "log format; auto is console on a terminal, JSON otherwise",
     ),
     Option("demo", parse_bool, False, "serve a built-in simulated node instead of real GPUs", is_flag=True),
-    Option("demo.fleet", _fleet, "4xMI250X", "simulated fleet for --demo, e.g. 4xMI250X, 2xMI210, MI300X"),
-    Option("demo.scenario", _scenario, "training", "simulated workload for --demo: idle, training, thermal-excursion"),
+    Option(
+        "demo.fleet",
+        _fleet,
+        "4xMI250X",
+        "simulated fleet for --demo: [N x]MODEL[:OPTION...] terms, comma-separated, e.g. 4xMI250X, 2xMI210,"
+        " 2xMI300X:CPX:NPS4, MI300X:gpu_metrics=1.5 (models MI210, MI250X, MI300X, MI325X, MI350X, MI355X;"
+        " options: SPX|DPX|QPX|CPX, NPS1|NPS2|NPS4, gpu_metrics=1.N (default: the table a current kernel writes,"
+        " docs/support-matrix.md), xcp_names=dot, xcp_metrics=1.0|1.1, xcp_nodes=all, serial=unique_id;"
+        " `amdgpu-exporter simulate --help` lists them per model)",
+    ),
+    Option(
+        "demo.scenario",
+        _scenario,
+        "training",
+        "simulated workload for --demo: idle, training, thermal-excursion or alternating, with options,"
+        " e.g. thermal-excursion:start=10,hot=60,gpus=0+3",
+    ),
     Option(
         "demo.truth-file",
         str,

@@ -16,7 +16,7 @@ Starts, all on 127.0.0.1 with their data in one temporary folder:
   - Debian's prometheus-alertmanager with the shipped deploy/alertmanager/alertmanager.yml routing tree,
     every receiver pointed at
   - a small webhook receiver in this process that prints each page to the terminal.
-Ctrl-C (or SIGTERM) stops everything. Needs the Debian packages prometheus and prometheus-alertmanager.
+Ctrl-C, SIGTERM or SIGHUP stops everything. Needs the Debian packages prometheus and prometheus-alertmanager.
 
 Only the standard library and PyYAML: this file does not import the exporter (it runs its command), so
 tests/integration/test_alerting_e2e.py can reuse the config generation and the Stack class as they are.
@@ -547,10 +547,21 @@ def missing_tools(config: StackConfig) -> list[str]:
     return [tool for tool in (config.prometheus, config.alertmanager, config.exporter) if not shutil.which(tool)]
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    for sig in STOP_SIGNALS:  # the first one stops everything; a second must not cut the stopping short
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM stops the stack like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+    # SIGTERM, SIGINT and SIGHUP all stop the stack the way Ctrl-C does. SIGINT is set too: a shell
+    # starts a background job with it ignored, and an ignored signal never reaches a handler.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
     with contextlib.ExitStack() as cleanup:
         workdir = Path(args.workdir) if args.workdir else Path(cleanup.enter_context(tempfile.TemporaryDirectory()))
         config = StackConfig(
@@ -568,11 +579,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         missing = missing_tools(config)
         if missing:
-            print(
-                f"error: not installed: {', '.join(missing)} (Debian: ./.ci/install-debian-packages prometheus "
-                "prometheus-alertmanager; the exporter: make demo)",
-                file=sys.stderr,
+            servers = [tool for tool in missing if tool != config.exporter]
+            how = (
+                "; the demo stack needs the Debian packages prometheus and prometheus-alertmanager: as root,"
+                " apt-get install prometheus prometheus-alertmanager (`make demo-stack` run as root installs them)"
+                if servers
+                else "; the exporter: make demo"
             )
+            print(f"error: not installed: {', '.join(missing)}{how}", file=sys.stderr)
             return 2
         stack = Stack(config)
         try:

@@ -33,6 +33,21 @@ def holders_json(attribution: Attribution, gpu: int) -> list[dict[str, Any]]:
     return holders
 
 
+def unreported(state: DeviceState) -> dict[str, str]:
+    """Why a read device shows no power or gfx busy of its own ("power" / "busy" -> reason): the
+    package's power is measured on an MI250X's die 0 and a socket's on its partition 0; a partition
+    has a busy of its own only from tables with per-partition figures (v1_6 on)."""
+    sample, ident = state.sample, state.identity
+    if sample is None:
+        return {}
+    reasons = {}
+    if sample.power_watts is None and sample.power_cap_watts is None and (ident.partition or ident.die):
+        reasons["power"] = "on partition 0" if ident.partition else "on die 0"
+    if "gfx" not in sample.busy and ident.partition:
+        reasons["busy"] = f"not in gpu_metrics {ident.gpu_metrics_version or '?'}"
+    return reasons
+
+
 def device_json(state: DeviceState, now: float, attribution: Attribution | None = None) -> dict[str, Any]:
     """One device entry; with attribution on (any source configured) it carries `holders`, maybe []."""
     ident = state.identity
@@ -61,6 +76,7 @@ def device_json(state: DeviceState, now: float, attribution: Attribution | None 
             "topology": [dataclasses.asdict(link) for link in ident.topology],
         },
         "sample": None,
+        "unreported": unreported(state),
         "read_errors": dict(state.read_errors),
         "read_timeouts": state.read_timeouts,
     }

@@ -14,9 +14,20 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from exporter.simulator.fleet import parse_fleet
+from exporter.simulator.asics import ASICS
+from exporter.simulator.fleet import options_help, parse_fleet
 from exporter.simulator.simulator import Simulator
 from exporter.simulator.workload import SCENARIOS, parse_scenario
+
+# --help's account of the fleet syntax; config.py's --demo.fleet says the same (a unit test holds both).
+_MODELS_BY_OPTIONS: dict[str, list[str]] = {}
+for _model in ASICS.values():
+    _MODELS_BY_OPTIONS.setdefault(options_help(_model), []).append(_model.name)
+FLEET_HELP = (
+    "[N x]MODEL[:OPTION...] terms, comma-separated, e.g. 4xMI250X, 1xMI210,2xMI250X, 2xMI300X:CPX:NPS4,"
+    " MI300X:gpu_metrics=1.5. Options: "
+    + "; ".join(f"{'/'.join(names)}: {options}" for options, names in _MODELS_BY_OPTIONS.items())
+)
 
 
 def build_parser(prog: str = "python -m exporter.simulator") -> argparse.ArgumentParser:
@@ -26,11 +37,7 @@ def build_parser(prog: str = "python -m exporter.simulator") -> argparse.Argumen
         " updated.",
     )
     parser.add_argument("--path.sysfs", dest="sysfs", required=True, type=Path, help="directory standing for /sys")
-    parser.add_argument(
-        "--fleet",
-        default="4xMI250X",
-        help="e.g. 4xMI250X, MI210, 1xMI210,2xMI250X, 2xMI300X:CPX:NPS4 (default 4xMI250X)",
-    )
+    parser.add_argument("--fleet", default="4xMI250X", help=FLEET_HELP + " (default 4xMI250X)")
     parser.add_argument(
         "--scenario",
         default="idle",

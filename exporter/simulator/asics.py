@@ -20,6 +20,17 @@ class ThermalLimits:
     emergency: int
 
 
+# The gpu_metrics table each kernel release writes, per power-management driver file
+# (drivers/gpu/drm/amd/pm/swsmu/smu13/): (first release, table), read from the drm sources of the
+# releases 6.1, 6.6 .. 7.0. The last entry is what a current kernel writes, and so what the
+# simulator writes by default. MI210/MI250X's Aldebaran has written v1_3 since before 6.1.
+KERNEL_TABLES: dict[str, tuple[tuple[str, tuple[int, int]], ...]] = {
+    "aldebaran_ppt.c": (("6.1", (1, 3)),),
+    "smu_v13_0_6_ppt.c": (("6.6", (1, 3)), ("6.7", (1, 5)), ("6.13", (1, 7)), ("6.16", (1, 8)), ("6.19", (1, 9))),
+    "smu_v13_0_12_ppt.c": (("6.15", (1, 7)), ("6.16", (1, 8)), ("6.19", (1, 9))),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class AsicModel:
     name: str  # fleet-spec name: "MI250X"
@@ -33,8 +44,8 @@ class AsicModel:
     gcds_per_package: int
     board_type: str  # board_info "type : <x>"
     vbios: str
-    metrics_version: tuple[int, int]  # default gpu_metrics (format, content)
-    metrics_versions: tuple[tuple[int, int], ...]  # versions this ASIC's driver has emitted
+    smu_driver: str  # the kernel's power-management file for it: a key of KERNEL_TABLES
+    metrics_versions: tuple[tuple[int, int], ...]  # the gpu_metrics versions the simulator can write for it
     # memory
     vram_bytes: int
     vram_vendor: str
@@ -91,6 +102,11 @@ class AsicModel:
     mem_max_bandwidth_gbs: int = 0
     jpeg_rings_per_vcn: int = 8
 
+    @property
+    def metrics_version(self) -> tuple[int, int]:
+        """The gpu_metrics table a current kernel writes for this ASIC: the simulator's default."""
+        return KERNEL_TABLES[self.smu_driver][-1][1]
+
 
 # AMDGPU_RAS_BLOCK__* (amdgpu_ras.h), in bit order: ras/features is a mask of these bits.
 _RAS_BLOCKS = (
@@ -142,7 +158,7 @@ MI210 = AsicModel(
     gcds_per_package=1,
     board_type="cem",
     vbios="113-D67301-063",
-    metrics_version=(1, 3),
+    smu_driver="aldebaran_ppt.c",
     metrics_versions=((1, 3),),
     vram_bytes=64 * GIB,
     vram_vendor="hynix",
@@ -218,10 +234,10 @@ MI300X = AsicModel(
     gcds_per_package=1,
     board_type="oam",
     vbios="113-M3000100-102",
-    # v1_5: what the amdgpu DKMS driver of ROCm 6.1/6.2 (the MI300X production stack through 2024)
-    # and upstream 6.9-6.12 emit; 1_4, 1_6 and 1_7 are selectable with "MI300X:gpu_metrics=1.6".
-    metrics_version=(1, 5),
-    metrics_versions=((1, 4), (1, 5), (1, 6), (1, 7), (1, 9)),
+    smu_driver="smu_v13_0_6_ppt.c",
+    # older tables are selectable with "MI300X:gpu_metrics=1.5"; 1.4 and 1.6 were written only by
+    # drivers between releases (a released kernel went 1.3 -> 1.5 -> 1.7)
+    metrics_versions=((1, 4), (1, 5), (1, 6), (1, 7), (1, 8), (1, 9)),
     vram_bytes=192 * GIB,
     vram_vendor="hynix",
     gtt_bytes=1510 * GIB,
@@ -279,7 +295,6 @@ MI325X = replace(
     device_id=0x74A5,
     subsystem_device=0x74A5,
     vbios="113-M3250101-100",
-    metrics_version=(1, 7),
     vram_bytes=256 * GIB,
     vram_vendor="samsung",
     gtt_bytes=2008 * GIB,
@@ -296,9 +311,9 @@ MI325X = replace(
 
 _MI350_FW = {**_AQUA_VANJARAM_FW, "smc": 0x00684700, "sos": 0x00400030, "mec": 0x000000A5}
 
-# MI350X / MI355X (GC 9.5.0 "gfx950", MP1 13.0.12, CDNA 4): gpu_metrics v1_8 and then v1.9 come from
-# this SMU. 8 XCDs of 32 CUs, 288 GB HBM3E, PCIe Gen5. The PCI device ids (0x75a0, 0x75a3) and board
-# numbers are what public listings give; they are not confirmed from the kernel's id table.
+# MI350X / MI355X (GC 9.5.0 "gfx950", MP1 13.0.12, CDNA 4): 8 XCDs of 32 CUs, 288 GB HBM3E, PCIe
+# Gen5. The PCI device ids (0x75a0, 0x75a3) and board numbers are what public listings give; they
+# are not confirmed from the kernel's id table.
 MI355X = replace(
     MI300X,
     name="MI355X",
@@ -308,7 +323,7 @@ MI355X = replace(
     device_id=0x75A3,
     subsystem_device=0x75A3,
     vbios="113-M3550101-100",
-    metrics_version=(1, 8),
+    smu_driver="smu_v13_0_12_ppt.c",
     metrics_versions=((1, 8), (1, 9)),
     vram_bytes=288 * GIB,
     vram_vendor="samsung",

@@ -181,11 +181,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
                 raise ValueError(f"bad {key}={value} for {model.name}: expected {' or '.join(values)}")
             chosen[key] = value
         else:
-            offered_modes = "SPX/DPX/QPX/CPX, NPS1/NPS4, " if model.compute_partitions else ""
-            raise ValueError(
-                f"unknown option {word!r} for {model.name}: expected {offered_modes}gpu_metrics=1.N, xcp_names=dot,"
-                " xcp_metrics=1.0|1.1, xcp_nodes=all or serial=unique_id"
-            )
+            raise ValueError(f"unknown option {word!r} for {model.name}: expected {options_help(model)}")
     compute, memory = modes["compute"], modes["memory"]
     if compute and memory not in _COMPATIBLE_NPS[compute]:
         allowed = " or ".join(m for m in _COMPATIBLE_NPS[compute] if m in model.memory_partitions)
@@ -197,6 +193,19 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     return FleetEntry(count, model, version, compute, memory, **chosen)
 
 
+def options_help(model: AsicModel) -> str:
+    """The options a fleet term of `model` takes, for messages and --help."""
+    modes = [m.replace(", ", "|") for m in (model.compute_partitions, model.memory_partitions) if m]
+    versions = "|".join(f"{a}.{b}" for a, b in model.metrics_versions)
+    default = f"{model.metrics_version[0]}.{model.metrics_version[1]}"
+    others = [
+        f"{key}={'|'.join(v for v in values if v != default_value)}"
+        for key, (default_value, values, needs) in _OPTIONS.items()
+        if model.compute_partitions or not needs
+    ]
+    return ", ".join([*modes, f"gpu_metrics={versions} (default {default})", *others])
+
+
 def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
     allowed = ", ".join(f"{a}.{b}" for a, b in model.metrics_versions)
     fmt, _, content = text.partition(".")
@@ -204,7 +213,7 @@ def _parse_metrics_version(text: str, model: AsicModel) -> tuple[int, int]:
         raise ValueError(f"bad gpu_metrics version {text!r} for {model.name}: expected one of {allowed}")
     version = (int(fmt), int(content))
     if version not in model.metrics_versions:
-        raise ValueError(f"{model.name} does not emit gpu_metrics {text}: expected one of {allowed}")
+        raise ValueError(f"the simulator writes no gpu_metrics {text} for {model.name}: expected one of {allowed}")
     return version
 
 

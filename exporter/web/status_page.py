@@ -16,7 +16,15 @@ from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
 
-from exporter.exposition.views import GIB, DeviceGroup, active_alerts, alert_state, group_devices, vram_used_total
+from exporter.exposition.views import (
+    GIB,
+    DeviceGroup,
+    active_alerts,
+    alert_state,
+    group_devices,
+    unreported,
+    vram_used_total,
+)
 from exporter.model import AlertState, DeviceState, Snapshot
 
 TEMPLATE = "status_page.html"
@@ -47,9 +55,7 @@ def _power_text(device: DeviceState) -> str:
     sample = device.sample
     if sample is None:
         return "– / – W"
-    if sample.power_watts is None and sample.power_cap_watts is None and device.identity.die > 0:
-        return "on die 0"  # an MI250X package is measured (and capped) on its first die
-    return f"{_fmt(sample.power_watts)} / {_fmt(sample.power_cap_watts)} W"
+    return unreported(device).get("power") or f"{_fmt(sample.power_watts)} / {_fmt(sample.power_cap_watts)} W"
 
 
 def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState], sampled: bool) -> str:
@@ -75,7 +81,12 @@ def _tile(group: DeviceGroup, device: DeviceState, alerts: Sequence[AlertState],
         ("junction", "junction", f"{_fmt(temps.get('junction'))} °C", _spark("junction")),
         ("edge/mem", "edge_memory", f"{_fmt(temps.get('edge'))} / {_fmt(temps.get('memory'))} °C", ""),
         ("power", "power", _power_text(device), _spark("power")),
-        ("busy", "busy", "–" if busy is None else f"{busy * 100:.0f} %", _spark("busy")),
+        (
+            "busy",
+            "busy",
+            unreported(device).get("busy", "–") if busy is None else f"{busy * 100:.0f} %",
+            _spark("busy"),
+        ),
         (
             "VRAM",
             "vram",

@@ -15,7 +15,8 @@ def write_seeds(corpus: Path, work: Path) -> int:
     """Seeds: selector byte 0 + a gpu_metrics blob per fleet model; odd selectors + text files."""
     corpus.mkdir(parents=True, exist_ok=True)
     root = work / "sys"
-    simulator = Simulator(root, fleet="1xMI210,1xMI250X,1xMI300X,1xMI300X:gpu_metrics=1.4", seed=1)
+    fleet = "1xMI210,1xMI250X,1xMI300X,1xMI300X:gpu_metrics=1.5,1xMI300X:gpu_metrics=1.4"
+    simulator = Simulator(root, fleet=fleet, seed=1)
     simulator.write_tree()
     count = 0
     for device in simulator.truth():

@@ -33,7 +33,7 @@ from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
 from exporter.sources.select import select_source
 
-FLEET = "1xMI210,2xMI250X,1xMI300X"
+FLEET = "1xMI210,2xMI250X,1xMI300X:gpu_metrics=1.5"  # the tables of the golden tree, pinned
 SCENARIO = "thermal-excursion:start=5,hot=60,gpus=1"  # GPU 1 hot at both cycles
 SEED = 9
 ELAPSED = (30.0, 31.0)  # the simulator's clock at the two poll cycles

@@ -388,15 +388,27 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_demo_stack_command_serves_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# Ctrl-C in a terminal signals the whole group; `kill -TERM` signals the script alone, which a shell
+# started as a background job (`make demo-stack &`, a script) with SIGINT ignored.
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm-background"])
+def test_demo_stack_command_serves_everything_and_stops(tmp_path: Path, stop: str) -> None:
     require_tool(demo.PROMETHEUS)
     require_tool(demo.ALERTMANAGER)
     ports = {name: demo.free_port() for name in ("exporter", "prometheus", "alertmanager", "receiver")}
     argv = [sys.executable, str(ROOT / "deploy" / "demo" / "demo_stack.py"), f"--workdir={tmp_path}"]
     argv += [f"--{name}-port={port}" for name, port in ports.items()]
-    # Its own process group, like a shell job: Ctrl-C in a terminal signals the whole group.
+    # Its own process group, like a shell job.
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ignore_sigint if stop == "sigterm-background" else None,
     )
     output: list[str] = []
     try:
@@ -417,7 +429,10 @@ def test_demo_stack_command_serves_everything_and_stops_on_ctrl_c(tmp_path: Path
         ]
         assert not (tmp_path / "daemon-rules.yaml").exists()
 
-        os.killpg(process.pid, signal.SIGINT)
+        if stop == "ctrl-c":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=20)
         assert process.returncode == 0, banner + rest
         assert "stopped" in rest

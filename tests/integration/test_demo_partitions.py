@@ -51,7 +51,9 @@ def _expected(device: SimulatedDevice) -> dict[tuple[str, Labels], float]:
     return expected
 
 
-@pytest.fixture(scope="module", params=["2xMI300X:CPX", "2xMI300X:CPX:gpu_metrics=1.7"])
+# a current kernel's table (v1.9), a fixed layout with per-partition blocks (v1_7), and 6.7-6.12's
+# v1_5, which has no per-partition figures at all
+@pytest.fixture(scope="module", params=["2xMI300X:CPX", "2xMI300X:CPX:gpu_metrics=1.7", "2xMI300X:CPX:gpu_metrics=1.5"])
 def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     truth = tmp_path_factory.mktemp("demo-cpx") / "truth.json"
     proc, port = start_exporter(
@@ -145,3 +147,23 @@ def test_mi300_throttle_series_come_from_residency(demo: tuple[str, Path]) -> No
     assert throttle == {"prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal"}
     sockets = {dict(labels)["gpu"] for (name, labels) in series if name == "amdgpu_throttle_active"}
     assert sockets == {"0", "8"}  # socket-wide: partition 0 only
+
+
+def test_every_partition_shows_busy_or_says_why_not(demo: tuple[str, Path]) -> None:
+    url, _truth = demo
+    devices = httpx.get(url + "/api/v1/devices", timeout=5).json()["devices"]
+    assert len(devices) == 16
+    for device in devices:
+        sample, why = device["sample"], device["unreported"]
+        version = device["identity"]["gpu_metrics_version"]
+        if device["identity"]["partition"] == 0:
+            assert why == {} and sample["power_watts"] > 0 and "gfx" in sample["busy"]
+            continue
+        assert why["power"] == "on partition 0"
+        if version == "1.5":
+            assert sample["busy"] == {} and why["busy"] == "not in gpu_metrics 1.5"
+        else:
+            assert "gfx" in sample["busy"] and "busy" not in why
+    page = httpx.get(url + "/", timeout=5).text
+    assert page.count("on partition 0") == 14
+    assert page.count("not in gpu_metrics 1.5") == (14 if devices[1]["identity"]["gpu_metrics_version"] == "1.5" else 0)

@@ -149,7 +149,7 @@ def test_rocm_smi_daemon_metrics_equal_the_sysfs_daemons(tmp_path: Path) -> None
 
 def test_mi300x_node_stays_up_counts_restarts_and_matches_sysfs(tmp_path: Path) -> None:
     # idle: the MI300X's clocks sleep, its pp_dpm tables gain an "S:" line, the library aborts on it
-    sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X,1xMI300X", "idle", 5.0)
+    sys_dir = frozen_tree(tmp_path, "1xMI210,1xMI250X,1xMI300X:gpu_metrics=1.5", "idle", 5.0)
     give_mi300x_a_vddgfx_label(sys_dir)
     with daemon(sys_dir, "rocm-smi") as (rocm_port, process), daemon(sys_dir, "sysfs") as (sysfs_port, _):
         # 4 bandwidth series: three from the background pcie_bw readers (MI2xx), one from gpu_metrics (MI300X)

@@ -185,7 +185,7 @@ def test_library_alone_reads_what_it_provides_equal_to_the_truth(tmp_path: Path,
 
 def test_mi300x_aborts_cost_one_restart_and_are_served_through_sysfs(tmp_path: Path, closing) -> None:
     # idle: the MI300X's clocks are in deep sleep, which its pp_dpm tables show as an "S:" line
-    node = make_node(tmp_path, "1xMI210,1xMI250X,1xMI300X", scenario="idle")
+    node = make_node(tmp_path, "1xMI210,1xMI250X,1xMI300X:gpu_metrics=1.5", scenario="idle")
     give_mi300x_a_vddgfx_label(node)
     truth = node.sim.truth()
     mi300x = truth[-1].identity.pci_bus_id
@@ -211,7 +211,7 @@ def test_mi300x_aborts_cost_one_restart_and_are_served_through_sysfs(tmp_path: P
 def test_unguarded_gpu_metrics_abort_is_blamed_on_its_call(tmp_path: Path, closing) -> None:
     """Without the header check the library meets the v1.5 table and aborts; the breadcrumbs and
     faulthandler's report name the call, and the next reads skip it."""
-    node = make_node(tmp_path, "1xMI210,1xMI300X")
+    node = make_node(tmp_path, "1xMI210,1xMI300X:gpu_metrics=1.5")
     give_mi300x_a_vddgfx_label(node)
     truth = node.sim.truth()
     mi300x = truth[-1].identity.pci_bus_id
@@ -242,7 +242,7 @@ def test_unguarded_gpu_metrics_abort_is_blamed_on_its_call(tmp_path: Path, closi
 
 
 def test_faithful_mi300x_fails_rsmi_init_and_is_served_through_sysfs(tmp_path: Path, closing) -> None:
-    node = make_node(tmp_path, "1xMI210,1xMI300X")
+    node = make_node(tmp_path, "1xMI210,1xMI300X:gpu_metrics=1.5")
     ok, reason = probe_rocm_smi(str(node.sys_dir), worker_prefix=node.prefix)
     assert not ok
     assert "in0_label" in reason and "card1" in reason

@@ -80,6 +80,7 @@ def test_status_page_in_chromium(fast_sampler: bool) -> None:
                 break
             assert time.monotonic() < deadline, (before, after)
             time.sleep(0.2)
+        assert after[3]["power"] == "on die 0"  # the page's refresh says it too (the API's `unreported`)
         updated = browser.evaluate("document.getElementById('updated').textContent")
         assert updated.startswith("cycle "), updated
         shot = os.environ.get("AMDGPU_EXPORTER_SCREENSHOT")
@@ -98,6 +99,35 @@ def test_status_page_in_chromium(fast_sampler: bool) -> None:
         logged = [e["entry"] for e in browser.events_named("Log.entryAdded") if e["entry"]["level"] == "error"]
         failed = browser.events_named("Network.loadingFailed")
         assert (console, exceptions, logged, failed) == ([], [], [], [])
+    finally:
+        if browser is not None:
+            browser.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_partitions_without_figures_of_their_own_say_why(tmp_path: Path) -> None:
+    """v1_5 (kernels 6.7-6.12) has no per-partition figures: partitions 1-7's tiles say so, refreshed."""
+    chromium = require_tool("chromium")
+    proc, port = start_exporter("--demo", "--demo.fleet=MI300X:CPX:gpu_metrics=1.5", "--interval=500ms")
+    browser = None
+    try:
+        wait_ready(port, proc)
+        browser = Browser(chromium)
+        browser.open_page()
+        browser.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/"})
+        deadline = time.monotonic() + 30
+        tiles: list[dict] = []
+        while time.monotonic() < deadline:  # until the page's own refresh has run
+            updated = browser.evaluate("(document.getElementById('updated') || {}).textContent || ''")
+            if updated.startswith("cycle ") and int(updated.split()[1]) >= 4:
+                tiles = json.loads(browser.evaluate(TILES))
+                break
+            time.sleep(0.2)
+        assert len(tiles) == 8, tiles
+        for tile in tiles[1:]:
+            assert (tile["power"], tile["busy"]) == ("on partition 0", "not in gpu_metrics 1.5"), tile
+        assert tiles[0]["power"].endswith(" W") and tiles[0]["busy"].endswith(" %")
     finally:
         if browser is not None:
             browser.close()

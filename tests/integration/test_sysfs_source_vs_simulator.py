@@ -18,13 +18,16 @@ from tests.realtools import start_exporter
 
 FLEETS = [
     "1xMI210,2xMI250X",
-    "2xMI300X",
+    "2xMI300X",  # a current kernel's table (v1.9)
     "MI300X:gpu_metrics=1.4",
+    "MI300X:gpu_metrics=1.5",
     "MI300X:gpu_metrics=1.6",
     "MI300X:gpu_metrics=1.7",
     # compute partitions: one device per partition, both platform device spellings, every table version
     "2xMI300X:CPX",
+    "2xMI300X:CPX:gpu_metrics=1.5",  # no per-partition figures: the degraded case
     "2xMI300X:CPX:gpu_metrics=1.6",
+    "MI300X:CPX:gpu_metrics=1.8",
     "MI300X:DPX:NPS1:gpu_metrics=1.7:xcp_names=dot",
     "MI325X:QPX:NPS4:gpu_metrics=1.9",
     "MI300X:CPX:xcp_nodes=all:gpu_metrics=1.7",

@@ -33,7 +33,12 @@ pytestmark = pytest.mark.integration
 MIB = 2**20
 KERNEL_ENERGY_J_PER_COUNT = 2.0**-16  # the SMU's energy accumulator tick (15.2587890625 uJ)
 TOOL_ENERGY_UJ_PER_COUNT = 15.3  # what rocm-smi and amd-smi hard-code
-FLEETS = {"MI210": "1xMI210", "MI250X": "1xMI250X", "MI300X": "1xMI300X", "MI300X-v1.7": "1xMI300X:gpu_metrics=1.7"}
+FLEETS = {
+    "MI210": "1xMI210",
+    "MI250X": "1xMI250X",
+    "MI300X": "1xMI300X:gpu_metrics=1.5",
+    "MI300X-v1.7": "1xMI300X:gpu_metrics=1.7",
+}
 ROCM_SMI_FLAGS = [
     "--showtemp", "--showpower", "--showmaxpower", "--showuse", "--showmemuse", "--showmeminfo", "vram", "gtt",
     "--showclocks", "--showuniqueid", "--showbus", "--showenergycounter", "--showvoltage", "--showproductname",

@@ -31,7 +31,7 @@ EXPECTED = {"5.2.3": ((1, 0, 0), 96), "6.1.2": ((7, 2, 0), 424), "6.4.1": ((7, 6
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     made = {}
-    for fleet in ("1xMI210", "1xMI300X", "1xMI300X:gpu_metrics=1.7"):
+    for fleet in ("1xMI210", "1xMI300X:gpu_metrics=1.5", "1xMI300X:gpu_metrics=1.7", "1xMI300X"):
         root = tmp_path_factory.mktemp("facts") / "sys"
         simulator = Simulator(root, fleet=fleet, scenario="training", seed=3)
         simulator.write_tree()
@@ -68,10 +68,13 @@ def test_rsmi_version_and_gpu_metrics_struct_size(
 @pytest.mark.parametrize(
     ("library", "fleet", "status", "written"),
     [
-        ("6.1.2", "1xMI300X", 0, 424),  # v1_5 read
+        ("6.1.2", "1xMI300X:gpu_metrics=1.5", 0, 424),  # v1_5 read
         ("6.1.2", "1xMI300X:gpu_metrics=1.7", 15, 0),  # RSMI_STATUS_UNEXPECTED_DATA, nothing written
-        ("6.4.1", "1xMI300X", 0, 2368),
+        ("6.4.1", "1xMI300X:gpu_metrics=1.5", 0, 2368),
         ("6.4.1", "1xMI300X:gpu_metrics=1.7", 0, 2368),
+        # a current kernel's v1.9: neither library reads it (RSMI_STATUS_UNEXPECTED_DATA)
+        ("6.1.2", "1xMI300X", 15, 0),
+        ("6.4.1", "1xMI300X", 15, 0),
     ],
 )
 def test_rsmi_6_on_mi300x_tables(

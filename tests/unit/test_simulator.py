@@ -86,7 +86,7 @@ def test_parse_fleet_accepts(spec: str, gcds: int, canonical: str) -> None:
         ("4*MI250X", "bad fleet term"),
         ("-1xMI210", "bad fleet term"),
         ("MI250X:turbo=1", "unknown option"),
-        ("MI210:gpu_metrics=1.5", "does not emit gpu_metrics 1.5"),
+        ("MI210:gpu_metrics=1.5", "writes no gpu_metrics 1.5 for MI210"),
         ("MI300X:gpu_metrics=two", "bad gpu_metrics version"),
         ("65xMI250X", "at most 128"),
     ],
@@ -739,3 +739,23 @@ def test_a_tick_rewrites_only_what_changes(sysfs: Path) -> None:
     for t in range(2, 7):
         sim.tick(float(t))
     assert (sim.files_written - before) / 5 < 12 * 64
+
+
+def test_the_demo_flags_help_names_every_scenario_model_and_fleet_option() -> None:
+    from exporter.config import OPTIONS
+    from exporter.simulator.__main__ import FLEET_HELP
+    from exporter.simulator.asics import ASICS
+    from exporter.simulator.fleet import _OPTIONS
+    from exporter.simulator.workload import SCENARIOS
+
+    helps = {option.name: option.help for option in OPTIONS}
+    assert all(scenario in helps["demo.scenario"] for scenario in SCENARIOS)
+    for text in (helps["demo.fleet"], FLEET_HELP):
+        assert all(name in text for name in ASICS), text
+        assert all(f"{key}=" in text for key in ("gpu_metrics", *_OPTIONS)), text
+        modes = {
+            m.strip()
+            for model in ASICS.values()
+            for m in f"{model.compute_partitions}, {model.memory_partitions}".split(",")
+        }
+        assert all(mode in text for mode in modes - {""}), text

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.exposition.views import unreported
+from exporter.model import DeviceState
 from exporter.simulator import Simulator, load_truth_json, parse_fleet, parse_scenario
 from exporter.simulator import gpu_metrics_writer as gm
+from exporter.simulator.asics import ASICS
 from exporter.simulator.fleet import layout
 from exporter.sources.gpu_metrics import decode_gpu_metrics
 from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout
@@ -80,7 +83,7 @@ def test_fleet_specs_take_partition_modes(spec: str, devices: int, canonical: st
         ("MI300X:CPX:QPX", "gives two compute partition modes"),
         ("MI300X:turbo", "unknown option 'turbo' for MI300X"),
         ("MI300X:xcp_names=colon", "bad xcp_names=colon"),
-        ("MI355X:gpu_metrics=1.7", "MI355X does not emit gpu_metrics 1.7"),
+        ("MI355X:gpu_metrics=1.7", "the simulator writes no gpu_metrics 1.7 for MI355X"),
         ("17xMI300X:CPX", "at most 128 DRM render nodes"),
     ],
 )
@@ -233,9 +236,9 @@ def _expected(value: object, count: int, width: int) -> tuple[int, ...]:
         "MI300X:gpu_metrics=1.6",
         "MI300X:CPX:gpu_metrics=1.6",
         "MI300X:QPX:NPS4:gpu_metrics=1.7",
-        "2xMI325X:DPX",
-        "MI355X:CPX",
-        "MI355X:QPX",
+        "2xMI325X:DPX:gpu_metrics=1.7",
+        "MI355X:CPX:gpu_metrics=1.8",
+        "MI355X:QPX:gpu_metrics=1.8",
     ],
 )
 def test_every_value_written_is_where_the_exporter_layout_reads_it(sysfs: Path, fleet: str) -> None:
@@ -324,7 +327,7 @@ def test_v1_9_encoding_follows_the_kernel_macro() -> None:
 
 
 def test_mi355x_fills_the_v1_8_host_limit_counters(sysfs: Path) -> None:
-    sim = Simulator(sysfs, "MI355X:CPX", "idle", seed=1)
+    sim = Simulator(sysfs, "MI355X:CPX:gpu_metrics=1.8", "idle", seed=1)
     sim.write_tree()
     sim.tick(5.0)
     blocks = sim.truth()[0].gpu_metrics["xcp_stats"]  # type: ignore[index]
@@ -511,3 +514,23 @@ def test_xcp_nodes_all_preallocates_seven_per_socket_like_the_driver(sysfs: Path
     assert sorted(p.name for p in (idle / "drm").iterdir()) == ["card4", "renderD132"]
     with pytest.raises(ValueError, match="needs 136 DRM render nodes"):
         parse_fleet("17xMI300X:xcp_nodes=all")
+
+
+_EVERY_DEMO_SHAPE = [
+    f"{model}{mode}:gpu_metrics={a}.{b}"
+    for model, asic in ASICS.items()
+    for a, b in asic.metrics_versions
+    for mode in ["", *(f":{m.strip()}" for m in asic.compute_partitions.split(",") if m.strip())]
+]
+
+
+@pytest.mark.parametrize("fleet", _EVERY_DEMO_SHAPE)
+def test_every_demo_device_shows_power_and_busy_or_says_why_not(sysfs: Path, fleet: str) -> None:
+    sim = Simulator(sysfs, f"2x{fleet}", "training", seed=1)
+    sim.write_tree()
+    sim.tick(10.0)
+    for device in sim.truth():
+        state = DeviceState(identity=device.identity, gpu=device.gpu, sample=device.sample, up=True)
+        why = unreported(state)
+        assert device.sample.power_watts is not None or "power" in why, (fleet, device.gpu)
+        assert "gfx" in device.sample.busy or "busy" in why, (fleet, device.gpu)

@@ -1,0 +1,25 @@
+"""docs/support-matrix.md is generated from the code's tables and kept in sync; what it claims beyond
+its own columns holds."""
+
+import pytest
+
+from exporter.exposition.support_matrix import DOC, _families, render
+from exporter.simulator.asics import ASICS, KERNEL_TABLES
+
+
+def test_the_support_matrix_is_up_to_date() -> None:
+    assert DOC.read_text(encoding="utf-8") == render(), (
+        "docs/support-matrix.md is stale: run python -m exporter.exposition.support_matrix --write"
+    )
+
+
+def test_every_asic_defaults_to_a_current_kernels_table_and_can_write_it() -> None:
+    for model in ASICS.values():
+        assert model.metrics_version == KERNEL_TABLES[model.smu_driver][-1][1]
+        assert model.metrics_version in model.metrics_versions, model.name
+
+
+@pytest.mark.parametrize("version", ["1.8", "1.9"])
+@pytest.mark.parametrize("model", ["MI325X", "MI350X", "MI355X"])
+def test_the_other_mi300_class_asics_give_what_the_mi300x_columns_say(model: str, version: str) -> None:
+    assert _families(f"{model}:CPX:gpu_metrics={version}") == _families(f"MI300X:CPX:gpu_metrics={version}")
