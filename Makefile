@@ -34,7 +34,7 @@ UV := $(LOCK_VENV)/bin/uv
 UV_COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
 	$(if $(UPGRADE),--upgrade) --custom-compile-command 'make lock'
 
-.PHONY: demo demo-stack test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
+.PHONY: demo demo-stack deb test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
 	lock clean
 
 $(BIN)/python:
@@ -72,6 +72,13 @@ demo: $(BIN)/.runtime-installed
 demo-stack: $(BIN)/.runtime-installed
 	@./.ci/install-debian-packages prometheus prometheus-alertmanager
 	$(BIN)/python deploy/demo/demo_stack.py $(ARGS)
+
+# dist/amdgpu-exporter_<version>_amd64.deb for Debian trixie: the exporter in its own venv under
+# /opt/amdgpu-exporter, the systemd units, /etc/default/amdgpu-exporter and the Slurm scripts
+# (deploy/deb/build.py). Needs root: the venv is made inside a cached mmdebstrap chroot of trixie.
+deb: $(BIN)/.runtime-installed
+	@./.ci/install-debian-packages mmdebstrap
+	$(BIN)/python -m deploy.deb.build
 
 debian-test-packages:
 	@./.ci/install-debian-packages $(DEBIAN_TEST_PACKAGES)
