@@ -219,12 +219,13 @@ def venv(target: Target, wheel: Path, work: Path) -> Path:
 
 
 def _control(target: Target, installed_kib: int, release: str) -> str:
+    # procps: the unit's ExecReload= is /bin/kill, which a minimal Debian does not have without it
     return f"""Package: {PACKAGE}
 Version: {release}
 Architecture: {ARCH}
 Maintainer: {MAINTAINER}
 Installed-Size: {installed_kib}
-Depends: python{target.python} (>= {target.python_version.split("-")[0]}), libc6 (>= 2.34), passwd
+Depends: python{target.python} (>= {target.python_version.split("-")[0]}), libc6 (>= 2.34), passwd, procps
 Suggests: librocm-smi64-1
 Section: admin
 Priority: optional
