@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Real tools the integration tests run against the simulator (Debian bookworm package names);
 # mmdebstrap and gcc build the cached trixie/sid chroots with rocm-smi 6.x and amd-smi (tests/oracles);
+# mmdebstrap also builds the trixie chroots `make deb` makes its venv in and its test installs it into;
 # chromium loads the status page headless (tests/integration/test_status_page_browser.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \

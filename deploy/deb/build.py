@@ -229,7 +229,6 @@ Depends: python{target.python} (>= {target.python_version.split("-")[0]}), libc6
 Suggests: librocm-smi64-1
 Section: admin
 Priority: optional
-Homepage: https://github.com/amdgpu-exporter/amdgpu-exporter
 Description: Prometheus exporter for AMD Instinct GPUs
  Power, energy, temperatures, utilisation, memory, clocks, PCIe and XGMI
  links, ECC and throttling of every MI210, MI250X and MI300-class GPU,
