@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,22 +68,29 @@ class Node:
 
 
 @pytest.fixture(scope="module")
-def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The .deb, and the cached chroot of a fresh node; on a new machine both are built from the
+    mirror at once (mostly waiting on downloads and dpkg, not on the cores)."""
     require_root()
     for tool in ("mmdebstrap", "dpkg-deb", "unshare", "nsenter"):
         require_tool(tool)
-    try:
-        return build(tmp_path_factory.mktemp("deb"))
-    except (ChrootBuildError, DebBuildError) as error:
-        pytest.fail(str(error), pytrace=False)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        base = pool.submit(ensure_chroot, TARGET.install_chroot)
+        try:
+            deb = build(tmp_path_factory.mktemp("deb"))
+            return deb, base.result()
+        except (ChrootBuildError, DebBuildError) as error:
+            pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture(scope="module")
-def node(deb: Path) -> Iterator[Node]:
-    try:
-        base = ensure_chroot(TARGET.install_chroot)
-    except ChrootBuildError as error:
-        pytest.fail(str(error), pytrace=False)
+def deb(built: tuple[Path, Path]) -> Path:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def node(built: tuple[Path, Path]) -> Iterator[Node]:
+    deb, base = built
     work = Path(tempfile.mkdtemp(prefix="deb-node-", dir=cache_root()))
     share = Path(tempfile.mkdtemp(prefix="deb-share-"))
     share.chmod(0o755)  # the service user reads the simulated tree
