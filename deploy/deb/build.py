@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,8 +194,11 @@ def dependencies_venv(target: Target, chroot: Path, wheels: Path) -> Path:
 
 def venv(target: Target, wheel: Path, work: Path) -> Path:
     """PREFIX with the runtime and the exporter installed, copied out of the chroot; the folder holding it."""
-    chroot = ensure_chroot(target.build_chroot)
-    wheels = wheelhouse(target)
+    # both mostly wait on downloads: at once
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        downloading = pool.submit(wheelhouse, target)
+        chroot = ensure_chroot(target.build_chroot)
+        wheels = downloading.result()
     deps = dependencies_venv(target, chroot, wheels)
     stage = work / "venv"
     stage.mkdir(parents=True)
