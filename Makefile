@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Real tools the integration tests run against the simulator (Debian bookworm package names);
 # mmdebstrap and gcc build the cached trixie/sid chroots with rocm-smi 6.x and amd-smi (tests/oracles);
+# mmdebstrap also builds the trixie chroots `make deb` makes its venv in and its test installs it into;
 # chromium loads the status page headless (tests/integration/test_status_page_browser.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \
@@ -35,7 +36,7 @@ UV := $(LOCK_VENV)/bin/uv
 UV_COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
 	$(if $(UPGRADE),--upgrade) --custom-compile-command 'make lock'
 
-.PHONY: demo demo-stack test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
+.PHONY: demo demo-stack deb test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
 	lock clean
 
 $(BIN)/python:
@@ -75,6 +76,13 @@ demo: $(BIN)/.runtime-installed
 demo-stack: $(BIN)/.runtime-installed
 	@if [ "$$(id -u)" -eq 0 ]; then ./.ci/install-debian-packages prometheus prometheus-alertmanager; fi
 	$(BIN)/python deploy/demo/demo_stack.py --exporter-port=$(PORT) $(ARGS)
+
+# dist/amdgpu-exporter_<version>_amd64.deb for Debian trixie: the exporter in its own venv under
+# /opt/amdgpu-exporter, the systemd units, /etc/default/amdgpu-exporter and the Slurm scripts
+# (deploy/deb/build.py). Needs root: the venv is made inside a cached mmdebstrap chroot of trixie.
+deb: $(BIN)/.runtime-installed
+	@./.ci/install-debian-packages mmdebstrap
+	$(BIN)/python -m deploy.deb.build
 
 debian-test-packages:
 	@./.ci/install-debian-packages $(DEBIAN_TEST_PACKAGES)
