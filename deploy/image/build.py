@@ -48,6 +48,7 @@ VENV = "/opt/amdgpu-exporter"
 ARCH = "amd64"
 ARCH_WHEEL = "x86_64"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
+REF_NAME = "org.opencontainers.image.ref.name"
 
 # What the Dockerfile's final stage declares, in the OCI image config's terms. Healthcheck is
 # Docker's extension of the config (durations in nanoseconds); OCI-only runtimes ignore it.
@@ -166,7 +167,8 @@ def _build_base(suite: str, pins: dict[str, str], mirror: str | None, final: Pat
         "--include=" + ",".join(f"{name}={version}" for name, version in pins.items()),
         # librocm_smi64 is loaded as $ROCM_PATH/lib/librocm_smi64.so (pyrsmi) and loads libdrm_amdgpu by
         # its unversioned name, which only libdrm-dev would install: link both to what Debian ships.
-        f'--customize-hook=mkdir -p "$1/opt/rocm/lib" && ln -s {LIBDIR}/librocm_smi64.so.1 "$1/opt/rocm/lib/librocm_smi64.so"',
+        '--customize-hook=mkdir -p "$1/opt/rocm/lib"',
+        f'--customize-hook=ln -s {LIBDIR}/librocm_smi64.so.1 "$1/opt/rocm/lib/librocm_smi64.so"',
         f'--customize-hook=ln -s libdrm_amdgpu.so.1 "$1{LIBDIR}/libdrm_amdgpu.so"',
         suite, str(rootfs),
     ]  # fmt: skip
@@ -255,7 +257,8 @@ def build_image(wheel: Path, output: Path, cache: Path, mirror: str | None) -> s
         _run([umoci, "unpack", "--image", f"{layout}:base", str(bundle)], log, "umoci unpack")
         rootfs = bundle / "rootfs"
         shutil.copy(wheel, rootfs / "tmp" / wheel.name)
-        pip = ["chroot", str(rootfs), *_chroot_env(), f"{VENV}/bin/pip", "--no-cache-dir", "--disable-pip-version-check"]
+        pip = ["chroot", str(rootfs), *_chroot_env(), f"{VENV}/bin/pip", "--no-cache-dir"]
+        pip.append("--disable-pip-version-check")  # the chroot has no network (nor DNS)
         _run([*pip, "install", "--no-index", "--no-deps", f"/tmp/{wheel.name}"], log, "pip install of the wheel")
         _run([*pip, "check"], log, "pip check")
         (rootfs / "tmp" / wheel.name).unlink()
@@ -288,7 +291,7 @@ def set_config(layout: Path, tag: str, config: dict[str, object], labels: dict[s
     manifest and index entry that name it by digest."""
     index_path = layout / "index.json"
     index = json.loads(index_path.read_text())
-    (entry,) = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
+    (entry,) = [m for m in index["manifests"] if m.get("annotations", {}).get(REF_NAME) == tag]
     manifest = json.loads(_blob(layout, entry["digest"]).read_bytes())
     image = json.loads(_blob(layout, manifest["config"]["digest"]).read_bytes())
     section = json.loads(json.dumps(config))

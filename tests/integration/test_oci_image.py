@@ -36,7 +36,7 @@ import pytest
 
 from exporter import __version__
 from exporter.simulator import Simulator
-from tests.integration.test_dockerfile import DOCKERFILE, exec_form, parse_dockerfile
+from tests.integration.test_dockerfile import DOCKERFILE, exec_form, image_build, parse_dockerfile
 from tests.oracles.chroots import SID, ChrootBuildError, debian_mirror, ensure_chroot, ensure_fake_libdrm
 from tests.realtools import free_port, listens_on, require_root, require_tool, wait_until
 
@@ -44,8 +44,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "deploy" / "image" / "build.py"
-sys.path.insert(0, str(BUILD_SCRIPT.parent))
-import build as image_build  # noqa: E402  (deploy/image is not a package)
 
 FAKE_LIBDRM_MOUNT = "/opt/fake-libdrm"
 FLEET = "1xMI300X:CPX"
@@ -165,7 +163,7 @@ class Container:
         self.port = free_port()
         self.args = [*entrypoint, f"--web.listen-address=127.0.0.1:{self.port}", "--log.format=json", *args]
         env = [*process_spec["env"], f"LD_LIBRARY_PATH={FAKE_LIBDRM_MOUNT}"]
-        drop = [
+        self.drop = [
             "/usr/bin/setpriv", f"--reuid={user['uid']}", f"--regid={user['gid']}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
             "/usr/bin/env", "-i", *env,
@@ -177,7 +175,7 @@ class Container:
             self.process = subprocess.Popen(
                 [unshare, "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
                  "sh", "-c", _CONTAINER_SCRIPT, "container", image.rootfs, tree, self.scratch, libdrm,
-                 *drop, *self.args],
+                 *self.drop, *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -207,6 +205,12 @@ class Container:
     def wait_ready(self) -> None:
         self.wait_listening()
         wait_until(lambda: self.get("/readyz").status_code == 200)
+
+    def exec(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """argv beside the exporter (`docker exec`): in its namespaces and root, as its user."""
+        nsenter = require_tool("nsenter")
+        command = [nsenter, f"--target={self.pid}", "--mount", "--pid", "--root", "--wd", *self.drop, *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
     def stop(self) -> int:
         """SIGTERM to the exporter (PID 1 in its namespace); its exit status."""
@@ -269,7 +273,7 @@ def test_image_config_is_the_dockerfiles(image: Image) -> None:
 
 
 def test_image_holds_the_pinned_debian_packages_and_the_locked_wheels(image: Image) -> None:
-    suite, pins = image_build.read_packages()
+    _suite, pins = image_build.read_packages()
     listing = subprocess.run(
         ["dpkg-query", f"--admindir={image.rootfs}/var/lib/dpkg", "-W", "-f=${Package} ${Version}\\n"],
         capture_output=True,
@@ -287,8 +291,9 @@ def test_image_holds_the_pinned_debian_packages_and_the_locked_wheels(image: Ima
         assert link.is_symlink() and os.readlink(link) == target, name
         pointed = image.rootfs / target.lstrip("/") if target.startswith("/") else link.parent / target
         assert pointed.is_file(), f"{name} -> {target}: no such library in the image"
+    pip = [f"{image_build.VENV}/bin/pip", "--disable-pip-version-check"]
     freeze = subprocess.run(
-        ["chroot", image.rootfs, "/opt/amdgpu-exporter/bin/pip", "--disable-pip-version-check", "list", "--format=freeze"],
+        ["chroot", image.rootfs, *pip, "list", "--format=freeze"],
         capture_output=True,
         text=True,
         check=True,
@@ -326,6 +331,14 @@ def test_container_picks_rocm_smi_reads_what_sysfs_reads_as_nobody_and_stops_on_
         assert 'source="rocm-smi"' in build_info, build_info
         devices = container.get("/api/v1/devices").json()
         assert len(devices["devices"]) == 8, devices
+
+        # the image's HEALTHCHECK, run as Docker runs it, on the port the exporter listens on and on one it does not
+        healthcheck = image.image_config()["config"]["Healthcheck"]["Test"]
+        assert healthcheck[0] == "CMD"
+        for port, healthy in ((container.port, True), (free_port(), False)):
+            argv = [part.replace("127.0.0.1:9442", f"127.0.0.1:{port}") for part in healthcheck[1:]]
+            result = container.exec(argv)
+            assert (result.returncode == 0) == healthy, (port, result.stderr)
 
         samples = _samples(metrics)
         # when each was read; and PCIe throughput, which the library measures on its own schedule
