@@ -60,12 +60,15 @@ RUN apt-get update \
 
 # The wheels come in through a bind mount, so no layer keeps a copy of them. --no-index: the
 # runtime stage installs exactly what stage 1 fetched: the locked versions (their hashes checked
-# once more), then the exporter without resolving anything, then pip check that they fit.
+# once more), then the exporter without resolving anything, then pip check that they fit. Debian's
+# amd-smi installs the `amdsmi` module alone in /usr/share/amd_smi: a .pth file adds that folder to
+# the venv's path, for --source=amd-smi.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python3 -m venv /opt/amdgpu-exporter \
  && /opt/amdgpu-exporter/bin/pip install --no-index --find-links=/wheels --require-hashes -r /wheels/runtime.lock \
  && /opt/amdgpu-exporter/bin/pip install --no-index --no-deps /wheels/amdgpu_exporter-*.whl \
- && /opt/amdgpu-exporter/bin/pip check
+ && /opt/amdgpu-exporter/bin/pip check \
+ && /opt/amdgpu-exporter/bin/python -c "import site; open(site.getsitepackages()[0] + '/debian-amdsmi.pth', 'w').write('/usr/share/amd_smi\\n')"
 
 # 65534 = nobody in Debian. Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 65534:65534

@@ -43,12 +43,16 @@ RUNTIME_LOCK = REPO / "requirements" / "runtime.lock"
 KUSTOMIZATION = REPO / "deploy" / "kubernetes" / "kustomization.yaml"
 DEFAULT_CACHE = Path("/var/cache/amdgpu-exporter-image")
 # Bump when the way the base layer is built changes (not its inputs): the cache key changes with it.
-BASE_FORMAT = 1
+BASE_FORMAT = 2
 VENV = "/opt/amdgpu-exporter"
 ARCH = "amd64"
 ARCH_WHEEL = "x86_64"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 REF_NAME = "org.opencontainers.image.ref.name"
+# Debian's amd-smi installs the `amdsmi` module (alone) in /usr/share/amd_smi; a .pth file in the
+# venv adds that folder, and only it, to the venv's path, for --source=amd-smi. The Dockerfile runs
+# the same line.
+AMDSMI_PTH = "import site; open(site.getsitepackages()[0] + '/debian-amdsmi.pth', 'w').write('/usr/share/amd_smi\\n')"
 
 # What the Dockerfile's final stage declares, in the OCI image config's terms. Healthcheck is
 # Docker's extension of the config (durations in nanoseconds); OCI-only runtimes ignore it.
@@ -223,6 +227,7 @@ def _install_locked_wheels(rootfs: Path, log: Path) -> None:
     shutil.copy(RUNTIME_LOCK, wheels / "runtime.lock")
     chroot = ["chroot", str(rootfs), *_chroot_env()]
     _run([*chroot, "python3", "-m", "venv", VENV], log, "python3 -m venv")
+    _run([*chroot, f"{VENV}/bin/python", "-c", AMDSMI_PTH], log, "the amdsmi module's .pth")
     _run(
         [*chroot, f"{VENV}/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--no-index",
          "--find-links=/tmp/wheels", "--require-hashes", "-r", "/tmp/wheels/runtime.lock"],

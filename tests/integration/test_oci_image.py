@@ -7,8 +7,10 @@ USER with every capability dropped and no_new_privs, with a simulated MI300X in 
 partitions) as its /sys, a fresh /proc, /dev holding the usual character devices, and tmpfs on
 /tmp and /dev/shm. The host's network is shared, so the test scrapes it on 127.0.0.1.
 
-What stands in for the GPU's DRM nodes, as in the oracle tests: a plain file per render node in
-/dev/dri and the libdrm_amdgpu stand-in (tests/oracles) first on LD_LIBRARY_PATH. With them,
+What stands in for the GPU's DRM nodes given to the container (`docker run --device /dev/dri`), as
+in the oracle tests: a plain file per DRM node in /dev/dri, open to every user as udev makes render
+nodes (mode 0666), and the libdrm_amdgpu stand-in (tests/oracles) first on LD_LIBRARY_PATH; and for a bare-metal
+host, /proc/cpuinfo without the `hypervisor` flag (on a VM guest libamd_smi hides some values). With them,
 librocm_smi64 6.4 in the image passes the exporter's self-check, so `--source auto` picks
 rocm-smi: auto chooses librocm_smi64 when it can read this /sys and sysfs otherwise, never
 amd-smi, which serves only when asked for by name.
@@ -38,6 +40,7 @@ from exporter import __version__
 from exporter.simulator import Simulator
 from tests.integration.test_dockerfile import DOCKERFILE, exec_form, image_build, parse_dockerfile
 from tests.oracles.chroots import SID, ChrootBuildError, debian_mirror, ensure_chroot, ensure_fake_libdrm
+from tests.oracles.runner import cpuinfo_without_hypervisor
 from tests.realtools import free_port, listens_on, require_root, require_tool, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -60,13 +63,14 @@ mkdir -p "$root@LIBDRM@"
 mount --bind "$root" "$root"
 mount --bind "$tree" "$root/sys"
 mount -t proc proc "$root/proc"
+mount --bind "$scratch/cpuinfo" "$root/proc/cpuinfo"
 mount -t tmpfs -o mode=755 tmpfs "$root/dev"
 for dev in @DEVICES@; do : > "$root/dev/$dev"; mount --bind "/dev/$dev" "$root/dev/$dev"; done
 ln -s /proc/self/fd "$root/dev/fd"
 mkdir "$root/dev/shm" "$root/dev/dri" "$root/dev/pts"
 mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
 for node in "$tree"/class/drm/card* "$tree"/class/drm/renderD*; do
-  [ -e "$node" ] && : > "$root/dev/dri/${node##*/}"
+  [ -e "$node" ] && : > "$root/dev/dri/${node##*/}" && chmod 666 "$root/dev/dri/${node##*/}"
 done
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 mount --bind "$libdrm" "$root@LIBDRM@"
@@ -169,6 +173,8 @@ class Container:
             "/usr/bin/env", "-i", *env,
         ]  # fmt: skip
         self.scratch = Path(tempfile.mkdtemp(prefix="oci-container-"))
+        self.final_output = ""
+        (self.scratch / "cpuinfo").write_text(cpuinfo_without_hypervisor(Path("/proc/cpuinfo").read_text()))
         self.log = self.scratch / "log"
         unshare = require_tool("unshare")
         with self.log.open("wb") as log:
@@ -190,7 +196,7 @@ class Container:
         return int(children[0]) if children else None
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.log.read_text(errors="replace") if self.log.exists() else self.final_output
 
     def wait_listening(self) -> None:
         def listening() -> bool:
@@ -222,6 +228,7 @@ class Container:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
+            self.final_output = self.output()
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -302,6 +309,14 @@ def test_image_holds_the_pinned_debian_packages_and_the_locked_wheels(image: Ima
     frozen = {line.lower().replace("_", "-") for line in freeze.splitlines()}
     assert {pin.lower() for pin in locked} <= frozen
     assert f"amdgpu-exporter=={__version__}" in frozen
+    # --source=amd-smi needs Debian's amdsmi module, from the venv's Python
+    found = subprocess.run(
+        ["chroot", image.rootfs, f"{image_build.VENV}/bin/python", "-c", "import amdsmi; print(amdsmi.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.stdout.startswith("/usr/share/amd_smi/amdsmi/"), found.stderr
     assert not (image.rootfs / "dev").exists() or not any((image.rootfs / "dev").iterdir())
 
 
@@ -314,6 +329,14 @@ def test_container_picks_rocm_smi_reads_what_sysfs_reads_as_nobody_and_stops_on_
         expected = _samples(sysfs.get("/metrics").text)
     finally:
         assert sysfs.stop() == 0, sysfs.output()
+
+    amd_smi = Container(image, tree, fake_libdrm, ["--source=amd-smi"])
+    try:
+        amd_smi.wait_ready()
+        (build_info,) = [line for line in amd_smi.get("/metrics").text.splitlines() if "_build_info{" in line]
+        assert 'source="amd-smi"' in build_info, build_info
+    finally:
+        assert amd_smi.stop() == 0, amd_smi.output()
 
     container = Container(image, tree, fake_libdrm, [])  # --source auto, the default
     try:
