@@ -42,6 +42,7 @@ PACKAGES_FILE = HERE / "debian-packages.txt"
 RUNTIME_LOCK = REPO / "requirements" / "runtime.lock"
 KUSTOMIZATION = REPO / "deploy" / "kubernetes" / "kustomization.yaml"
 DEFAULT_CACHE = Path("/var/cache/amdgpu-exporter-image")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the way the base layer is built changes (not its inputs): the cache key changes with it.
 BASE_FORMAT = 2
 VENV = "/opt/amdgpu-exporter"
@@ -137,10 +138,10 @@ def _chroot_env() -> list[str]:
     return ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "HOME=/root"]
 
 
-def ensure_base(cache: Path, mirror: str | None, log: Path) -> Path:
+def ensure_base(cache: Path, mirror: str, log: Path) -> Path:
     """The cached OCI layout holding the base layer (tag `base`), built now if this machine has none."""
     suite, pins = read_packages()
-    final = cache / f"base-{suite}-{base_key(suite, pins, mirror or '')}"
+    final = cache / f"base-{suite}-{base_key(suite, pins, mirror)}"
     if (final / ".complete").exists():
         return final
     with _locked(cache / f".{final.name}.lock"):
@@ -150,7 +151,7 @@ def ensure_base(cache: Path, mirror: str | None, log: Path) -> Path:
     return final
 
 
-def _build_base(suite: str, pins: dict[str, str], mirror: str | None, final: Path, log: Path) -> None:
+def _build_base(suite: str, pins: dict[str, str], mirror: str, final: Path, log: Path) -> None:
     mmdebstrap = shutil.which("mmdebstrap")
     if mmdebstrap is None:
         raise BuildError("mmdebstrap is not installed (apt-get install mmdebstrap)")
@@ -174,10 +175,8 @@ def _build_base(suite: str, pins: dict[str, str], mirror: str | None, final: Pat
         '--customize-hook=mkdir -p "$1/opt/rocm/lib"',
         f'--customize-hook=ln -s {LIBDIR}/librocm_smi64.so.1 "$1/opt/rocm/lib/librocm_smi64.so"',
         f'--customize-hook=ln -s libdrm_amdgpu.so.1 "$1{LIBDIR}/libdrm_amdgpu.so"',
-        suite, str(rootfs),
+        suite, str(rootfs), mirror,
     ]  # fmt: skip
-    if mirror:
-        argv.append(mirror)
     _run(argv, log, f"mmdebstrap of {suite}")
     _install_locked_wheels(rootfs, log)
     # A runtime provides /dev, resolv.conf and the host name; the build machine's have no place in the image.
@@ -243,7 +242,7 @@ def _umoci() -> str:
     return umoci
 
 
-def build_image(wheel: Path, output: Path, cache: Path, mirror: str | None) -> str:
+def build_image(wheel: Path, output: Path, cache: Path, mirror: str) -> str:
     """The image in the OCI layout `output` (replaced); returns its reference `output:tag`."""
     if os.geteuid() != 0:
         raise BuildError("building the image needs root (mmdebstrap --mode=root, chroot, umoci keeping owners)")
@@ -312,7 +311,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wheel", type=Path, required=True, help="the exporter's wheel (pip wheel --no-deps .)")
     parser.add_argument("--output", type=Path, default=REPO / "build" / "image", help="OCI layout to write")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the base layer is cached")
-    parser.add_argument("--mirror", help="Debian archive URI (default: mmdebstrap's, deb.debian.org)")
+    parser.add_argument("--mirror", default=DEFAULT_MIRROR, help=f"Debian archive URI (default {DEFAULT_MIRROR})")
     args = parser.parse_args(argv)
     try:
         build_image(args.wheel.resolve(), args.output.resolve(), args.cache, args.mirror)
