@@ -44,7 +44,7 @@ KUSTOMIZATION = REPO / "deploy" / "kubernetes" / "kustomization.yaml"
 DEFAULT_CACHE = Path("/var/cache/amdgpu-exporter-image")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the way the base layer is built changes (not its inputs): the cache key changes with it.
-BASE_FORMAT = 2
+BASE_FORMAT = 3
 VENV = "/opt/amdgpu-exporter"
 ARCH = "amd64"
 ARCH_WHEEL = "x86_64"
@@ -164,6 +164,7 @@ def _build_base(suite: str, pins: dict[str, str], mirror: str, final: Path, log:
         mmdebstrap, "--variant=minbase", "--mode=root", "--format=directory", f"--architectures={ARCH}",
         # sid's Release file can be past its Valid-Until date on a mirror that is not refreshed
         '--aptopt=Acquire::Check-Valid-Until "false"',
+        '--aptopt=APT::Install-Recommends "false"',  # as the Dockerfile's --no-install-recommends
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",
