@@ -4,7 +4,7 @@ No container engine runs here, so the test is the runtime: `umoci unpack` turns 
 runtime bundle (its config.json holds the image's command, environment and user), and the bundle's
 root file system runs read-only in a private mount and PID namespace, as PID 1, as the image's
 USER with every capability dropped and no_new_privs, with a simulated MI300X in CPX mode (eight
-partitions) as its /sys, a fresh /proc, /dev holding the usual character devices, and tmpfs on
+partitions) as its read-only /sys, a fresh /proc, /dev holding the usual character devices, and tmpfs on
 /tmp and /dev/shm. The host's network is shared, so the test scrapes it on 127.0.0.1.
 
 What stands in for the GPU's DRM nodes given to the container (`docker run --device /dev/dri`), as
@@ -15,8 +15,9 @@ librocm_smi64 6.4 in the image passes the exporter's self-check, so `--source au
 rocm-smi: auto chooses librocm_smi64 when it can read this /sys and sysfs otherwise, never
 amd-smi, which serves only when asked for by name.
 
-The image and its base layer are cached per machine (build.py), the sid chroot and the libdrm
-stand-in too (tests/oracles/chroots.py): only the first run on a machine builds them.
+The image's Debian layer is cached per machine (build.py), as are the sid chroot and the libdrm
+stand-in (tests/oracles/chroots.py): only the first run on a machine builds them; every run
+builds the exporter's own layer on top, as `make image` does.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ shift 4
 mkdir -p "$root@LIBDRM@"
 mount --bind "$root" "$root"
 mount --bind "$tree" "$root/sys"
+mount -o remount,bind,ro "$root/sys"
 mount -t proc proc "$root/proc"
 mount --bind "$scratch/cpuinfo" "$root/proc/cpuinfo"
 mount -t tmpfs -o mode=755 tmpfs "$root/dev"
