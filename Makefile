@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 # Real tools the integration tests run against the simulator (Debian bookworm package names);
 # mmdebstrap and gcc build the cached trixie/sid chroots with rocm-smi 6.x and amd-smi (tests/oracles);
 # mmdebstrap also builds the trixie chroots `make deb` makes its venv in and its test installs it into;
+# mmdebstrap and umoci build the OCI image (`make image`, tests/integration/test_oci_image.py);
 # chromium loads the status page headless (tests/integration/test_status_page_browser.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \
-	mmdebstrap gcc curl openssl strace chromium
+	mmdebstrap gcc curl openssl strace chromium umoci
 DEBIAN_BENCH_PACKAGES := wrk strace
 # `make demo PORT=9500` (and `make demo-stack PORT=9500`): the demo exporter's port on 127.0.0.1.
 PORT ?= 9442
@@ -36,7 +37,7 @@ UV := $(LOCK_VENV)/bin/uv
 UV_COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
 	$(if $(UPGRADE),--upgrade) --custom-compile-command 'make lock'
 
-.PHONY: demo demo-stack deb test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
+.PHONY: demo demo-stack deb image test lint typecheck unit integration golden bench debian-test-packages debian-bench-packages \
 	lock clean
 
 $(BIN)/python:
@@ -83,6 +84,17 @@ demo-stack: $(BIN)/.runtime-installed
 deb: $(BIN)/.runtime-installed
 	@./.ci/install-debian-packages mmdebstrap
 	$(BIN)/python -m deploy.deb.build
+
+# The container image, without a container engine (deploy/image/build.py): an OCI image layout in
+# build/image, named and tagged by deploy/kubernetes/kustomization.yaml's `images:` entry. Needs
+# root. The Debian base layer is cached in /var/cache/amdgpu-exporter-image; a rebuild redoes only
+# the exporter's own layer.
+IMAGE_LAYOUT := build/image
+image: $(BIN)/.runtime-installed
+	@./.ci/install-debian-packages mmdebstrap umoci
+	rm -rf build/wheel
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir build/wheel .
+	$(BIN)/python deploy/image/build.py --wheel build/wheel/amdgpu_exporter-*.whl --output $(IMAGE_LAYOUT)
 
 debian-test-packages:
 	@./.ci/install-debian-packages $(DEBIAN_TEST_PACKAGES)
