@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
-from exporter.alerting.rules import Rule
+from exporter.alerting.rulefile import RulesConfigError, load_rules
 from exporter.config import OPTION_BY_NAME, OPTIONS, ConfigError, Option, Settings, read_config_values
 
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
@@ -55,11 +54,6 @@ def reload_settings(settings: Settings) -> Settings:
 
 def changed_options(before: Settings, after: Settings) -> list[str]:
     return [option.name for option in OPTIONS if getattr(before, option.dest) != getattr(after, option.dest)]
-
-
-def rules_of(settings: Settings) -> tuple[Rule, ...]:
-    """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
-    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
 
 
 def check_rules(path: str) -> str:

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import RulesConfigError
+from exporter.alerting.rulefile import RulesConfigError, rules_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
-from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
+from exporter.configcheck import RELOADABLE, changed_options, reload_settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
 from exporter.pipeline.health import Health

@@ -22,7 +22,7 @@ from exporter import boundedfile, safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
-from exporter.config import parse_duration
+from exporter.config import Settings, parse_duration
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
 # Bounds, so a rule file cannot cost the daemon its memory or its poll loop: every rule is checked on
@@ -40,6 +40,11 @@ def default_rules() -> tuple[Rule, ...]:
     """The shipped rule set (exporter/alerting/default_rules.yaml, packaged with the module)."""
     text = resources.files("exporter.alerting").joinpath(DEFAULT_RULES_RESOURCE).read_text(encoding="utf-8")
     return parse_rules(text, DEFAULT_RULES_RESOURCE)
+
+
+def rules_of(settings: Settings) -> tuple[Rule, ...]:
+    """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
+    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
 
 
 def load_rules(path: Path) -> tuple[Rule, ...]:

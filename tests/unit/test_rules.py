@@ -20,7 +20,8 @@ from exporter.alerting.rulefile import (
 )
 from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
-from exporter.alerting.texts import alert_annotations, format_duration
+from exporter.alerting.texts import alert_annotations
+from exporter.config import format_duration
 from exporter.model import (
     AlertState,
     DeviceIdentity,
