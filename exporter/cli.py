@@ -91,8 +91,6 @@ def _parser(command: str) -> _Parser:
         group.add_argument(
             "--watch",
             metavar="DURATION",
-            type=str,
-            default=None,
             help="redraw every DURATION (e.g. 2s) until Ctrl-C, like watch(1) (100ms..24h)",
         )
         group.add_argument("--json", action="store_true", help="print the /api/v1/devices document (see docs/api.md)")

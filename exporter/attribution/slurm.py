@@ -103,11 +103,6 @@ def read_state_files(path: str) -> list[tuple[str, bytes]]:
     return files
 
 
-def read_state_dir(path: str) -> tuple[Claim, ...]:
-    """The claims of a state directory."""
-    return claims_from_files(read_state_files(path))
-
-
 class SlurmAttribution(ScheduledAttribution):
     """Reads the state directory every `interval` seconds."""
 

@@ -161,10 +161,6 @@ RUNTIME_VARIABLES = (
 )
 
 
-def runtime_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name: environ[name] for name in RUNTIME_VARIABLES if name in environ}
-
-
 def collect(
     sysfs: str,
     procfs: str,
@@ -185,7 +181,7 @@ def collect(
         rocm_installs=rocm_installs(rocm_parent),
         packages=installed_packages() if packages else (),
         libraries=tuple(library_version(name, rocm_parent, environ) for name in libraries),
-        environment=runtime_environment(environ),
+        environment={name: environ[name] for name in RUNTIME_VARIABLES if name in environ},
     )
 
 

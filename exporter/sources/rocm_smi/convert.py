@@ -106,12 +106,12 @@ def temperatures(readings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dic
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    result: dict[tuple[str, str], float] = {}
-    for sensor, metrics in slow.get("temperatures", {}).items():
-        for threshold in ("critical", "emergency"):
-            if threshold in metrics:
-                result[(sensor, threshold)] = metrics[threshold] / 1000.0
-    return result
+    return {
+        (sensor, threshold): metrics[threshold] / 1000.0
+        for sensor, metrics in slow.get("temperatures", {}).items()
+        for threshold in ("critical", "emergency")
+        if threshold in metrics
+    }
 
 
 def energy_joules(readings: Mapping[str, Any]) -> float | None:
@@ -188,11 +188,11 @@ def pcie_bandwidth(readings: Mapping[str, Any]) -> float | None:
 
 
 def ecc(slow: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    result: dict[tuple[str, str], int] = {}
-    for block, (correctable, uncorrectable) in slow.get("ecc", {}).items():
-        result[(block, "correctable")] = int(correctable)
-        result[(block, "uncorrectable")] = int(uncorrectable)
-    return result
+    return {
+        (block, kind): int(count)
+        for block, counts in slow.get("ecc", {}).items()
+        for kind, count in zip(("correctable", "uncorrectable"), counts, strict=True)
+    }
 
 
 def retired_pages(slow: Mapping[str, Any]) -> int | None:

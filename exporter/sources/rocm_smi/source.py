@@ -395,7 +395,6 @@ def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
 
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
     """Without a fallback: ASIC and default product name from the PCI device id, as sysfs does."""
-
     asic, product = KNOWN_DEVICES.get(identity.device_id, ("", ""))
     return replace(identity, asic=asic, product=identity.product or product)
 
