@@ -185,24 +185,16 @@ async def serve(settings: Settings) -> None:
     # The web config first, so a bad file fails before anything else starts.
     from exporter.web import http_server, webconfig_reload
     from exporter.web.http_log import route_library_logs
-    from exporter.web.http_server import ListenError, shown_address, systemd_sockets
-    from exporter.web.webconfig import WebConfigError
+    from exporter.web.http_server import shown_address, systemd_sockets
 
     route_library_logs()
     reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
-    try:
-        active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN
-    except WebConfigError as error:
-        raise ConfigError(str(error)) from None
+    active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN  # a bad file: ConfigError
     nofile_soft, _ = http_server.raise_nofile_limit()
-    try:
-        listeners = (
-            systemd_sockets()
-            if settings.web_systemd_socket
-            else [open_listener(host, port) for host, port in settings.web_listen_address]
-        )
-    except ListenError as error:
-        raise StartupError(str(error)) from None
+    if settings.web_systemd_socket:
+        listeners = systemd_sockets()
+    else:
+        listeners = [open_listener(host, port) for host, port in settings.web_listen_address]
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))

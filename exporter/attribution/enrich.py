@@ -16,7 +16,6 @@ from exporter.model import Attribution, AttributionReport, DeviceRef, DeviceStat
 
 
 def device_ref(state: DeviceState) -> DeviceRef:
-    """What attribution matches on, from a device's identity."""
     identity = state.identity
     partition = getattr(identity, "partition", 0) or 0
     xcp = xcp_index(identity.device_dir.rstrip("/").rsplit("/", 1)[-1]) if identity.device_dir else None

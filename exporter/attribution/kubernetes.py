@@ -161,8 +161,6 @@ class PodResourcesClient:
 
 
 class KubernetesAttribution(ScheduledAttribution):
-    """Asks the kubelet every `interval` seconds, each call with a `timeout` deadline."""
-
     def __init__(
         self,
         socket_path: str = DEFAULT_SOCKET,

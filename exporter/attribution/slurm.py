@@ -104,8 +104,6 @@ def read_state_files(path: str) -> list[tuple[str, bytes]]:
 
 
 class SlurmAttribution(ScheduledAttribution):
-    """Reads the state directory every `interval` seconds."""
-
     def __init__(
         self,
         state_dir: str = DEFAULT_STATE_DIR,

@@ -56,7 +56,6 @@ def parse_waveform_query(params: Mapping[str, str], max_seconds: float) -> tuple
 
 
 def waveform_response(source: WaveformSource | None, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) for one request."""
     if source is None:
         return 404, {"error": "the fast sampler is off (--fast.interval=0): no waveform is kept"}
     try:

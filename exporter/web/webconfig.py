@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import safeyaml
+from exporter.config import ConfigError
 
 
-class WebConfigError(ValueError):
+class WebConfigError(ConfigError):
     """An invalid web configuration; the message is one sentence naming the key at fault."""
 
 
