@@ -68,17 +68,14 @@ class OutgoingAlert:
     starts_at: float
     resolved_at: float | None = None
 
-    def payload(self, now: float, valid_for: float, generator_url: str = "") -> dict[str, Any]:
+    def payload(self, now: float, valid_for: float) -> dict[str, Any]:
         ends_at = self.resolved_at if self.resolved_at is not None else now + valid_for
-        body: dict[str, Any] = {
+        return {
             "labels": dict(self.labels),
             "annotations": dict(self.annotations),
             "startsAt": rfc3339(self.starts_at),
             "endsAt": rfc3339(max(ends_at, self.starts_at)),
         }
-        if generator_url:
-            body["generatorURL"] = generator_url
-        return body
 
 
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
@@ -146,7 +143,6 @@ class AlertmanagerPusher:
         timeout: float = 5.0,
         *,
         rules: Sequence[Rule] = (),
-        generator_url: str = "",
         resolved_retention: float = 900.0,
         retry_initial: float = 1.0,
         runbook_base: str = "",
@@ -164,7 +160,6 @@ class AlertmanagerPusher:
         self.workload_labels = workload_labels
         self.resend_interval = resend_interval
         self.timeout = timeout
-        self.generator_url = generator_url
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
         self.set_rules(rules)
@@ -234,7 +229,7 @@ class AlertmanagerPusher:
         at = time.time() if now is None else now
         valid_for = ENDS_AT_INTERVALS * self.resend_interval
         alerts = sorted(self._outbox.values(), key=lambda a: (a.resolved_at is not None, sorted(a.labels.items())))
-        return [alert.payload(at, valid_for, self.generator_url) for alert in alerts]
+        return [alert.payload(at, valid_for) for alert in alerts]
 
     # -- the background sender --
 

@@ -202,14 +202,11 @@ def _tls(raw: Any, base_dir: str) -> TLSServerConfig | None:
         if extra:
             raise WebConfigError(f"tls_server_config sets {extra[0]} but no cert_file/key_file (or cert/key)")
         return None
-    if cert_file and cert:
-        raise WebConfigError("tls_server_config: give cert_file or cert, not both")
-    if key_file and key:
-        raise WebConfigError("tls_server_config: give key_file or key, not both")
-    if not (cert_file or cert):
-        raise WebConfigError("tls_server_config: missing cert_file (or an inline cert)")
-    if not (key_file or key):
-        raise WebConfigError("tls_server_config: missing key_file (or an inline key)")
+    for name, from_file, inline in (("cert", cert_file, cert), ("key", key_file, key)):
+        if from_file and inline:
+            raise WebConfigError(f"tls_server_config: give {name}_file or {name}, not both")
+        if not (from_file or inline):
+            raise WebConfigError(f"tls_server_config: missing {name}_file (or an inline {name})")
     auth = _string(data.get("client_auth_type"), w + "client_auth_type") or "NoClientCert"
     if auth not in CLIENT_AUTH_TYPES:
         raise WebConfigError(f"{w}client_auth_type: {auth!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}")
