@@ -13,14 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (
-    AliasEvent,
-    CollectionStartEvent,
-    MappingEndEvent,
-    NodeEvent,
-    ScalarEvent,
-    SequenceEndEvent,
-)
+from yaml.events import AliasEvent, CollectionStartEvent, MappingEndEvent, NodeEvent, ScalarEvent, SequenceEndEvent
 from yaml.nodes import Node
 
 from exporter import boundedfile

@@ -111,20 +111,17 @@ def parse_process(pid: int, files: Mapping[str, bytes], comm: str = "") -> tuple
             queue_gpu = parse_unsigned(data)
             if queue_gpu:
                 gpu_ids.add(queue_gpu)
-    result = []
-    for gpu_id in sorted(gpu_ids):
-        sdma_us = parse_unsigned(files.get(f"sdma_{gpu_id}"))
-        result.append(
-            ProcessGpuUsage(
-                pid,
-                gpu_id,
-                comm,
-                parse_unsigned(files.get(f"vram_{gpu_id}")),
-                sdma_us / 1e6 if sdma_us is not None else None,
-                parse_unsigned(files.get(f"stats_{gpu_id}/cu_occupancy")),
-            )
+    return tuple(
+        ProcessGpuUsage(
+            pid,
+            gpu_id,
+            comm,
+            parse_unsigned(files.get(f"vram_{gpu_id}")),
+            sdma_us / 1e6 if (sdma_us := parse_unsigned(files.get(f"sdma_{gpu_id}"))) is not None else None,
+            parse_unsigned(files.get(f"stats_{gpu_id}/cu_occupancy")),
         )
-    return tuple(result)
+        for gpu_id in sorted(gpu_ids)
+    )
 
 
 def attribute(
