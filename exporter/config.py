@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node
 
-from exporter import safeyaml
+from exporter import boundedfile, safeyaml
 
 
 class ConfigError(ValueError):
@@ -442,9 +442,9 @@ def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
     given twice is an error naming its line (PyYAML itself would keep the last, silently).
     """
     try:
-        text = safeyaml.read_text(path, "config file")
+        text = boundedfile.read_text(path, "config file")
         root = safeyaml.compose(text, f"config file {path}")
-    except safeyaml.YamlLimitError as error:
+    except (boundedfile.FileReadError, safeyaml.YamlLimitError) as error:
         raise ConfigError(str(error)) from error
     if root is None:
         return {}
