@@ -168,13 +168,11 @@ class KubernetesAttribution(ScheduledAttribution):
         timeout: float = 2.0,
         keep_for: float = 60.0,
         resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
-        dra_driver_prefixes: Sequence[str] = DEFAULT_DRA_DRIVER_PREFIXES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.resource_prefixes = tuple(resource_prefixes)
-        self.dra_driver_prefixes = tuple(dra_driver_prefixes)
         self._client = PodResourcesClient(socket_path)
         # The call has its own deadline; the read's is a backstop a little behind it.
         super().__init__(
@@ -183,7 +181,7 @@ class KubernetesAttribution(ScheduledAttribution):
 
     def _read_claims(self) -> tuple[Claim, ...]:
         data = self._client.list_raw(self.timeout)
-        return claims_from_list_response(data, self.resource_prefixes, self.dra_driver_prefixes)
+        return claims_from_list_response(data, self.resource_prefixes)
 
     def close(self) -> None:
         super().close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter import boundedfile
@@ -225,16 +225,9 @@ def read_kfd_processes(sysfs_root: str, procfs_root: str = "/proc") -> tuple[Pro
 class ProcessCollector(Scheduled[ProcessReport]):
     """Reads kfd/proc on its own schedule (a thread); `report` is the latest ProcessReport."""
 
-    def __init__(
-        self,
-        sysfs_root: str = "/sys",
-        procfs_root: str = "/proc",
-        interval: float = 5.0,
-        clock: Callable[[], float] = time.time,
-        deadline: float = 5.0,
-    ) -> None:
+    def __init__(self, sysfs_root: str = "/sys", procfs_root: str = "/proc", interval: float = 5.0) -> None:
         first = ProcessReport(up=False, error="not read yet")
-        super().__init__(SOURCE, interval, first, clock, sysfs_root, deadline)
+        super().__init__(SOURCE, interval, first, clock=time.time, describe=sysfs_root, deadline=5.0)
         self.sysfs_root = sysfs_root
         self.procfs_root = procfs_root
 
