@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -79,8 +79,6 @@ class OutgoingAlert:
 
 
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
-
-WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]
 
 
 def attribution_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
@@ -146,7 +144,6 @@ class AlertmanagerPusher:
         resolved_retention: float = 900.0,
         retry_initial: float = 1.0,
         runbook_base: str = "",
-        workload_labels: WorkloadLabels = attribution_labels,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerPusher needs at least one Alertmanager URL")
@@ -156,8 +153,6 @@ class AlertmanagerPusher:
         self.node = node
         self.instance = instance
         self.runbook_url = runbook_base + RUNBOOK_PATH
-        # Who is on a device, from the enriched snapshot (attribution); nothing when it is off.
-        self.workload_labels = workload_labels
         self.resend_interval = resend_interval
         self.timeout = timeout
         self.resolved_retention = resolved_retention
@@ -205,7 +200,7 @@ class AlertmanagerPusher:
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
             annotations["runbook_url"] = self.runbook_url
-            workload = self.workload_labels(snapshot, state.gpu)
+            workload = attribution_labels(snapshot, state.gpu)
             labels = alert_labels(state, device, node=self.node, instance=self.instance, rule=rule, workload=workload)
             outbox[key] = OutgoingAlert(labels, annotations, starts_at)
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}

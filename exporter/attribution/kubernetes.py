@@ -31,7 +31,7 @@ from exporter.model import ByBdf, ByDrm, ByPhysicalIndex, ByXcp, Claim, DeviceNa
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_PREFIXES = ("amd.com/",)
-DEFAULT_DRA_DRIVER_PREFIXES = ("gpu.amd.com",)
+DRA_DRIVER_PREFIXES = ("gpu.amd.com",)
 LABELS = ("pod", "namespace", "container")
 SOURCE = "kubernetes"
 
@@ -96,9 +96,7 @@ def dra_device(device_name: str) -> DeviceName | None:
 
 
 def claims_from_list_response(
-    data: bytes,
-    resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
-    dra_driver_prefixes: Sequence[str] = DEFAULT_DRA_DRIVER_PREFIXES,
+    data: bytes, resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES
 ) -> tuple[Claim, ...]:
     """Pure: a serialized ListPodResourcesResponse -> one claim per (container, AMD device)."""
     from google.protobuf.message import DecodeError
@@ -120,7 +118,7 @@ def claims_from_list_response(
                         claims.append(Claim(name, device_id, labels, devices.resource_name))
             for dynamic in container.dynamic_resources:
                 for resource in dynamic.claim_resources:
-                    if not resource.driver_name.startswith(tuple(dra_driver_prefixes)):
+                    if not resource.driver_name.startswith(DRA_DRIVER_PREFIXES):
                         continue
                     name = dra_device(resource.device_name)
                     if name is not None:
