@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve
 from exporter.log import configure_logging
+from exporter.sources.base import StartupError
 
 SUBCOMMANDS: dict[str, str] = {
     "serve": "serve /metrics, the JSON API and the status page (the default when no command is given)",
@@ -175,17 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _run_event_loop(serve(settings))
         _leave(0)
-    except (ConfigError, UsageError) as error:
+    except (ConfigError, UsageError, StartupError) as error:  # a bad rule file is a ConfigError too
         return _fail(str(error))
     except KeyboardInterrupt:
         _leave(130)
-    except Exception as error:
-        from exporter.alerting.rulefile import RulesConfigError
-        from exporter.sources.base import StartupError
-
-        if isinstance(error, StartupError | RulesConfigError):
-            return _fail(str(error))
-        raise
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

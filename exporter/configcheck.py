@@ -88,7 +88,7 @@ def check_main(command: str, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         print(check_config(args.file) if command == "check-config" else check_rules(args.file))
-    except (ConfigError, RulesConfigError) as error:
+    except ConfigError as error:  # RulesConfigError is one
         print(f"amdgpu-exporter: error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import RulesConfigError, rules_of
+from exporter.alerting.rulefile import rules_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
@@ -144,9 +144,7 @@ class Reloader:
             settings = reload_settings(self.settings)
             rules = rules_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
-            detail = (
-                str(error) if isinstance(error, ConfigError | RulesConfigError) else f"{type(error).__name__}: {error}"
-            )
+            detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
             log.error("reload_failed", error=detail, kept="the running config and rules")
             return
         changed = changed_options(self.settings, settings)

@@ -22,7 +22,7 @@ from exporter import boundedfile, safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
-from exporter.config import Settings, parse_duration
+from exporter.config import ConfigError, Settings, parse_duration
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
 # Bounds, so a rule file cannot cost the daemon its memory or its poll loop: every rule is checked on
@@ -32,7 +32,7 @@ MAX_FILE_BYTES = 1 << 20
 MAX_FORMAT_NUMBER = 100  # the largest width or precision a template's {field:spec} may ask for
 
 
-class RulesConfigError(ValueError):
+class RulesConfigError(ConfigError):
     """A rule file that cannot be used; the message names the file and the line."""
 
 

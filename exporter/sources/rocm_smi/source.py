@@ -78,7 +78,6 @@ class RocmSmiSource(Source):
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
         quiet: bool = False,
-        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
         """`worker_prefix` runs the worker under a wrapper (tests: a mount namespace over a tree);
         `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path);
@@ -96,7 +95,7 @@ class RocmSmiSource(Source):
             backoff_max=restart_backoff_max,
             on_crash=self._on_crash,
             quiet=quiet,
-            worker_module=worker_module,
+            worker_module=self.worker_module,
         )
         self._lock = threading.Lock()
         self._unsafe: dict[str, dict[str, str]] = {}  # BDF -> library call -> why the fallback serves it
@@ -106,9 +105,11 @@ class RocmSmiSource(Source):
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
 
-    # The worker's answers -> a Sample (the amd-smi source has its own).
+    # The worker's answers -> a Sample, the worker process and the library's name in messages: the
+    # amd-smi source has its own.
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    library_name = "librocm_smi64"  # for messages
+    library_name = "librocm_smi64"
+    worker_module = ROCM_SMI_WORKER
 
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
@@ -263,13 +264,11 @@ class RocmSmiSource(Source):
         if slow_due:
             self._slow[bdf] = (time.monotonic(), readings)
         slow = self._slow.get(bdf, (0.0, {}))[1]
-        xgmi = None
         if slow_due and readings.get("xgmi_error") is not None:
             # rsmi_dev_xgmi_error_status reports 0, 1 or 2 (= "multiple"): a lower bound per read.
             with self._lock:
-                xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
-        elif bdf in self._xgmi_errors:
-            xgmi = self._xgmi_errors[bdf]
+                self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
+        xgmi = self._xgmi_errors.get(bdf)
         library = convert.for_device(self.sample_from_readings(readings, slow, time.time()), device, xgmi)
         if self.fallback is None:
             return library
