@@ -277,7 +277,6 @@ OPTIONS: tuple[Option, ...] = (
         (),
         "Alertmanager to push alerts to; repeatable",
         repeatable=True,
-        default_text="none",
     ),
     Option(
         "node-name",
@@ -313,7 +312,6 @@ OPTIONS: tuple[Option, ...] = (
         str,
         "",
         "with --demo: rewrite the simulator's true values as JSON here on every tick",
-        default_text="none",
     ),
     Option(
         "kubernetes",

@@ -33,6 +33,10 @@ from exporter.simulator.demo import sysfs_tree
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
+from exporter.web import http_server, webconfig_reload
+from exporter.web.http_guard import WebGuard
+from exporter.web.http_log import HttpStats, route_library_logs, web_stats
+from exporter.web.http_server import shown_address, systemd_sockets
 from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
 
@@ -181,10 +185,6 @@ async def serve(settings: Settings) -> None:
     )
     rules = rules_of(settings)
     # The web config first, so a bad file fails before anything else starts.
-    from exporter.web import http_server, webconfig_reload
-    from exporter.web.http_log import route_library_logs
-    from exporter.web.http_server import shown_address, systemd_sockets
-
     route_library_logs()
     reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
     active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN  # a bad file: ConfigError
@@ -221,10 +221,6 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
-        # The web layer: guard middleware, limits, connection budget, TLS per connection.
-        from exporter.web.http_guard import WebGuard
-        from exporter.web.http_log import HttpStats, web_stats
-
         http_stats = HttpStats()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(

@@ -22,6 +22,7 @@ when there is one (it reads them anyway), else the library.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -419,8 +420,7 @@ def self_check(
     """
     if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
         return False, f"{kind.library_name} reads /sys only, and the sysfs root is {sysfs_root}"
-    source = kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
-    try:
+    with contextlib.closing(kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)) as source:
         try:
             devices = source.discover()
         except SourceError as error:
@@ -434,8 +434,6 @@ def self_check(
         note = f"; {rerouted} library calls left to sysfs" if rerouted else ""
         version = source.supervisor.library_version
         return True, f"{name} (version {version}): {len(devices)} GPUs, self-check passed{note}"
-    finally:
-        source.close()
 
 
 def _check_device(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str) -> list[str]:
