@@ -138,9 +138,8 @@ class RocmSmiSource(Source):
         merged: dict[str, DeviceIdentity] = {}
         for device in _sockets(worker):
             bdf = str(device["pci_bus_id"])
-            ident = answers.get(bdf)
-            if ident is None:  # timed out or failed: keep what we had, or the fallback's view
-                ident = self._library_identity.get(bdf)
+            # timed out or failed: what the library said before, else the fallback's view
+            ident = answers.get(bdf) or self._library_identity.get(bdf)
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
