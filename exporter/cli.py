@@ -52,9 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --interval: expected one argument": name the flag first, plainly.
-        if message.startswith("argument "):
-            message = message.removeprefix("argument ")
-        raise UsageError(message)
+        raise UsageError(message.removeprefix("argument "))
 
     def parse_checked(self, argv: Sequence[str]) -> argparse.Namespace:
         args, extra = self.parse_known_args(list(argv))

@@ -39,6 +39,7 @@ from exporter.model import AlertmanagerStats, AlertState, DeviceState, Snapshot
 log = get_logger("exporter.alerting.alertmanager")
 
 API_PATH = "/api/v2/alerts"
+AlertKey = tuple[tuple[str, str, int], str]  # (device key, alert): an alert follows its device, whatever its gpu
 # Prometheus sets endsAt to 4 resend intervals ahead: three lost posts in a row do not resolve it.
 ENDS_AT_INTERVALS = 4
 
@@ -158,9 +159,8 @@ class AlertmanagerPusher:
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
         self.set_rules(rules)
-        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index; replaced
-        # whole by update() so a sender always reads one consistent set.
-        self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
+        # Replaced whole by update() so a sender always reads one consistent set.
+        self._outbox: Mapping[AlertKey, OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -183,7 +183,7 @@ class AlertmanagerPusher:
         now = snapshot.taken_at
         devices = {device.identity.key: device for device in snapshot.devices}
         previous = self._outbox
-        outbox: dict[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
+        outbox: dict[AlertKey, OutgoingAlert] = {}
         for state in alerts:
             key = (state.device_key, state.alert)
             old = previous.get(key)
@@ -339,10 +339,7 @@ def _without_advice(annotations: Mapping[str, str]) -> Mapping[str, str]:
     return {name: value for name, value in annotations.items() if name not in ADVICE}
 
 
-def _needs_prompt_send(
-    previous: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
-    current: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
-) -> bool:
+def _needs_prompt_send(previous: Mapping[AlertKey, OutgoingAlert], current: Mapping[AlertKey, OutgoingAlert]) -> bool:
     """A new, resolved or re-labelled alert, or a changed suggestion, is sent at once; a changed
     value in the description alone waits for the next regular resend."""
     for key, alert in current.items():
