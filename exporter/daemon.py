@@ -115,12 +115,10 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     (the SMI libraries are loaded in child processes, which a broken install can hang)."""
     from exporter.sources.host import collect, host_info
 
-    def read() -> HostInfo:
-        return host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False))
-
     started = time.monotonic()
+    read = run_once(lambda: host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False)), "host-info")
     try:
-        info = await asyncio.wait_for(asyncio.wrap_future(run_once(read, "host-info")), deadline)
+        info = await asyncio.wait_for(asyncio.wrap_future(read), deadline)
     except TimeoutError:
         log.warning("host_info_timeout", deadline=deadline)
         return None

@@ -33,7 +33,7 @@ def parse_waveform_query(params: Mapping[str, str], max_seconds: float) -> tuple
     if unknown:
         raise BadRequest(f"unknown parameter {unknown[0]!r}: use gpu=N&seconds=S")
     raw_gpu = params.get("gpu")
-    if raw_gpu is None or raw_gpu == "":
+    if not raw_gpu:
         raise BadRequest("gpu is required: the gpu label of a device, e.g. gpu=0")
     if not (raw_gpu.isascii() and raw_gpu.isdigit()) or len(raw_gpu) > 6:
         raise BadRequest(f"gpu={raw_gpu!r} is not a gpu index (a whole number, e.g. gpu=0)")
