@@ -82,13 +82,6 @@ class OutgoingAlert:
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
 
 
-def attribution_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
-    """The workload labels of a device from the enriched snapshot's attribution (pod, namespace,
-    container / job_id, job_user, job_partition), the values its series carry; none when it is off."""
-    attribution = snapshot.attribution
-    return dict(zip(attribution.label_names, attribution.values_for(gpu), strict=True))
-
-
 def alert_labels(
     state: AlertState,
     device: DeviceState | None,
@@ -180,7 +173,7 @@ class AlertmanagerPusher:
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None:
         """Record what should be sent after this cycle. Never blocks, never does I/O."""
-        now = snapshot.taken_at
+        now, attribution = snapshot.taken_at, snapshot.attribution
         devices = {device.identity.key: device for device in snapshot.devices}
         previous = self._outbox
         outbox: dict[AlertKey, OutgoingAlert] = {}
@@ -200,7 +193,9 @@ class AlertmanagerPusher:
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
             annotations["runbook_url"] = self.runbook_url
-            workload = attribution_labels(snapshot, state.gpu)
+            # Who is on the device (pod, namespace, container / job_id, ...), as its series say; none
+            # when attribution is off.
+            workload = dict(zip(attribution.label_names, attribution.values_for(state.gpu), strict=True))
             labels = alert_labels(state, device, node=self.node, instance=self.instance, rule=rule, workload=workload)
             outbox[key] = OutgoingAlert(labels, annotations, starts_at)
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}

@@ -112,12 +112,12 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
     caps = slow.get("power_cap") or {}
     metrics = readings.get("gpu_metrics") or {}
     residency = numbers({reason: number(metrics.get(name)) for reason, name in _RESIDENCIES.items()})
-    ecc: dict[tuple[str, str], int] = {}
-    for block, counts in (slow.get("ecc") or {}).items():
-        if counts:
-            for kind, key in (("correctable", "correctable_count"), ("uncorrectable", "uncorrectable_count")):
-                if _int(counts.get(key)) is not None:
-                    ecc[(block, kind)] = int(counts[key])
+    ecc = {
+        (block, kind): count
+        for block, counts in (slow.get("ecc") or {}).items()
+        for kind in ("correctable", "uncorrectable")
+        if (count := _int((counts or {}).get(f"{kind}_count"))) is not None
+    }
     voltage = number(readings.get("vddgfx_mv"))
     return Sample(
         timestamp=timestamp,
