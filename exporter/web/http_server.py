@@ -145,15 +145,8 @@ class ConnectionTable:
 
 
 def _status_response(status: int, phrase: bytes, body: bytes) -> bytes:
-    return b"".join(
-        (
-            b"HTTP/1.1 %d %s\r\n" % (status, phrase),
-            b"content-type: text/plain; charset=utf-8\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"connection: close\r\n\r\n",
-            body,
-        )
-    )
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (status, phrase)
+    return head + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
 
 
 RESPONSE_431 = _status_response(431, b"Request Header Fields Too Large", b"request header fields too large\n")
