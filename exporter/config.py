@@ -198,7 +198,7 @@ class Option:
 
     @property
     def env(self) -> str:
-        return "AMDGPU_EXPORTER_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+        return "AMDGPU_EXPORTER_" + self.dest.upper()
 
     @property
     def dest(self) -> str:
