@@ -55,13 +55,10 @@ def next_ceiling(
     levels = sorted(h for h in levels_hertz if math.isfinite(h) and h > 0)
     if top is None and levels:
         top = levels[-1]
-    if not known:
-        if top is None:
-            return None
-        known = [top]  # nothing says what it runs at: start from its maximum
-    running = min(known)
-    if top is not None:
-        running = min(running, top)
+    if not known and top is None:
+        return None
+    # Never above its maximum; when nothing says what it runs at, it starts from there.
+    running = min([*known, top] if top is not None else known)
     low = levels[0] if levels else 0.0
     floor = floor_ratio * top if top is not None else 0.0
     lo_mhz = math.ceil(max(low, floor) / 1e6 - 1e-6)
