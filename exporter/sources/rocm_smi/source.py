@@ -381,10 +381,7 @@ class RocmSmiSource(Source):
 
 
 def _index_of(worker: Worker, bdf: str) -> int | None:
-    for device in _sockets(worker):
-        if device["pci_bus_id"] == bdf:
-            return int(device["index"])
-    return None
+    return next((int(device["index"]) for device in _sockets(worker) if device["pci_bus_id"] == bdf), None)
 
 
 def _sockets(worker: Worker) -> list[Mapping[str, Any]]:

@@ -209,10 +209,7 @@ class Supervisor:
             raw = bytes(worker.crumbs[:])
         except ValueError:  # the worker ended and its breadcrumb map is closed
             return ""
-        for crumb in proto.unpack_slots(raw):
-            if crumb.device == device and crumb.call:
-                return crumb.call
-        return ""
+        return next((crumb.call for crumb in proto.unpack_slots(raw) if crumb.device == device and crumb.call), "")
 
     def close(self) -> None:
         with self._lock:
