@@ -83,10 +83,7 @@ def find_tool(preference: str = "auto") -> str:
     (rocm-smi when neither is: it is what the field notes use)."""
     if preference in TOOLS:
         return preference
-    for tool in TOOLS:
-        if shutil.which(tool) is not None:
-            return tool
-    return TOOLS[0]
+    return next((tool for tool in TOOLS if shutil.which(tool) is not None), TOOLS[0])
 
 
 def set_ceiling_command(tool: str, smi_index: int, pci_bus_id: str, min_mhz: int, max_mhz: int) -> str:
