@@ -132,12 +132,9 @@ _CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range
 _OVERRIDE_KEYS = ("threshold", "clear_threshold", "for", "severity")
 
 
-def _where(fields: dict[str, tuple[Node, Node]], *names: str) -> Node:
-    """The value node of the first of `names` present (for the line of an error)."""
-    for name in names:
-        if name in fields:
-            return fields[name][1]
-    raise KeyError(names[0])
+def _where(fields: dict[str, tuple[Node, Node]], names: tuple[str, ...], fallback: Node) -> Node:
+    """The value node of the first of `names` present, else `fallback` (for the line of an error)."""
+    return next((fields[name][1] for name in names if name in fields), fallback)
 
 
 class _RuleFileParser:
@@ -188,7 +185,7 @@ class _RuleFileParser:
         threshold = self.required_number(node, fields, "threshold")
         for_seconds = self.duration(fields, "for", default=0.0)
         clear = self.number(fields, "clear_threshold", default=threshold)
-        self.check_clear(_where(fields, "clear_threshold", "threshold"), comparison, threshold, clear)
+        self.check_clear(_where(fields, ("clear_threshold", "threshold"), node), comparison, threshold, clear)
         severity = self.severity(fields, default="warning")
         templates = {name: self.template(fields, name) for name in _TEMPLATES}
         clock_down = self.action(fields, metric, for_seconds)
@@ -245,7 +242,7 @@ class _RuleFileParser:
             threshold = self.number(fields, "threshold", default=rule.threshold)
             # A new threshold without a new clear_threshold keeps the rule's hysteresis width.
             clear = self.number(fields, "clear_threshold", default=threshold - (rule.threshold - rule.clear_threshold))
-            where = _where(fields, "clear_threshold", "threshold") if fields else key_node
+            where = _where(fields, ("clear_threshold", "threshold"), key_node)
             self.check_clear(where, rule.comparison, threshold, clear, where=f" of {asic}")
             for_seconds = self.duration(fields, "for", default=rule.for_seconds)
             clock_down = rule.clock_down
