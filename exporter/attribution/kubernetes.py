@@ -74,22 +74,18 @@ def _compile() -> tuple[Any, Any]:
 
 def device_plugin_device(device_id: str) -> DeviceName | None:
     """A device plugin's device ID -> the device it names; None for IDs that are not ours."""
-    bdf = normalize_bdf(device_id)
-    if bdf is not None:
+    if (bdf := normalize_bdf(device_id)) is not None:
         return ByBdf(bdf)
-    xcp = xcp_index(device_id)
-    if xcp is not None:
+    if (xcp := xcp_index(device_id)) is not None:
         return ByXcp(xcp)
     return None
 
 
 def dra_device(device_name: str) -> DeviceName | None:
     """An AMD DRA driver device name -> the device it names; None for VFIO and unknown names."""
-    match = _DRA_DRM.match(device_name)
-    if match:
+    if match := _DRA_DRM.match(device_name):
         return ByDrm(int(match.group(1)), int(match.group(2)))
-    match = _DRA_AUTO_PARTITION.match(device_name)
-    if match:
+    if match := _DRA_AUTO_PARTITION.match(device_name):
         return ByPhysicalIndex(int(match.group(1)))
     # A driver that names devices like the device plugin does.
     return device_plugin_device(device_name)
