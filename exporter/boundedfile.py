@@ -33,8 +33,7 @@ def read_bytes(path: str | Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes
     except OSError as error:
         raise FileReadError(what, name, f"cannot read it: {error.strerror or error}") from None
     try:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise FileReadError(what, name, "not a regular file")
         chunks: list[bytes] = []
         size = 0

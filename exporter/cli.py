@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve
 from exporter.log import configure_logging
+from exporter.sources.base import StartupError
 
 SUBCOMMANDS: dict[str, str] = {
     "serve": "serve /metrics, the JSON API and the status page (the default when no command is given)",
@@ -51,9 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --interval: expected one argument": name the flag first, plainly.
-        if message.startswith("argument "):
-            message = message.removeprefix("argument ")
-        raise UsageError(message)
+        raise UsageError(message.removeprefix("argument "))
 
     def parse_checked(self, argv: Sequence[str]) -> argparse.Namespace:
         args, extra = self.parse_known_args(list(argv))
@@ -91,8 +90,6 @@ def _parser(command: str) -> _Parser:
         group.add_argument(
             "--watch",
             metavar="DURATION",
-            type=str,
-            default=None,
             help="redraw every DURATION (e.g. 2s) until Ctrl-C, like watch(1) (100ms..24h)",
         )
         group.add_argument("--json", action="store_true", help="print the /api/v1/devices document (see docs/api.md)")
@@ -177,17 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _run_event_loop(serve(settings))
         _leave(0)
-    except (ConfigError, UsageError) as error:
+    except (ConfigError, UsageError, StartupError) as error:  # a bad rule file is a ConfigError too
         return _fail(str(error))
     except KeyboardInterrupt:
         _leave(130)
-    except Exception as error:
-        from exporter.alerting.rulefile import RulesConfigError
-        from exporter.sources.base import StartupError
-
-        if isinstance(error, StartupError | RulesConfigError):
-            return _fail(str(error))
-        raise
 
 
 def _run_event_loop(main: Coroutine[Any, Any, None]) -> None:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node
 
-from exporter import safeyaml
+from exporter import boundedfile, safeyaml
 
 
 class ConfigError(ValueError):
@@ -40,10 +40,19 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds * 1000:g}ms"
+    """Seconds -> "1h2m3s" style text for messages."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    rest = seconds - int(seconds) + whole
+    if rest or not parts:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)
 
 
 def bounded_duration(low: float, high: float) -> Callable[[str], float]:
@@ -189,7 +198,7 @@ class Option:
 
     @property
     def env(self) -> str:
-        return "AMDGPU_EXPORTER_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+        return "AMDGPU_EXPORTER_" + self.dest.upper()
 
     @property
     def dest(self) -> str:
@@ -268,7 +277,6 @@ OPTIONS: tuple[Option, ...] = (
         (),
         "Alertmanager to push alerts to; repeatable",
         repeatable=True,
-        default_text="none",
     ),
     Option(
         "node-name",
@@ -319,7 +327,6 @@ OPTIONS: tuple[Option, ...] = (
         str,
         "",
         "with --demo: rewrite the simulator's true values as JSON here on every tick",
-        default_text="none",
     ),
     Option(
         "kubernetes",
@@ -401,14 +408,14 @@ class Settings:
     demo_fleet: str
     demo_scenario: str
     demo_truth_file: str
-    kubernetes: bool = False
-    kubernetes_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    kubernetes_interval: float = 10.0
-    kubernetes_timeout: float = 2.0
-    kubernetes_resource_prefix: tuple[str, ...] = ("amd.com/",)
-    slurm_state_dir: str = ""
-    collector_processes: bool = False
-    collector_processes_top: int = 16
+    kubernetes: bool
+    kubernetes_pod_resources_socket: str
+    kubernetes_interval: float
+    kubernetes_timeout: float
+    kubernetes_resource_prefix: tuple[str, ...]
+    slurm_state_dir: str
+    collector_processes: bool
+    collector_processes_top: int
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 
@@ -448,9 +455,9 @@ def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
     given twice is an error naming its line (PyYAML itself would keep the last, silently).
     """
     try:
-        text = safeyaml.read_text(path, "config file")
+        text = boundedfile.read_text(path, "config file")
         root = safeyaml.compose(text, f"config file {path}")
-    except safeyaml.YamlLimitError as error:
+    except (boundedfile.FileReadError, safeyaml.YamlLimitError) as error:
         raise ConfigError(str(error)) from error
     if root is None:
         return {}

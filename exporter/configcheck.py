@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.alerting.rulefile import RulesConfigError, default_rules, load_rules
-from exporter.alerting.rules import Rule
+from exporter.alerting.rulefile import RulesConfigError, load_rules
 from exporter.config import OPTION_BY_NAME, OPTIONS, ConfigError, Option, Settings, read_config_values
 
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
@@ -57,11 +56,6 @@ def changed_options(before: Settings, after: Settings) -> list[str]:
     return [option.name for option in OPTIONS if getattr(before, option.dest) != getattr(after, option.dest)]
 
 
-def rules_of(settings: Settings) -> tuple[Rule, ...]:
-    """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
-    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
-
-
 def check_rules(path: str) -> str:
     """`check-rules FILE`: the one-line summary, or RulesConfigError with the line."""
     rules = load_rules(Path(path))
@@ -94,7 +88,7 @@ def check_main(command: str, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         print(check_config(args.file) if command == "check-config" else check_rules(args.file))
-    except (ConfigError, RulesConfigError) as error:
+    except ConfigError as error:  # RulesConfigError is one
         print(f"amdgpu-exporter: error: {error}", file=sys.stderr)
         return 1
     return 0

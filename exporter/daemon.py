@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import RulesConfigError
+from exporter.alerting.rulefile import rules_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings
-from exporter.configcheck import RELOADABLE, changed_options, reload_settings, rules_of
+from exporter.configcheck import RELOADABLE, changed_options, reload_settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
 from exporter.pipeline.health import Health
@@ -33,6 +33,10 @@ from exporter.simulator.demo import sysfs_tree
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
+from exporter.web import http_server, webconfig_reload
+from exporter.web.http_guard import WebGuard
+from exporter.web.http_log import HttpStats, route_library_logs, web_stats
+from exporter.web.http_server import shown_address, systemd_sockets
 from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
 
@@ -111,12 +115,10 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     (the SMI libraries are loaded in child processes, which a broken install can hang)."""
     from exporter.sources.host import collect, host_info
 
-    def read() -> HostInfo:
-        return host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False))
-
     started = time.monotonic()
+    read = run_once(lambda: host_info(collect(sysfs_root, "/proc", "/opt", os.environ, packages=False)), "host-info")
     try:
-        info = await asyncio.wait_for(asyncio.wrap_future(run_once(read, "host-info")), deadline)
+        info = await asyncio.wait_for(asyncio.wrap_future(read), deadline)
     except TimeoutError:
         log.warning("host_info_timeout", deadline=deadline)
         return None
@@ -144,9 +146,7 @@ class Reloader:
             settings = reload_settings(self.settings)
             rules = rules_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
-            detail = (
-                str(error) if isinstance(error, ConfigError | RulesConfigError) else f"{type(error).__name__}: {error}"
-            )
+            detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
             log.error("reload_failed", error=detail, kept="the running config and rules")
             return
         changed = changed_options(self.settings, settings)
@@ -183,26 +183,14 @@ async def serve(settings: Settings) -> None:
     )
     rules = rules_of(settings)
     # The web config first, so a bad file fails before anything else starts.
-    from exporter.web import http_server, webconfig_reload
-    from exporter.web.http_log import route_library_logs
-    from exporter.web.http_server import ListenError, shown_address, systemd_sockets
-    from exporter.web.webconfig import WebConfigError
-
     route_library_logs()
     reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
-    try:
-        active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN
-    except WebConfigError as error:
-        raise ConfigError(str(error)) from None
+    active_web = reloader.load() if reloader is not None else webconfig_reload.PLAIN  # a bad file: ConfigError
     nofile_soft, _ = http_server.raise_nofile_limit()
-    try:
-        listeners = (
-            systemd_sockets()
-            if settings.web_systemd_socket
-            else [open_listener(host, port) for host, port in settings.web_listen_address]
-        )
-    except ListenError as error:
-        raise StartupError(str(error)) from None
+    if settings.web_systemd_socket:
+        listeners = systemd_sockets()
+    else:
+        listeners = [open_listener(host, port) for host, port in settings.web_listen_address]
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))
@@ -231,10 +219,6 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
-        # The web layer: guard middleware, limits, connection budget, TLS per connection.
-        from exporter.web.http_guard import WebGuard
-        from exporter.web.http_log import HttpStats, web_stats
-
         http_stats = HttpStats()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(

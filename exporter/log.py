@@ -8,12 +8,7 @@ from typing import Any
 
 import structlog
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-}
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
 class ResilientStream:
@@ -63,10 +58,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         cache_logger_on_first_use=True,
     )
     # uvicorn and other libraries log through the standard library: keep them quiet and on stderr.
-    logging.basicConfig(
-        level=max(_LEVELS[level], logging.WARNING),
-        stream=ResilientStream(sys.stderr),
-    )
+    logging.basicConfig(level=max(_LEVELS[level], logging.WARNING), stream=ResilientStream(sys.stderr))
 
 
 def get_logger(name: str) -> Any:

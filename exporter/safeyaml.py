@@ -1,4 +1,4 @@
-"""YAML files read with limits: size, nesting depth, aliases and what they expand to.
+"""YAML parsed with limits: nesting depth, aliases and what they expand to (boundedfile.py bounds the size).
 
 The config and rules files are operator input, but a bad one must fail fast with one line, never
 with a traceback, a RecursionError (PyYAML composes nodes recursively: 100,000 `[` or a 3000-deep
@@ -9,23 +9,12 @@ recursion, before anything is composed or constructed.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (
-    AliasEvent,
-    CollectionStartEvent,
-    MappingEndEvent,
-    NodeEvent,
-    ScalarEvent,
-    SequenceEndEvent,
-)
+from yaml.events import AliasEvent, CollectionStartEvent, MappingEndEvent, NodeEvent, ScalarEvent, SequenceEndEvent
 from yaml.nodes import Node
 
-from exporter import boundedfile
-
-MAX_FILE_BYTES = 1 << 20  # 1 MiB: the shipped rules are 10 KiB
 MAX_DEPTH = 64
 MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 200_000
@@ -33,14 +22,6 @@ MAX_EXPANDED_NODES = 200_000
 
 class YamlLimitError(ValueError):
     """The file breaks a limit or is not YAML; the message is one line naming the file."""
-
-
-def read_text(path: str | Path, what: str) -> str:
-    """The file's text through the one bounded reader (regular file, MAX_FILE_BYTES, UTF-8)."""
-    try:
-        return boundedfile.read_text(path, what, MAX_FILE_BYTES)
-    except boundedfile.FileReadError as error:
-        raise YamlLimitError(str(error)) from None
 
 
 def check_limits(text: str, source: str) -> None:

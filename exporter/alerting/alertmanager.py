@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +39,7 @@ from exporter.model import AlertmanagerStats, AlertState, DeviceState, Snapshot
 log = get_logger("exporter.alerting.alertmanager")
 
 API_PATH = "/api/v2/alerts"
+AlertKey = tuple[tuple[str, str, int], str]  # (device key, alert): an alert follows its device, whatever its gpu
 # Prometheus sets endsAt to 4 resend intervals ahead: three lost posts in a row do not resolve it.
 ENDS_AT_INTERVALS = 4
 
@@ -68,29 +69,17 @@ class OutgoingAlert:
     starts_at: float
     resolved_at: float | None = None
 
-    def payload(self, now: float, valid_for: float, generator_url: str = "") -> dict[str, Any]:
+    def payload(self, now: float, valid_for: float) -> dict[str, Any]:
         ends_at = self.resolved_at if self.resolved_at is not None else now + valid_for
-        body: dict[str, Any] = {
+        return {
             "labels": dict(self.labels),
             "annotations": dict(self.annotations),
             "startsAt": rfc3339(self.starts_at),
             "endsAt": rfc3339(max(ends_at, self.starts_at)),
         }
-        if generator_url:
-            body["generatorURL"] = generator_url
-        return body
 
 
 RUNBOOK_PATH = "docs/runbooks.md#amdgpudaemonalert"
-
-WorkloadLabels = Callable[[Snapshot, int], Mapping[str, str]]
-
-
-def attribution_labels(snapshot: Snapshot, gpu: int) -> Mapping[str, str]:
-    """The workload labels of a device from the enriched snapshot's attribution (pod, namespace,
-    container / job_id, job_user, job_partition), the values its series carry; none when it is off."""
-    attribution = snapshot.attribution
-    return dict(zip(attribution.label_names, attribution.values_for(gpu), strict=True))
 
 
 def alert_labels(
@@ -146,11 +135,9 @@ class AlertmanagerPusher:
         timeout: float = 5.0,
         *,
         rules: Sequence[Rule] = (),
-        generator_url: str = "",
         resolved_retention: float = 900.0,
         retry_initial: float = 1.0,
         runbook_base: str = "",
-        workload_labels: WorkloadLabels = attribution_labels,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerPusher needs at least one Alertmanager URL")
@@ -160,17 +147,13 @@ class AlertmanagerPusher:
         self.node = node
         self.instance = instance
         self.runbook_url = runbook_base + RUNBOOK_PATH
-        # Who is on a device, from the enriched snapshot (attribution); nothing when it is off.
-        self.workload_labels = workload_labels
         self.resend_interval = resend_interval
         self.timeout = timeout
-        self.generator_url = generator_url
         self.resolved_retention = resolved_retention
         self.retry_initial = retry_initial
         self.set_rules(rules)
-        # (device key, alert) -> alert: an alert follows its device, whatever its gpu index; replaced
-        # whole by update() so a sender always reads one consistent set.
-        self._outbox: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
+        # Replaced whole by update() so a sender always reads one consistent set.
+        self._outbox: Mapping[AlertKey, OutgoingAlert] = {}
         # One-slot wake-up queues per endpoint, made in run() so they belong to its event loop.
         self._wake: dict[str, asyncio.Queue[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -190,10 +173,10 @@ class AlertmanagerPusher:
 
     def update(self, snapshot: Snapshot, alerts: Sequence[AlertState]) -> None:
         """Record what should be sent after this cycle. Never blocks, never does I/O."""
-        now = snapshot.taken_at
+        now, attribution = snapshot.taken_at, snapshot.attribution
         devices = {device.identity.key: device for device in snapshot.devices}
         previous = self._outbox
-        outbox: dict[tuple[tuple[str, str, int], str], OutgoingAlert] = {}
+        outbox: dict[AlertKey, OutgoingAlert] = {}
         for state in alerts:
             key = (state.device_key, state.alert)
             old = previous.get(key)
@@ -210,7 +193,9 @@ class AlertmanagerPusher:
             starts_at = old.starts_at if old is not None and old.resolved_at is None else state.since
             annotations = alert_annotations(rule, state, device, node=self.node)
             annotations["runbook_url"] = self.runbook_url
-            workload = self.workload_labels(snapshot, state.gpu)
+            # Who is on the device (pod, namespace, container / job_id, ...), as its series say; none
+            # when attribution is off.
+            workload = dict(zip(attribution.label_names, attribution.values_for(state.gpu), strict=True))
             labels = alert_labels(state, device, node=self.node, instance=self.instance, rule=rule, workload=workload)
             outbox[key] = OutgoingAlert(labels, annotations, starts_at)
         resolved_since = {(s.device_key, s.alert): s.since for s in alerts if not s.firing}
@@ -234,7 +219,7 @@ class AlertmanagerPusher:
         at = time.time() if now is None else now
         valid_for = ENDS_AT_INTERVALS * self.resend_interval
         alerts = sorted(self._outbox.values(), key=lambda a: (a.resolved_at is not None, sorted(a.labels.items())))
-        return [alert.payload(at, valid_for, self.generator_url) for alert in alerts]
+        return [alert.payload(at, valid_for) for alert in alerts]
 
     # -- the background sender --
 
@@ -349,10 +334,7 @@ def _without_advice(annotations: Mapping[str, str]) -> Mapping[str, str]:
     return {name: value for name, value in annotations.items() if name not in ADVICE}
 
 
-def _needs_prompt_send(
-    previous: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
-    current: Mapping[tuple[tuple[str, str, int], str], OutgoingAlert],
-) -> bool:
+def _needs_prompt_send(previous: Mapping[AlertKey, OutgoingAlert], current: Mapping[AlertKey, OutgoingAlert]) -> bool:
     """A new, resolved or re-labelled alert, or a changed suggestion, is sent at once; a changed
     value in the description alone waits for the next regular resend."""
     for key, alert in current.items():

@@ -55,13 +55,10 @@ def next_ceiling(
     levels = sorted(h for h in levels_hertz if math.isfinite(h) and h > 0)
     if top is None and levels:
         top = levels[-1]
-    if not known:
-        if top is None:
-            return None
-        known = [top]  # nothing says what it runs at: start from its maximum
-    running = min(known)
-    if top is not None:
-        running = min(running, top)
+    if not known and top is None:
+        return None
+    # Never above its maximum; when nothing says what it runs at, it starts from there.
+    running = min([*known, top] if top is not None else known)
     low = levels[0] if levels else 0.0
     floor = floor_ratio * top if top is not None else 0.0
     lo_mhz = math.ceil(max(low, floor) / 1e6 - 1e-6)
@@ -86,10 +83,7 @@ def find_tool(preference: str = "auto") -> str:
     (rocm-smi when neither is: it is what the field notes use)."""
     if preference in TOOLS:
         return preference
-    for tool in TOOLS:
-        if shutil.which(tool) is not None:
-            return tool
-    return TOOLS[0]
+    return next((tool for tool in TOOLS if shutil.which(tool) is not None), TOOLS[0])
 
 
 def set_ceiling_command(tool: str, smi_index: int, pci_bus_id: str, min_mhz: int, max_mhz: int) -> str:

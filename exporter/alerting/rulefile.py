@@ -22,7 +22,7 @@ from exporter import boundedfile, safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
-from exporter.config import parse_duration
+from exporter.config import ConfigError, Settings, parse_duration
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
 # Bounds, so a rule file cannot cost the daemon its memory or its poll loop: every rule is checked on
@@ -32,7 +32,7 @@ MAX_FILE_BYTES = 1 << 20
 MAX_FORMAT_NUMBER = 100  # the largest width or precision a template's {field:spec} may ask for
 
 
-class RulesConfigError(ValueError):
+class RulesConfigError(ConfigError):
     """A rule file that cannot be used; the message names the file and the line."""
 
 
@@ -40,6 +40,11 @@ def default_rules() -> tuple[Rule, ...]:
     """The shipped rule set (exporter/alerting/default_rules.yaml, packaged with the module)."""
     text = resources.files("exporter.alerting").joinpath(DEFAULT_RULES_RESOURCE).read_text(encoding="utf-8")
     return parse_rules(text, DEFAULT_RULES_RESOURCE)
+
+
+def rules_of(settings: Settings) -> tuple[Rule, ...]:
+    """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
+    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
 
 
 def load_rules(path: Path) -> tuple[Rule, ...]:
@@ -127,12 +132,9 @@ _CLOCK_DOWN_KEYS = ("type", "step_ratio", "step_interval", "floor_ratio", "range
 _OVERRIDE_KEYS = ("threshold", "clear_threshold", "for", "severity")
 
 
-def _where(fields: dict[str, tuple[Node, Node]], *names: str) -> Node:
-    """The value node of the first of `names` present (for the line of an error)."""
-    for name in names:
-        if name in fields:
-            return fields[name][1]
-    raise KeyError(names[0])
+def _where(fields: dict[str, tuple[Node, Node]], names: tuple[str, ...], fallback: Node) -> Node:
+    """The value node of the first of `names` present, else `fallback` (for the line of an error)."""
+    return next((fields[name][1] for name in names if name in fields), fallback)
 
 
 class _RuleFileParser:
@@ -154,12 +156,7 @@ class _RuleFileParser:
         rules_node = top["rules"][1]
         if not isinstance(rules_node, SequenceNode):
             self.fail(rules_node, "'rules' must be a list of rules")
-        if len(rules_node.value) > MAX_RULES:
-            self.fail(
-                rules_node.value[MAX_RULES],
-                f"{len(rules_node.value)} rules: at most {MAX_RULES} are accepted "
-                "(each is evaluated on every device every poll cycle)",
-            )
+        # (more than MAX_RULES items were refused from the event stream, before composing)
         rules: list[Rule] = []
         first_line: dict[str, int] = {}
         for item in rules_node.value:
@@ -177,8 +174,7 @@ class _RuleFileParser:
         alert = self.required_string(node, fields, "alert")
         if not _ALERT_NAME.match(alert):
             self.fail(
-                fields["alert"][1],
-                f"'alert' must be letters, digits and _ (not starting with a digit): {alert!r}",
+                fields["alert"][1], f"'alert' must be letters, digits and _ (not starting with a digit): {alert!r}"
             )
         metric = self.required_string(node, fields, "metric")
         if metric not in WATCHABLE:
@@ -189,7 +185,7 @@ class _RuleFileParser:
         threshold = self.required_number(node, fields, "threshold")
         for_seconds = self.duration(fields, "for", default=0.0)
         clear = self.number(fields, "clear_threshold", default=threshold)
-        self.check_clear(_where(fields, "clear_threshold", "threshold"), comparison, threshold, clear)
+        self.check_clear(_where(fields, ("clear_threshold", "threshold"), node), comparison, threshold, clear)
         severity = self.severity(fields, default="warning")
         templates = {name: self.template(fields, name) for name in _TEMPLATES}
         clock_down = self.action(fields, metric, for_seconds)
@@ -246,7 +242,7 @@ class _RuleFileParser:
             threshold = self.number(fields, "threshold", default=rule.threshold)
             # A new threshold without a new clear_threshold keeps the rule's hysteresis width.
             clear = self.number(fields, "clear_threshold", default=threshold - (rule.threshold - rule.clear_threshold))
-            where = _where(fields, "clear_threshold", "threshold") if fields else key_node
+            where = _where(fields, ("clear_threshold", "threshold"), key_node)
             self.check_clear(where, rule.comparison, threshold, clear, where=f" of {asic}")
             for_seconds = self.duration(fields, "for", default=rule.for_seconds)
             clock_down = rule.clock_down
@@ -406,10 +402,7 @@ class _RuleFileParser:
         try:
             filled = text.format(**TEMPLATE_FIELDS)
         except KeyError as exc:
-            self.fail(
-                node,
-                f"{name!r} uses unknown placeholder {{{exc.args[0]}}}; known: {', '.join(TEMPLATE_FIELDS)}",
-            )
+            self.fail(node, f"{name!r} uses unknown placeholder {{{exc.args[0]}}}; known: {', '.join(TEMPLATE_FIELDS)}")
         except (IndexError, ValueError, AttributeError, TypeError) as exc:
             self.fail(node, f"{name!r} is not a valid template: {exc}")
         if len(filled) > MAX_TEMPLATE_OUTPUT:

@@ -34,14 +34,6 @@ class ClockDown:
     range_min_hertz: float = 500e6  # SCLKMIN in the suggested `rocm-smi --setsrange MIN MAX`
     restore_after_seconds: float = 60.0  # the restore advice stays until the device has been cool this long
 
-    @property
-    def max_ratio(self) -> float:
-        return 1.0 - self.floor_ratio
-
-    def at_floor(self, ratio: float) -> bool:
-        # With a tolerance: 1 - 0.7 is 0.30000000000000004, and 0.3 must count as there.
-        return ratio >= self.max_ratio - 1e-9
-
 
 @dataclass(frozen=True, slots=True)
 class Rule:

@@ -14,6 +14,7 @@ from typing import Any
 from exporter.alerting.clockdown import Ceiling
 from exporter.alerting.rules import Rule
 from exporter.alerting.watch import WATCHABLE
+from exporter.config import format_duration
 from exporter.model import AlertState, DeviceState
 
 SUGGESTION_PREFIX = "Suggestion only (the exporter never changes the GPU): "
@@ -50,22 +51,6 @@ TEMPLATE_FIELDS: Mapping[str, Any] = {
 def advice_fields(suggestion: str, command: str, undo: str) -> dict[str, str]:
     """An alert's advice as annotations or log fields, each only when there is one."""
     return {name: text for name, text in zip(ADVICE, (suggestion, command, undo), strict=True) if text}
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds -> "1h2m3s" style text for messages."""
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    whole = int(seconds)
-    parts = []
-    for unit, size in (("h", 3600), ("m", 60)):
-        if whole >= size:
-            parts.append(f"{whole // size}{unit}")
-            whole %= size
-    rest = seconds - int(seconds) + whole
-    if rest or not parts:
-        parts.append(f"{rest:g}s")
-    return "".join(parts)
 
 
 def clock_down_text(

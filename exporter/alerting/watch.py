@@ -45,10 +45,7 @@ def _from_table(family: str, keys: tuple[str, ...] = (), window_family: str = ""
 
     def read(sample: Sample, key: str) -> float | None:
         wanted = (key,) if key_label is not None else ()
-        for labels, value in getter(sample):
-            if labels == wanted:
-                return value
-        return None
+        return next((value for labels, value in getter(sample) if labels == wanted), None)
 
     window_key = (lambda _key: "socket") if key_label is None and window_family else str
     return Watchable(key_label, keys, UNIT_SYMBOLS[spec.unit], read, window_family, window_key)

@@ -16,14 +16,12 @@ from exporter.model import Attribution, AttributionReport, DeviceRef, DeviceStat
 
 
 def device_ref(state: DeviceState) -> DeviceRef:
-    """What attribution matches on, from a device's identity."""
     identity = state.identity
-    partition = getattr(identity, "partition", 0) or 0
     xcp = xcp_index(identity.device_dir.rstrip("/").rsplit("/", 1)[-1]) if identity.device_dir else None
     return DeviceRef(
         gpu=state.gpu,
         pci_bus_id=identity.pci_bus_id.lower(),
-        partition=int(partition),
+        partition=identity.partition,
         xcp=xcp,
         card=card_index(identity.card),
         render_minor=getattr(identity, "render_minor", None),

@@ -31,7 +31,7 @@ from exporter.model import ByBdf, ByDrm, ByPhysicalIndex, ByXcp, Claim, DeviceNa
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_PREFIXES = ("amd.com/",)
-DEFAULT_DRA_DRIVER_PREFIXES = ("gpu.amd.com",)
+DRA_DRIVER_PREFIXES = ("gpu.amd.com",)
 LABELS = ("pod", "namespace", "container")
 SOURCE = "kubernetes"
 
@@ -74,31 +74,25 @@ def _compile() -> tuple[Any, Any]:
 
 def device_plugin_device(device_id: str) -> DeviceName | None:
     """A device plugin's device ID -> the device it names; None for IDs that are not ours."""
-    bdf = normalize_bdf(device_id)
-    if bdf is not None:
+    if (bdf := normalize_bdf(device_id)) is not None:
         return ByBdf(bdf)
-    xcp = xcp_index(device_id)
-    if xcp is not None:
+    if (xcp := xcp_index(device_id)) is not None:
         return ByXcp(xcp)
     return None
 
 
 def dra_device(device_name: str) -> DeviceName | None:
     """An AMD DRA driver device name -> the device it names; None for VFIO and unknown names."""
-    match = _DRA_DRM.match(device_name)
-    if match:
+    if match := _DRA_DRM.match(device_name):
         return ByDrm(int(match.group(1)), int(match.group(2)))
-    match = _DRA_AUTO_PARTITION.match(device_name)
-    if match:
+    if match := _DRA_AUTO_PARTITION.match(device_name):
         return ByPhysicalIndex(int(match.group(1)))
     # A driver that names devices like the device plugin does.
     return device_plugin_device(device_name)
 
 
 def claims_from_list_response(
-    data: bytes,
-    resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
-    dra_driver_prefixes: Sequence[str] = DEFAULT_DRA_DRIVER_PREFIXES,
+    data: bytes, resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES
 ) -> tuple[Claim, ...]:
     """Pure: a serialized ListPodResourcesResponse -> one claim per (container, AMD device)."""
     from google.protobuf.message import DecodeError
@@ -120,7 +114,7 @@ def claims_from_list_response(
                         claims.append(Claim(name, device_id, labels, devices.resource_name))
             for dynamic in container.dynamic_resources:
                 for resource in dynamic.claim_resources:
-                    if not resource.driver_name.startswith(tuple(dra_driver_prefixes)):
+                    if not resource.driver_name.startswith(DRA_DRIVER_PREFIXES):
                         continue
                     name = dra_device(resource.device_name)
                     if name is not None:
@@ -161,8 +155,6 @@ class PodResourcesClient:
 
 
 class KubernetesAttribution(ScheduledAttribution):
-    """Asks the kubelet every `interval` seconds, each call with a `timeout` deadline."""
-
     def __init__(
         self,
         socket_path: str = DEFAULT_SOCKET,
@@ -170,13 +162,11 @@ class KubernetesAttribution(ScheduledAttribution):
         timeout: float = 2.0,
         keep_for: float = 60.0,
         resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
-        dra_driver_prefixes: Sequence[str] = DEFAULT_DRA_DRIVER_PREFIXES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.resource_prefixes = tuple(resource_prefixes)
-        self.dra_driver_prefixes = tuple(dra_driver_prefixes)
         self._client = PodResourcesClient(socket_path)
         # The call has its own deadline; the read's is a backstop a little behind it.
         super().__init__(
@@ -185,7 +175,7 @@ class KubernetesAttribution(ScheduledAttribution):
 
     def _read_claims(self) -> tuple[Claim, ...]:
         data = self._client.list_raw(self.timeout)
-        return claims_from_list_response(data, self.resource_prefixes, self.dra_driver_prefixes)
+        return claims_from_list_response(data, self.resource_prefixes)
 
     def close(self) -> None:
         super().close()

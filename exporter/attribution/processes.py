@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter import boundedfile
@@ -111,20 +111,17 @@ def parse_process(pid: int, files: Mapping[str, bytes], comm: str = "") -> tuple
             queue_gpu = parse_unsigned(data)
             if queue_gpu:
                 gpu_ids.add(queue_gpu)
-    result = []
-    for gpu_id in sorted(gpu_ids):
-        sdma_us = parse_unsigned(files.get(f"sdma_{gpu_id}"))
-        result.append(
-            ProcessGpuUsage(
-                pid,
-                gpu_id,
-                comm,
-                parse_unsigned(files.get(f"vram_{gpu_id}")),
-                sdma_us / 1e6 if sdma_us is not None else None,
-                parse_unsigned(files.get(f"stats_{gpu_id}/cu_occupancy")),
-            )
+    return tuple(
+        ProcessGpuUsage(
+            pid,
+            gpu_id,
+            comm,
+            parse_unsigned(files.get(f"vram_{gpu_id}")),
+            sdma_us / 1e6 if (sdma_us := parse_unsigned(files.get(f"sdma_{gpu_id}"))) is not None else None,
+            parse_unsigned(files.get(f"stats_{gpu_id}/cu_occupancy")),
         )
-    return tuple(result)
+        for gpu_id in sorted(gpu_ids)
+    )
 
 
 def attribute(
@@ -228,16 +225,9 @@ def read_kfd_processes(sysfs_root: str, procfs_root: str = "/proc") -> tuple[Pro
 class ProcessCollector(Scheduled[ProcessReport]):
     """Reads kfd/proc on its own schedule (a thread); `report` is the latest ProcessReport."""
 
-    def __init__(
-        self,
-        sysfs_root: str = "/sys",
-        procfs_root: str = "/proc",
-        interval: float = 5.0,
-        clock: Callable[[], float] = time.time,
-        deadline: float = 5.0,
-    ) -> None:
+    def __init__(self, sysfs_root: str = "/sys", procfs_root: str = "/proc", interval: float = 5.0) -> None:
         first = ProcessReport(up=False, error="not read yet")
-        super().__init__(SOURCE, interval, first, clock, sysfs_root, deadline)
+        super().__init__(SOURCE, interval, first, clock=time.time, describe=sysfs_root, deadline=5.0)
         self.sysfs_root = sysfs_root
         self.procfs_root = procfs_root
 

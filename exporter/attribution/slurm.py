@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from exporter import boundedfile
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
@@ -103,24 +102,12 @@ def read_state_files(path: str) -> list[tuple[str, bytes]]:
     return files
 
 
-def read_state_dir(path: str) -> tuple[Claim, ...]:
-    """The claims of a state directory."""
-    return claims_from_files(read_state_files(path))
-
-
 class SlurmAttribution(ScheduledAttribution):
-    """Reads the state directory every `interval` seconds."""
-
-    def __init__(
-        self,
-        state_dir: str = DEFAULT_STATE_DIR,
-        interval: float = 5.0,
-        keep_for: float = 0.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, state_dir: str = DEFAULT_STATE_DIR, interval: float = 5.0) -> None:
         self.state_dir = state_dir
         self._unusable: set[tuple[str, bytes]] = set()
-        super().__init__(SOURCE, self._read_claims, interval, keep_for, clock, describe=state_dir)
+        # No claims kept after a failed read: the prolog's files are the whole truth.
+        super().__init__(SOURCE, self._read_claims, interval, keep_for=0.0, describe=state_dir)
 
     def _read_claims(self) -> tuple[Claim, ...]:
         files = read_state_files(self.state_dir)

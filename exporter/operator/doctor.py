@@ -198,12 +198,8 @@ def _driver(host: HostFacts) -> list[Finding]:
 
 def _ppfeaturemask(mask: int | None) -> Finding:
     if mask is None:
-        return Finding(
-            "ppfeaturemask",
-            WARN,
-            "unreadable",
-            "cannot read /sys/module/amdgpu/parameters/ppfeaturemask; check amdgpu.ppfeaturemask in /proc/cmdline",
-        )
+        advice = "cannot read /sys/module/amdgpu/parameters/ppfeaturemask; check amdgpu.ppfeaturemask in /proc/cmdline"
+        return Finding("ppfeaturemask", WARN, "unreadable", advice)
     if mask == DEFAULT_PPFEATUREMASK:
         return Finding("ppfeaturemask", OK, f"0x{mask:08x} (the default)")
     off = [name for bit, name in PP_FEATURES.items() if not mask & bit]

@@ -7,7 +7,6 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 from exporter.config import Settings
@@ -25,14 +24,14 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
-    from exporter.alerting.rulefile import default_rules, load_rules
+    from exporter.alerting.rulefile import rules_of
     from exporter.pipeline.poller import Poller
     from exporter.pipeline.publish import Pipeline
     from exporter.simulator.demo import sysfs_tree
     from exporter.sources.base import StartupError
     from exporter.sources.select import select_source
 
-    rules = load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
+    rules = rules_of(settings)
     with sysfs_tree(settings) as root:
         source, name, why = select_source(settings, root)
         log.debug("source_selected", source=name, reason=why)

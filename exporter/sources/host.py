@@ -106,9 +106,14 @@ def library_candidates(name: str, rocm_parent: str, environ: Mapping[str, str]) 
     return [os.path.join(folder, f"{name}.so{suffix}") for folder in folders for suffix in ("", ".1", ".5", ".6", ".7")]
 
 
+def find_library(name: str, rocm_parent: str, environ: Mapping[str, str]) -> str:
+    """The first candidate that exists (as found, not resolved); "" when there is none."""
+    return next((path for path in library_candidates(name, rocm_parent, environ) if os.path.isfile(path)), "")
+
+
 def library_version(name: str, rocm_parent: str, environ: Mapping[str, str]) -> LibraryVersion:
     """The library's own version, asked in a child process (these libraries can abort or hang)."""
-    path = next((p for p in library_candidates(name, rocm_parent, environ) if os.path.isfile(p)), "")
+    path = find_library(name, rocm_parent, environ)
     if not path:
         return LibraryVersion(name, "")
     kind = {"librocm_smi64": "rocm_smi", "libamd_smi": "amd_smi"}[name]
@@ -161,10 +166,6 @@ RUNTIME_VARIABLES = (
 )
 
 
-def runtime_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name: environ[name] for name in RUNTIME_VARIABLES if name in environ}
-
-
 def collect(
     sysfs: str,
     procfs: str,
@@ -185,7 +186,7 @@ def collect(
         rocm_installs=rocm_installs(rocm_parent),
         packages=installed_packages() if packages else (),
         libraries=tuple(library_version(name, rocm_parent, environ) for name in libraries),
-        environment=runtime_environment(environ),
+        environment={name: environ[name] for name in RUNTIME_VARIABLES if name in environ},
     )
 
 

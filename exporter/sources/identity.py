@@ -51,31 +51,20 @@ def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
     ancestor (the package's switch), then the nearest BDF. Without secondary-die signals (a source
     that cannot read the caps) dies sharing a serial are numbered in BDF order, as before.
     """
-    result = list(devices)
     dual = [i for i, d in enumerate(devices) if d.device_id in DUAL_DIE_DEVICE_IDS]
-    flagged = any(devices[i].secondary_die for i in dual)
-    for i, device in enumerate(devices):
-        if i not in dual:
-            result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
-    if not flagged:
+    result = [replace(device, package=_own_package(device), die=0) for device in devices]
+    if not any(devices[i].secondary_die for i in dual):
         by_serial: dict[str, list[int]] = {}
         for i in dual:
             if devices[i].serial:
                 by_serial.setdefault(devices[i].serial, []).append(i)
-        for i in dual:
-            device = devices[i]
-            siblings = by_serial.get(device.serial)
-            if siblings and len(siblings) > 1:
-                die = siblings.index(i)
-                result[i] = replace(device, package=device.serial, die=die, secondary_die=die > 0)
-            else:
-                result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=0)
+        for siblings in by_serial.values():
+            if len(siblings) > 1:
+                for die, i in enumerate(siblings):
+                    result[i] = replace(devices[i], package=devices[i].serial, die=die, secondary_die=die > 0)
         return result
     primaries = [i for i in dual if not devices[i].secondary_die]
     taken: set[int] = set()
-    for i in primaries:
-        d = devices[i]
-        result[i] = replace(d, package=d.serial or d.unique_id or d.pci_bus_id, die=0)
     for i in (j for j in dual if devices[j].secondary_die):
         device = devices[i]
         free = [p for p in primaries if p not in taken]
@@ -83,11 +72,15 @@ def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
         if partner is None and free:
             partner = min(free, key=lambda p: _distance(device, devices[p]))
         if partner is None:
-            result[i] = replace(device, package=device.serial or device.unique_id or device.pci_bus_id, die=1)
+            result[i] = replace(device, package=_own_package(device), die=1)
             continue
         taken.add(partner)
         result[i] = replace(device, package=result[partner].package, die=1)
     return result
+
+
+def _own_package(device: DeviceIdentity) -> str:
+    return device.serial or device.unique_id or device.pci_bus_id
 
 
 def _distance(secondary: DeviceIdentity, primary: DeviceIdentity) -> tuple[float, int, int, int]:

@@ -243,20 +243,16 @@ def parse_pp_dpm(text: str | bytes) -> DpmLevels:
 _LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,2})?)[ \t]*GT/s(?:[ \t]+PCIe)?")
 
 
-def _giga_transfers(number: str, text: str) -> float:
-    value = Decimal(number)
-    if value <= 0:
-        raise _fail("link speed must be positive", text)
-    return float(value * _GIGA)
-
-
 def parse_link_speed(text: str | bytes) -> float:
     """`16.0 GT/s PCIe` (pci_speed_string), `16 GT/s` (kernels before 4.17) -> 16e9 T/s.
     `Unknown` / `Unknown speed` raise TextUnavailableError; PCI-X and AGP strings are rejected."""
     stripped = _stripped(text)
     if stripped in ("Unknown", "Unknown speed"):
         raise TextUnavailableError(f"link speed unknown: {stripped!r}")
-    return _giga_transfers(_match(_LINK_SPEED, stripped, "not a PCIe link speed").group(1), stripped)
+    value = Decimal(_match(_LINK_SPEED, stripped, "not a PCIe link speed").group(1))
+    if value <= 0:
+        raise _fail("link speed must be positive", stripped)
+    return float(value * _GIGA)
 
 
 def parse_link_width(text: str | bytes) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import concurrent.futures
 import hashlib
 import heapq
@@ -41,15 +40,9 @@ def parse_basic_authorization(header: bytes | None) -> tuple[str, bytes] | None:
     if scheme.lower() != b"basic" or not token:
         return None
     try:
-        decoded = base64.b64decode(token.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    user, sep, password = decoded.partition(b":")
-    if not sep:
-        return None
-    try:
-        return user.decode("utf-8"), password
-    except UnicodeDecodeError:
+        user, sep, password = base64.b64decode(token.strip(), validate=True).partition(b":")
+        return (user.decode("utf-8"), password) if sep else None
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return None
 
 

@@ -40,7 +40,6 @@ class TokenBucket:
         self._stamp = clock()
 
     def allow(self) -> bool:
-        """Take a token if there is one."""
         now = self._clock()
         self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) / self.interval)
         self._stamp = now
@@ -127,7 +126,6 @@ class HttpStats:
         self.max_connections = 0
 
     def reject(self, reason: str, event: str, /, **fields: Any) -> None:
-        """Counts a rejection under reason and logs event (rate-limited) with fields."""
         self.rejections[reason] += 1
         LIMITED.warning(event, **fields)
 

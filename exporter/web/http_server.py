@@ -35,6 +35,7 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from exporter.sources.base import StartupError
 from exporter.sources.sysfs.files import KEPT_PER_DEVICE
 from exporter.web.http_log import HttpStats
 from exporter.web.webconfig_reload import ActiveWebConfig
@@ -144,15 +145,8 @@ class ConnectionTable:
 
 
 def _status_response(status: int, phrase: bytes, body: bytes) -> bytes:
-    return b"".join(
-        (
-            b"HTTP/1.1 %d %s\r\n" % (status, phrase),
-            b"content-type: text/plain; charset=utf-8\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"connection: close\r\n\r\n",
-            body,
-        )
-    )
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (status, phrase)
+    return head + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
 
 
 RESPONSE_431 = _status_response(431, b"Request Header Fields Too Large", b"request header fields too large\n")
@@ -504,29 +498,25 @@ def uvicorn_config(app: Any, limits: HttpLimits) -> uvicorn.Config:
 SD_LISTEN_FDS_START = 3
 
 
-class ListenError(RuntimeError):
-    """No usable socket; the message is one sentence for the operator."""
-
-
 def systemd_sockets(environ: MutableMapping[str, str] | None = None) -> list[socket.socket]:
     """The stream sockets systemd passed to this process (LISTEN_FDS/LISTEN_PID), which it then forgets."""
     environ = os.environ if environ is None else environ
     count_text = environ.get("LISTEN_FDS", "")
     if not count_text or environ.get("LISTEN_PID", "") != str(os.getpid()):
-        raise ListenError(
+        raise StartupError(
             "--web.systemd-socket: systemd passed no sockets to this process (LISTEN_FDS/LISTEN_PID); "
             "start it through amdgpu-exporter.socket or drop the flag"
         )
     if not (count_text.isascii() and count_text.isdigit()) or int(count_text) < 1:
-        raise ListenError(f"--web.systemd-socket: LISTEN_FDS={count_text!r} is not a positive count")
+        raise StartupError(f"--web.systemd-socket: LISTEN_FDS={count_text!r} is not a positive count")
     sockets = []
     for fd in range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + int(count_text)):
         try:
             sock = socket.socket(fileno=fd)
         except OSError as error:
-            raise ListenError(f"--web.systemd-socket: descriptor {fd} is not a socket ({error.strerror})") from None
+            raise StartupError(f"--web.systemd-socket: descriptor {fd} is not a socket ({error.strerror})") from None
         if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-            raise ListenError(f"--web.systemd-socket: descriptor {fd} is not a listening stream socket")
+            raise StartupError(f"--web.systemd-socket: descriptor {fd} is not a listening stream socket")
         os.set_inheritable(fd, False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from exporter import __version__
 from exporter.exposition.views import alert_json, devices_document
 from exporter.log import get_logger
+from exporter.model import Published
 from exporter.pipeline.health import Health
 from exporter.pipeline.publish import PublishedState
 from exporter.web.status_page import render_status_page
@@ -175,22 +176,19 @@ def create_app(
         ready, why = checks.readiness(state_ref().published)
         return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
-    not_yet = {"error": "no poll cycle has finished yet"}
+    def published_json(document: Callable[[Published], Any]) -> JSONResponse:
+        published = state_ref().published
+        if published is None:
+            return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
+        return JSONResponse(document(published))
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
-        published = state_ref().published
-        if published is None:
-            return JSONResponse(not_yet, status_code=503)
-        return JSONResponse(devices_document(published.snapshot, time.time()))
+        return published_json(lambda p: devices_document(p.snapshot, time.time()))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
-        published = state_ref().published
-        if published is None:
-            return JSONResponse(not_yet, status_code=503)
-        alerts = [alert_json(a) for a in published.alerts]
-        return JSONResponse({"taken_at": published.snapshot.taken_at, "alerts": alerts})
+        return published_json(lambda p: {"taken_at": p.snapshot.taken_at, "alerts": [alert_json(a) for a in p.alerts]})
 
     @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:

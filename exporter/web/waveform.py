@@ -33,7 +33,7 @@ def parse_waveform_query(params: Mapping[str, str], max_seconds: float) -> tuple
     if unknown:
         raise BadRequest(f"unknown parameter {unknown[0]!r}: use gpu=N&seconds=S")
     raw_gpu = params.get("gpu")
-    if raw_gpu is None or raw_gpu == "":
+    if not raw_gpu:
         raise BadRequest("gpu is required: the gpu label of a device, e.g. gpu=0")
     if not (raw_gpu.isascii() and raw_gpu.isdigit()) or len(raw_gpu) > 6:
         raise BadRequest(f"gpu={raw_gpu!r} is not a gpu index (a whole number, e.g. gpu=0)")
@@ -56,7 +56,6 @@ def parse_waveform_query(params: Mapping[str, str], max_seconds: float) -> tuple
 
 
 def waveform_response(source: WaveformSource | None, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) for one request."""
     if source is None:
         return 404, {"error": "the fast sampler is off (--fast.interval=0): no waveform is kept"}
     try:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import safeyaml
+from exporter.config import ConfigError
 
 
-class WebConfigError(ValueError):
+class WebConfigError(ConfigError):
     """An invalid web configuration; the message is one sentence naming the key at fault."""
 
 
@@ -127,9 +128,7 @@ class WebConfig:
 
 def parse_go_duration(text: Any, where: str) -> float:
     """Prometheus' duration syntax (1s, 500ms, 1m30s, 1h, 1d): seconds, > 0."""
-    if isinstance(text, bool) or not isinstance(text, str):
-        raise WebConfigError(f"{where}: {text!r} is not a duration such as 1s, 500ms or 1m30s")
-    stripped = text.strip()
+    stripped = text.strip() if isinstance(text, str) else ""
     parts = _DURATION_PART.findall(stripped)
     if not parts or "".join(n + u for n, u in parts) != stripped:
         raise WebConfigError(f"{where}: {text!r} is not a duration such as 1s, 500ms or 1m30s")
@@ -201,14 +200,11 @@ def _tls(raw: Any, base_dir: str) -> TLSServerConfig | None:
         if extra:
             raise WebConfigError(f"tls_server_config sets {extra[0]} but no cert_file/key_file (or cert/key)")
         return None
-    if cert_file and cert:
-        raise WebConfigError("tls_server_config: give cert_file or cert, not both")
-    if key_file and key:
-        raise WebConfigError("tls_server_config: give key_file or key, not both")
-    if not (cert_file or cert):
-        raise WebConfigError("tls_server_config: missing cert_file (or an inline cert)")
-    if not (key_file or key):
-        raise WebConfigError("tls_server_config: missing key_file (or an inline key)")
+    for name, from_file, inline in (("cert", cert_file, cert), ("key", key_file, key)):
+        if from_file and inline:
+            raise WebConfigError(f"tls_server_config: give {name}_file or {name}, not both")
+        if not (from_file or inline):
+            raise WebConfigError(f"tls_server_config: missing {name}_file (or an inline {name})")
     auth = _string(data.get("client_auth_type"), w + "client_auth_type") or "NoClientCert"
     if auth not in CLIENT_AUTH_TYPES:
         raise WebConfigError(f"{w}client_auth_type: {auth!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}")
@@ -317,8 +313,6 @@ def _headers(raw: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _rate_limit(raw: Any) -> RateLimit | None:
-    if raw is None:
-        return None
     data = _mapping(raw, "rate_limit", ("interval", "burst"))
     if not data:
         return None

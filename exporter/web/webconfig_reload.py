@@ -68,14 +68,8 @@ def _weakening(previous: WebConfig, config: WebConfig) -> str:
         return "switching TLS on or off"
     if previous.basic_auth_users and not config.basic_auth_users:
         return "turning basic authentication off"
-    if (
-        previous.tls is not None
-        and config.tls is not None
-        and (
-            previous.tls.client_auth_type in _CLIENT_CERT_REQUIRED
-            and config.tls.client_auth_type not in _CLIENT_CERT_REQUIRED
-        )
-    ):
+    required_before = previous.tls is not None and previous.tls.client_auth_type in _CLIENT_CERT_REQUIRED
+    if required_before and config.tls is not None and config.tls.client_auth_type not in _CLIENT_CERT_REQUIRED:
         return "no longer requiring client certificates"
     return ""
 

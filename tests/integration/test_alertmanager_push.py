@@ -305,9 +305,7 @@ def test_alertmanager_rejects_nothing_we_send(alertmanager: str) -> None:
     now = time.time()
     node.cycle(now - 130, (90.0, 90.0))
     node.cycle(now - 70, (90.0, 90.0))
-    pusher = AlertmanagerPusher(
-        [alertmanager], node="gpu-node-19", instance="gpu-node-19:9442", generator_url="http://node:9442/api/v1/alerts"
-    )
+    pusher = AlertmanagerPusher([alertmanager], node="gpu-node-19", instance="gpu-node-19:9442")
     pusher.update(*node.cycle(now - 69, (90.0, 90.0)))
     pusher.update(*node.cycle(now - 10, (70.0, 90.0)))  # GCD 0 resolved, GCD 1 still firing
     body = pusher.pending_payload()
@@ -317,4 +315,3 @@ def test_alertmanager_rejects_nothing_we_send(alertmanager: str) -> None:
     assert response.status_code == 200, response.text
     listed = httpx.get(f"{alertmanager}/api/v2/alerts", params={"filter": 'instance="gpu-node-19:9442"'}).json()
     assert {a["labels"]["gpu"] for a in listed} == {"1"}  # the resolved one is not active
-    assert listed[0]["generatorURL"] == "http://node:9442/api/v1/alerts"

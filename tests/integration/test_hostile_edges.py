@@ -368,7 +368,9 @@ def test_a_job_with_foreign_bytes_keeps_its_labels(tmp_path: Path) -> None:
     record = (state / "0.8").read_bytes()
     assert json.loads(record.decode("utf-8"))["SLURM_JOB_PARTITION"] == "p\ufffd\ufffd"
     (state / "1.9").write_bytes(b'{"SLURM_JOB_ID": "9", "SLURM_JOB_USER": "b\xe9a"}')  # another writer's bytes
-    claims = {claim.device_id: dict(claim.labels) for claim in slurm.read_state_dir(str(state))}
+    claims = {
+        claim.device_id: dict(claim.labels) for claim in slurm.claims_from_files(slurm.read_state_files(str(state)))
+    }
     assert claims["0"]["job_partition"] == "p\ufffd\ufffd" and claims["1"]["job_user"] == "b\ufffda"
 
 

@@ -44,7 +44,7 @@ def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def jobs_by_gpu(state_dir: Path) -> dict[int, str]:
-    claims = slurm.read_state_dir(str(state_dir))
+    claims = slurm.claims_from_files(slurm.read_state_files(str(state_dir)))
     result: dict[int, str] = {}
     for claim in claims:
         assert isinstance(claim.device, ByGpuIndex)
@@ -86,7 +86,7 @@ def test_fallbacks_and_odd_values(tmp_path: Path) -> None:
     # A user name that needs escaping in JSON.
     run("prolog.sh", slurmd_env(state, "9", SLURM_JOB_GPUS="6", SLURM_JOB_USER='o"brien\\x\t'))
     assert jobs_by_gpu(state) == {1: "7", 2: "7", 5: "8", 6: "9"}
-    claims = {c.device_id: dict(c.labels) for c in slurm.read_state_dir(str(state))}
+    claims = {c.device_id: dict(c.labels) for c in slurm.claims_from_files(slurm.read_state_files(str(state)))}
     assert claims["6"]["job_user"] == 'o"brien\\x'
     # No GPUs, no job id: nothing written, still exit 0.
     run("prolog.sh", slurmd_env(state, "10"))

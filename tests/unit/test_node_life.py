@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter import safeyaml
+from exporter import boundedfile, safeyaml
+from exporter.config import ConfigError, read_config_values
 from exporter.model import DeviceIdentity, Published, Sample, Snapshot, TopologyLink, frozen_map
 from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.discovery import KnownDevices
@@ -257,12 +258,12 @@ def test_yaml_limits_fail_fast_in_one_line(text: str, message: str) -> None:
 def test_yaml_files_are_bounded_and_utf8(tmp_path: Path) -> None:
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(bytes(range(256)))
-    with pytest.raises(safeyaml.YamlLimitError, match="not UTF-8 text"):
-        safeyaml.read_text(binary, "config file")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        read_config_values(str(binary))
     big = tmp_path / "big.yaml"
-    big.write_bytes(b"#" * (safeyaml.MAX_FILE_BYTES + 1))
-    with pytest.raises(safeyaml.YamlLimitError, match="larger than"):
-        safeyaml.read_text(big, "config file")
+    big.write_bytes(b"#" * (boundedfile.DEFAULT_LIMIT + 1))
+    with pytest.raises(ConfigError, match="larger than"):
+        read_config_values(str(big))
     assert safeyaml.safe_load("a: &x 1\nb: *x\n", "ok") == {"a": 1, "b": 1}
 
 

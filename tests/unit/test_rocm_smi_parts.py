@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.sources.gpu_metrics.layouts import V1_1
+from exporter.sources.host import library_candidates
 from exporter.sources.rocm_smi import library as rc
 from exporter.sources.rocm_smi import protocol as proto
 from exporter.sources.rocm_smi.mutex import FUTEX_OWNER_DIED, owned_by, parse_mutex
@@ -40,11 +41,12 @@ def test_status_names_follow_rsmi_status_t() -> None:
     assert rc.status_name(0xFFFFFFFF) == "status 4294967295"
 
 
-def test_library_search_tries_rocm_path_first_and_the_debian_name() -> None:
-    candidates = rc.library_candidates({"ROCM_PATH": "/opt/rocm-6.0"})
+def test_library_search_tries_rocm_path_first_and_the_debian_name(tmp_path: Path) -> None:
+    (tmp_path / "rocm").mkdir()
+    candidates = library_candidates("librocm_smi64", str(tmp_path), {"ROCM_PATH": "/opt/rocm-6.0"})
     assert candidates[0] == "/opt/rocm-6.0/lib/librocm_smi64.so"
     assert "/usr/lib/librocm_smi64.so.1" in candidates
-    assert candidates.index("/opt/rocm/lib/librocm_smi64.so") < candidates.index("/usr/lib/librocm_smi64.so.1")
+    assert candidates.index(f"{tmp_path}/rocm/lib/librocm_smi64.so") < candidates.index("/usr/lib/librocm_smi64.so.1")
     assert len(candidates) == len(set(candidates))
 
 

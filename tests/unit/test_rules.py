@@ -20,7 +20,8 @@ from exporter.alerting.rulefile import (
 )
 from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
-from exporter.alerting.texts import alert_annotations, format_duration
+from exporter.alerting.texts import alert_annotations
+from exporter.config import format_duration
 from exporter.model import (
     AlertState,
     DeviceIdentity,
@@ -715,6 +716,13 @@ def test_asic_overrides_change_the_values_for_that_asic_only() -> None:
     run.feed(snap(0, hot, device(1, junction=88.0)))
     run.feed(snap(60, hot, device(1, junction=88.0)))
     assert not run.state(0).firing and run.state(1).firing  # 88 °C pages an MI250X, not this MI300X
+
+
+def test_an_asic_override_of_for_or_severity_alone_keeps_the_thresholds() -> None:
+    (rule,) = parse_rules(GOOD + "    asic_overrides:\n      aldebaran: {for: 5m, severity: critical}\n")
+    mi250 = rule.for_asic("aldebaran")
+    assert (mi250.threshold, mi250.clear_threshold) == (rule.threshold, rule.clear_threshold)
+    assert (mi250.for_seconds, mi250.severity) == (300.0, "critical")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from exporter.config import ConfigError, add_arguments, resolve
-from exporter.web.http_server import ListenError, shown_address, systemd_sockets
+from exporter.sources.base import StartupError
+from exporter.web.http_server import shown_address, systemd_sockets
 
 
 def _resolve(argv: list[str], env: dict[str, str] | None = None):
@@ -59,9 +60,9 @@ def test_systemd_sockets_takes_what_systemd_passed() -> None:
 
 
 def test_systemd_sockets_refuses_foreign_or_missing_descriptors() -> None:
-    with pytest.raises(ListenError, match="LISTEN_FDS"):
+    with pytest.raises(StartupError, match="LISTEN_FDS"):
         systemd_sockets({})
-    with pytest.raises(ListenError, match="LISTEN_FDS"):
+    with pytest.raises(StartupError, match="LISTEN_FDS"):
         systemd_sockets({"LISTEN_FDS": "1", "LISTEN_PID": "1"})  # meant for another process
 
 

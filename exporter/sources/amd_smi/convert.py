@@ -41,12 +41,12 @@ def temperatures(readings: Mapping[str, Any]) -> dict[str, float]:
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    result: dict[tuple[str, str], float] = {}
-    for sensor, limits in (slow.get("thresholds") or {}).items():
-        for threshold, celsius in (limits or {}).items():
-            if number(celsius) is not None:
-                result[(sensor, threshold)] = float(celsius)
-    return result
+    return {
+        (sensor, threshold): celsius
+        for sensor, limits in (slow.get("thresholds") or {}).items()
+        for threshold, raw in (limits or {}).items()
+        if (celsius := number(raw)) is not None
+    }
 
 
 def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
@@ -62,31 +62,27 @@ def clocks(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[s
 
 
 def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
     info = slow.get("pcie") or {}
     static, metric = info.get("pcie_static") or {}, info.get("pcie_metric") or {}
-    if _int(static.get("max_pcie_width")) is not None:
-        result["pcie_max_link_width"] = int(static["max_pcie_width"])
-    if number(static.get("max_pcie_speed")) is not None:
-        result["pcie_max_link_transfers_per_second"] = float(static["max_pcie_speed"]) * 1e6
-    if _int(metric.get("pcie_width")) is not None:
-        result["pcie_link_width"] = int(metric["pcie_width"])
-    if number(metric.get("pcie_speed")) is not None:
-        result["pcie_link_transfers_per_second"] = float(metric["pcie_speed"]) * 1e6
     metrics = readings.get("gpu_metrics") or {}
-    result |= metrics_pcie_link(metrics)
+    counts = {
+        "pcie_max_link_width": static.get("max_pcie_width"),
+        "pcie_link_width": metric.get("pcie_width"),
+        "pcie_recoveries": metrics.get("pcie_l0_to_recov_count_acc"),
+        "pcie_naks_sent": metrics.get("pcie_nak_sent_count_acc"),
+        "pcie_naks_received": metrics.get("pcie_nak_rcvd_count_acc"),
+        "pcie_replays": slow.get("pcie_replays"),
+    }
+    rates_mts = {
+        "pcie_max_link_transfers_per_second": static.get("max_pcie_speed"),
+        "pcie_link_transfers_per_second": metric.get("pcie_speed"),
+    }
+    result: dict[str, Any] = {field: count for field, raw in counts.items() if (count := _int(raw)) is not None}
+    result |= {field: rate * 1e6 for field, raw in rates_mts.items() if (rate := number(raw)) is not None}
+    result |= metrics_pcie_link(metrics)  # the current link as gpu_metrics has it, over pcie_metric's
     bandwidth = number(metrics.get("pcie_bandwidth_inst"))
     if bandwidth is not None:
         result["pcie_bandwidth_bytes_per_second"] = bandwidth * 1e9
-    for field, name in (
-        ("pcie_recoveries", "pcie_l0_to_recov_count_acc"),
-        ("pcie_naks_sent", "pcie_nak_sent_count_acc"),
-        ("pcie_naks_received", "pcie_nak_rcvd_count_acc"),
-    ):
-        if _int(metrics.get(name)) is not None:
-            result[field] = int(metrics[name])
-    if _int(slow.get("pcie_replays")) is not None:
-        result["pcie_replays"] = int(slow["pcie_replays"])
     return result
 
 
@@ -116,12 +112,12 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
     caps = slow.get("power_cap") or {}
     metrics = readings.get("gpu_metrics") or {}
     residency = numbers({reason: number(metrics.get(name)) for reason, name in _RESIDENCIES.items()})
-    ecc: dict[tuple[str, str], int] = {}
-    for block, counts in (slow.get("ecc") or {}).items():
-        if counts:
-            for kind, key in (("correctable", "correctable_count"), ("uncorrectable", "uncorrectable_count")):
-                if _int(counts.get(key)) is not None:
-                    ecc[(block, kind)] = int(counts[key])
+    ecc = {
+        (block, kind): count
+        for block, counts in (slow.get("ecc") or {}).items()
+        for kind in ("correctable", "uncorrectable")
+        if (count := _int((counts or {}).get(f"{kind}_count"))) is not None
+    }
     voltage = number(readings.get("vddgfx_mv"))
     return Sample(
         timestamp=timestamp,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from exporter.sources.amd_smi import convert
 from exporter.sources.rocm_smi.source import RocmSmiSource, self_check
 from exporter.sources.rocm_smi.supervisor import AMD_SMI_WORKER
-from exporter.sources.sysfs import SysfsSource
 
 
 class AmdSmiSource(RocmSmiSource):
@@ -17,9 +15,7 @@ class AmdSmiSource(RocmSmiSource):
     name = "amd-smi"
     sample_from_readings = staticmethod(convert.sample_from_readings)
     library_name = "the amdsmi module"
-
-    def __init__(self, fallback: SysfsSource | None = None, **kwargs: Any) -> None:
-        super().__init__(fallback, worker_module=AMD_SMI_WORKER, **kwargs)
+    worker_module = AMD_SMI_WORKER
 
 
 def probe_amd_smi(sysfs_root: str, *, worker_prefix: Sequence[str] = (), timeout: float = 10.0) -> tuple[bool, str]:

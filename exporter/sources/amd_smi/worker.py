@@ -95,6 +95,10 @@ class Calls(harness.Calls):
     def get(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
         return _plain(self.call(name, function, *args))
 
+    def each(self, prefix: str, names: Mapping[str, str], function: Callable[..., Any], h: Any, enum: Any) -> Any:
+        """function(h, enum[theirs]) for each (ours, theirs) of `names`, keyed by our name."""
+        return {ours: self.get(f"{prefix}:{ours}", function, h, enum[theirs]) for ours, theirs in names.items()}
+
 
 class AmdSmiDeviceReader:
     """The calls that read one processor handle."""
@@ -147,10 +151,9 @@ class AmdSmiDeviceReader:
             "power": calls.get("power_info", smi.amdsmi_get_power_info, h),
             "energy": calls.get("energy", smi.amdsmi_get_energy_count, h),
             "activity": calls.get("activity", smi.amdsmi_get_gpu_activity, h),
-            "memory_used": {
-                pool: calls.get(f"memory_used:{pool}", smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType[kind])
-                for pool, kind in MEMORY_POOLS.items()
-            },
+            "memory_used": calls.each(
+                "memory_used", MEMORY_POOLS, smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType
+            ),
             "vddgfx_mv": calls.get(
                 "voltage:vddgfx",
                 smi.amdsmi_get_gpu_volt_metric,
@@ -184,20 +187,13 @@ class AmdSmiDeviceReader:
                 for sensor, kind in TEMPERATURES.items()
             },
             "power_cap": calls.get("power_cap", smi.amdsmi_get_power_cap_info, h),
-            "memory_total": {
-                pool: calls.get(f"memory_total:{pool}", smi.amdsmi_get_gpu_memory_total, h, smi.AmdSmiMemoryType[kind])
-                for pool, kind in MEMORY_POOLS.items()
-            },
-            "clocks": {
-                domain: calls.get(f"clock:{domain}", smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType[kind])
-                for domain, kind in CLOCKS.items()
-            },
+            "memory_total": calls.each(
+                "memory_total", MEMORY_POOLS, smi.amdsmi_get_gpu_memory_total, h, smi.AmdSmiMemoryType
+            ),
+            "clocks": calls.each("clock", CLOCKS, smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType),
             "pcie": calls.get("pcie_info", smi.amdsmi_get_pcie_info, h),
             "pcie_replays": calls.get("pcie_replays", smi.amdsmi_get_gpu_pci_replay_counter, h),
-            "ecc": {
-                block: calls.get(f"ecc:{block}", smi.amdsmi_get_gpu_ecc_count, h, smi.AmdSmiGpuBlock[kind])
-                for block, kind in ECC_BLOCKS.items()
-            },
+            "ecc": calls.each("ecc", ECC_BLOCKS, smi.amdsmi_get_gpu_ecc_count, h, smi.AmdSmiGpuBlock),
         }
 
 

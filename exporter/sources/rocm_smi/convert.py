@@ -106,12 +106,12 @@ def temperatures(readings: Mapping[str, Any], metrics: Mapping[str, Any]) -> dic
 
 
 def thresholds(slow: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    result: dict[tuple[str, str], float] = {}
-    for sensor, metrics in slow.get("temperatures", {}).items():
-        for threshold in ("critical", "emergency"):
-            if threshold in metrics:
-                result[(sensor, threshold)] = metrics[threshold] / 1000.0
-    return result
+    return {
+        (sensor, threshold): metrics[threshold] / 1000.0
+        for sensor, metrics in slow.get("temperatures", {}).items()
+        for threshold in ("critical", "emergency")
+        if threshold in metrics
+    }
 
 
 def energy_joules(readings: Mapping[str, Any]) -> float | None:
@@ -188,11 +188,11 @@ def pcie_bandwidth(readings: Mapping[str, Any]) -> float | None:
 
 
 def ecc(slow: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    result: dict[tuple[str, str], int] = {}
-    for block, (correctable, uncorrectable) in slow.get("ecc", {}).items():
-        result[(block, "correctable")] = int(correctable)
-        result[(block, "uncorrectable")] = int(uncorrectable)
-    return result
+    return {
+        (block, kind): int(count)
+        for block, counts in slow.get("ecc", {}).items()
+        for kind, count in zip(("correctable", "uncorrectable"), counts, strict=True)
+    }
 
 
 def retired_pages(slow: Mapping[str, Any]) -> int | None:
@@ -208,9 +208,7 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
     metrics = gpu_metrics_table(readings)
     current_clocks, max_clocks = clocks(metrics, slow)
     microwatts = number(readings.get("power_average"))
-    voltages = {}
-    if readings.get("vddgfx_mv") is not None:
-        voltages["gfx"] = readings["vddgfx_mv"] / 1000.0
+    millivolts = number(readings.get("vddgfx_mv"))
     return Sample(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings, metrics)),
@@ -225,7 +223,7 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
         gfx_dpm_levels_hertz=gfx_levels(slow),
-        voltages_volts=frozen_map(voltages),
+        voltages_volts=frozen_map({"gfx": millivolts / 1000.0} if millivolts is not None else {}),
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
         ecc_errors=frozen_map(ecc(slow)),

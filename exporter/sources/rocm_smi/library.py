@@ -18,32 +18,16 @@ from collections.abc import Mapping
 from ctypes import POINTER, Structure, c_bool, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint16, c_uint32, c_uint64
 from dataclasses import dataclass
 
+
 # -- where the library lives ------------------------------------------------------------------
 # pyrsmi 0.2.0 only tries $ROCM_PATH/lib/librocm_smi64.so (default /opt/rocm). Debian and Ubuntu
 # ship only the versioned name /usr/lib/librocm_smi64.so.1 (no -dev symlink at run time), so we
 # search the usual places ourselves and the supervisor points ROCM_PATH at a folder linking to it.
-LIBRARY_NAMES = ("librocm_smi64.so", "librocm_smi64.so.1", "librocm_smi64.so.5", "librocm_smi64.so.6")
-SEARCH_DIRS = (
-    "/opt/rocm/lib",
-    "/opt/rocm/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/local/lib",
-)
-
-
-def library_candidates(environ: Mapping[str, str]) -> list[str]:
-    """Paths to try, best first: $ROCM_PATH, then /opt/rocm, then the distribution's folders."""
-    rocm_path = environ.get("ROCM_PATH", "")
-    dirs = [os.path.join(rocm_path, "lib"), os.path.join(rocm_path, "lib64")] if rocm_path else []
-    return list(dict.fromkeys(os.path.join(folder, name) for folder in (*dirs, *SEARCH_DIRS) for name in LIBRARY_NAMES))
-
-
 def find_library(environ: Mapping[str, str] | None = None) -> str | None:
-    """The first librocm_smi64 that exists (as found, not resolved); None when it is not installed."""
-    candidates = library_candidates(os.environ if environ is None else environ)
-    return next((path for path in candidates if os.path.isfile(path)), None)
+    """The first librocm_smi64 where doctor looks too (sources/host.py); None when it is not installed."""
+    from exporter.sources.host import find_library as find  # not at import: the worker imports this module
+
+    return find("librocm_smi64", "/opt", os.environ if environ is None else environ) or None
 
 
 # -- status codes -----------------------------------------------------------------------------

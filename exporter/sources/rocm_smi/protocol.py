@@ -67,11 +67,7 @@ def blamed_calls(crumbs: list[Breadcrumb], crash_log: bytes) -> list[Breadcrumb]
     """
     busy = [crumb for crumb in crumbs if crumb.call != IDLE]
     current = crashed_thread(crash_log)
-    if current is not None:
-        named = [crumb for crumb in busy if crumb.ident == current]
-        if named:
-            return named
-    return busy
+    return [crumb for crumb in busy if crumb.ident == current] or busy
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -22,6 +22,7 @@ when there is one (it reads them anyway), else the library.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -78,7 +79,6 @@ class RocmSmiSource(Source):
         shm_dir: str = "/dev/shm",
         guard_gpu_metrics: bool = True,
         quiet: bool = False,
-        worker_module: str = ROCM_SMI_WORKER,
     ) -> None:
         """`worker_prefix` runs the worker under a wrapper (tests: a mount namespace over a tree);
         `guard_gpu_metrics=False` lets the library see MI300 tables (tests of the crash path);
@@ -96,7 +96,7 @@ class RocmSmiSource(Source):
             backoff_max=restart_backoff_max,
             on_crash=self._on_crash,
             quiet=quiet,
-            worker_module=worker_module,
+            worker_module=self.worker_module,
         )
         self._lock = threading.Lock()
         self._unsafe: dict[str, dict[str, str]] = {}  # BDF -> library call -> why the fallback serves it
@@ -106,9 +106,11 @@ class RocmSmiSource(Source):
         self._library_identity: dict[str, Mapping[str, Any]] = {}
         self._logged: set[tuple[str, str]] = set()
 
-    # The worker's answers -> a Sample (the amd-smi source has its own).
+    # The worker's answers -> a Sample, the worker process and the library's name in messages: the
+    # amd-smi source has its own.
     sample_from_readings = staticmethod(convert.sample_from_readings)
-    library_name = "librocm_smi64"  # for messages
+    library_name = "librocm_smi64"
+    worker_module = ROCM_SMI_WORKER
 
     def stats(self) -> SourceStats:
         return SourceStats(worker_restarts=self.supervisor.restarts)
@@ -136,9 +138,8 @@ class RocmSmiSource(Source):
         merged: dict[str, DeviceIdentity] = {}
         for device in _sockets(worker):
             bdf = str(device["pci_bus_id"])
-            ident = answers.get(bdf)
-            if ident is None:  # timed out or failed: keep what we had, or the fallback's view
-                ident = self._library_identity.get(bdf)
+            # timed out or failed: what the library said before, else the fallback's view
+            ident = answers.get(bdf) or self._library_identity.get(bdf)
             if ident is not None:
                 self._library_identity[bdf] = ident
                 self._note_unsafe_metrics(bdf, str(ident.get("gpu_metrics_unsafe", "")))
@@ -263,13 +264,11 @@ class RocmSmiSource(Source):
         if slow_due:
             self._slow[bdf] = (time.monotonic(), readings)
         slow = self._slow.get(bdf, (0.0, {}))[1]
-        xgmi = None
         if slow_due and readings.get("xgmi_error") is not None:
             # rsmi_dev_xgmi_error_status reports 0, 1 or 2 (= "multiple"): a lower bound per read.
             with self._lock:
-                xgmi = self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
-        elif bdf in self._xgmi_errors:
-            xgmi = self._xgmi_errors[bdf]
+                self._xgmi_errors[bdf] = self._xgmi_errors.get(bdf, 0) + int(readings["xgmi_error"])
+        xgmi = self._xgmi_errors.get(bdf)
         library = convert.for_device(self.sample_from_readings(readings, slow, time.time()), device, xgmi)
         if self.fallback is None:
             return library
@@ -382,10 +381,7 @@ class RocmSmiSource(Source):
 
 
 def _index_of(worker: Worker, bdf: str) -> int | None:
-    for device in _sockets(worker):
-        if device["pci_bus_id"] == bdf:
-            return int(device["index"])
-    return None
+    return next((int(device["index"]) for device in _sockets(worker) if device["pci_bus_id"] == bdf), None)
 
 
 def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
@@ -395,7 +391,6 @@ def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
 
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
     """Without a fallback: ASIC and default product name from the PCI device id, as sysfs does."""
-
     asic, product = KNOWN_DEVICES.get(identity.device_id, ("", ""))
     return replace(identity, asic=asic, product=identity.product or product)
 
@@ -421,8 +416,7 @@ def self_check(
     """
     if not worker_prefix and os.path.realpath(sysfs_root) != "/sys":
         return False, f"{kind.library_name} reads /sys only, and the sysfs root is {sysfs_root}"
-    source = kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)
-    try:
+    with contextlib.closing(kind(None, worker_prefix=worker_prefix, call_timeout=timeout, quiet=True)) as source:
         try:
             devices = source.discover()
         except SourceError as error:
@@ -436,8 +430,6 @@ def self_check(
         note = f"; {rerouted} library calls left to sysfs" if rerouted else ""
         version = source.supervisor.library_version
         return True, f"{name} (version {version}): {len(devices)} GPUs, self-check passed{note}"
-    finally:
-        source.close()
 
 
 def _check_device(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str) -> list[str]:

@@ -209,10 +209,7 @@ class Supervisor:
             raw = bytes(worker.crumbs[:])
         except ValueError:  # the worker ended and its breadcrumb map is closed
             return ""
-        for crumb in proto.unpack_slots(raw):
-            if crumb.device == device and crumb.call:
-                return crumb.call
-        return ""
+        return next((crumb.call for crumb in proto.unpack_slots(raw) if crumb.device == device and crumb.call), "")
 
     def close(self) -> None:
         with self._lock:
@@ -388,6 +385,7 @@ class Supervisor:
         code = process.returncode
         crumbs = proto.unpack_slots(bytes(worker.crumbs[:]))
         crash_log = os.pread(worker.crash_fd, proto.CRASH_LOG_BYTES, 0)
+        blamed: list[proto.Breadcrumb] = []
         if worker.killed_by_us:
             reason = "killed"
         elif code is None:
@@ -395,11 +393,10 @@ class Supervisor:
         elif code < 0:
             sig = signal.Signals(-code)
             reason = "aborted" if sig == signal.SIGABRT else f"signal:{sig.name}"
+            if sig in _CRASH_SIGNALS:
+                blamed = proto.blamed_calls(crumbs, crash_log)
         else:
             reason = f"exited:{code}"
-        blamed: list[proto.Breadcrumb] = []
-        if code is not None and code < 0 and signal.Signals(-code) in _CRASH_SIGNALS and not worker.killed_by_us:
-            blamed = proto.blamed_calls(crumbs, crash_log)
         dead_tids = {crumb.tid for crumb in crumbs} | {process.pid}
         mutex_actions = repair_abandoned_mutexes(self.shm_dir, dead_tids) if code is not None else []
         self.mutexes_repaired += len([action for action in mutex_actions if not action.startswith("could not")])

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from ctypes import byref, c_float, c_int, c_uint32, c_uint64
 from typing import Any
@@ -298,10 +299,7 @@ class DeviceReader:
             "retired_pages", f.rsmi_dev_memory_reserved_pages_get, dev, byref(count), records
         ):
             return None
-        by_status: dict[str, int] = {}
-        for record in records[: count.value]:
-            by_status[str(record.status)] = by_status.get(str(record.status), 0) + 1
-        return by_status
+        return dict(Counter(str(record.status) for record in records[: count.value]))
 
     def _read_pcie_throughput(self, period: float) -> None:
         """rsmi_dev_pci_throughput_get, off the request path: the kernel sleeps 1 s per read."""
