@@ -22,7 +22,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import EXPORTER, run_in_sysfs_namespace, start_exporter, stop, wait_ready
+from tests.realtools import (
+    EXPORTER,
+    poll_cycles,
+    run_in_sysfs_namespace,
+    start_exporter,
+    stop,
+    wait_for_cycles,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -174,16 +182,19 @@ def test_an_empty_unique_id_read_leaves_no_phantom(tmp_path: Path) -> None:
         wait_ready(port, proc)
         before = gpu_of(scrape(port))
         original = unique_id.read_bytes()
-        unique_id.write_bytes(b"")  # one bad read of unique_id during the rediscoveries
-        time.sleep(1.0)
+        unique_id.write_bytes(b"")  # a bad read of unique_id during the rediscoveries
+        bad = wait_for(port, lambda s: bool(value(s, "amdgpu_exporter_file_errors_total", gpu=before[card1.pci_bus_id],
+                                                  file="unique_id", reason="parse")),
+                       what="the empty unique_id read by a rediscovery")  # fmt: skip
+        assert gpu_of(bad) == before
         unique_id.write_bytes(original)
-        time.sleep(0.5)
-        series = scrape(port)
+        done = value(bad, "amdgpu_exporter_discoveries_total", result="ok") or 0
+        # two more rediscoveries, the second begun after the good content is back
+        series = wait_for(port, lambda s: (value(s, "amdgpu_exporter_discoveries_total", result="ok") or 0) >= done + 2,
+                          what="two more rediscoveries")  # fmt: skip
         assert gpu_of(series) == before
         assert len([k for k in series if k[0] == "amdgpu_up"]) == 4
         assert all(v == 1 for k, v in series.items() if k[0] == "amdgpu_up")
-        assert value(series, "amdgpu_exporter_file_errors_total", gpu=before[card1.pci_bus_id], file="unique_id",
-                     reason="parse")  # fmt: skip
 
 
 def test_cold_start_indices_follow_rocm_smi(tmp_path: Path) -> None:
@@ -359,7 +370,7 @@ def test_garbage_in_every_file_kind_is_counted_by_reason_and_logged_once(tmp_pat
         assert value(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="vram") is None
         other = [g for b, g in gpu_of(series).items() if b != gcd0.pci_bus_id]
         assert not any(k[0] == "amdgpu_exporter_file_errors_total" and dict(k[1])["gpu"] in other for k in series)
-        time.sleep(1.0)  # ten more cycles of the same garbage
+        wait_for_cycles(port, poll_cycles(port) + 3)  # more cycles of the same garbage
         proc.terminate()
         _, err = proc.communicate(timeout=5)
     events = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
@@ -368,21 +379,25 @@ def test_garbage_in_every_file_kind_is_counted_by_reason_and_logged_once(tmp_pat
 
 
 def test_a_vanished_log_reader_does_not_kill_it(tmp_path: Path) -> None:
+    from tests.realtools import start_listening
+
     root, simulator = tree(tmp_path)
-    proc = subprocess.Popen(
-        [EXPORTER, f"--path.sysfs={root}", "--interval=100ms", "--web.listen-address=127.0.0.1:0", "--log.format=json"],
+    proc, port = start_listening(
+        lambda p: [EXPORTER, f"--path.sysfs={root}", "--interval=100ms", f"--web.listen-address=127.0.0.1:{p}",
+                   "--log.format=json"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    )  # fmt: skip
     try:
         assert proc.stderr is not None and proc.stdout is not None
         proc.stderr.readline()  # it has logged
         proc.stderr.close()  # the reader goes away (journald restarted, a `| head` done)
         proc.stdout.close()
-        time.sleep(0.3)
-        # make it log: a GCD falls off the bus
+        # make it log: a GCD falls off the bus, its read fails and is logged in the cycle that marks it down
+        bus_id = simulator.truth()[3].identity.pci_bus_id
+        gpu = gpu_of(wait_for(port, lambda s: bus_id in gpu_of(s), what="the GCD is up"))[bus_id]
         shutil.rmtree(simulator.truth()[3].identity.device_dir)
-        time.sleep(1.0)
+        wait_for(port, lambda s: value(s, "amdgpu_up", gpu=gpu) == 0, what="the GCD off the bus is down")
+        wait_for_cycles(port, poll_cycles(port) + 3)
         assert proc.poll() is None, f"exited with {proc.returncode}"
     finally:
         started = time.monotonic()
