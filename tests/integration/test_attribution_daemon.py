@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fake_kubelet import FakeContainer, FakeKubelet, FakePod
-from tests.realtools import start_exporter, stop, wait_ready
+from tests.realtools import start_exporter, stop, wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -243,7 +243,8 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
             lambda s: ({"source": "kubernetes"}, 0.0) in s["amdgpu_exporter_attribution_up"],
             "kubernetes attribution down",
         )
-        time.sleep(2.0)  # several more late reads
+        late = kubelet.calls
+        wait_until(lambda: kubelet.calls >= late + 2)  # more late reads, each past the 0.5 s deadline
         # The last good answer is kept (for 60 s after it): labels do not flap with the kubelet.
         series = scrape(port)
         assert [lab["pod"] for lab, _ in series["amdgpu_allocation_info"]] == ["infer-1"]
