@@ -35,6 +35,7 @@ from tests.realtools import (
 pytestmark = pytest.mark.integration
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+CYCLES = "amdgpu_exporter_poll_duration_seconds_count"  # poll cycles published
 
 
 def scrape(port: int) -> Series:
@@ -230,27 +231,34 @@ def test_hung_gcd_during_repeated_rediscovery(tmp_path: Path) -> None:
     ):
         wait_ready(port, proc)
         hung_gpu = gpu_of(scrape(port))[hung.pci_bus_id]
-        baseline = threads_of(proc.pid)
         content = hang(Path(hung.device_dir) / "gpu_metrics")
         series = wait_for(port, lambda s: value(s, "amdgpu_up", gpu=hung_gpu) == 0, what="the hung GCD goes down")
         start = value(series, "amdgpu_exporter_discoveries_total", result="ok") or 0
-        most_threads = 0
-        worst_age = 0.0
-        while (value(series, "amdgpu_exporter_discoveries_total", result="ok") or 0) < start + 100:
-            series = scrape(port)
-            most_threads = max(most_threads, threads_of(proc.pid))
-            now = time.time()
+        warm, most_threads = 0, 0
+        while (done := (value(series, "amdgpu_exporter_discoveries_total", result="ok") or 0) - start) < 30:
+            previous, series = series, scrape(port)
+            # The thread pools start their threads as they are needed, up to a size of their own:
+            # taken after ten rediscoveries with the GCD hung, the count is the pools' working size.
+            if done < 10:
+                warm = threads_of(proc.pid)
+            else:
+                most_threads = max(most_threads, threads_of(proc.pid))
+            # Healthy GCDs are read in every cycle: once a cycle has been published since the last
+            # scrape, each of their samples is newer than the end of the cycle that scrape showed
+            # (both times are the daemon's; a sample held up behind the hung GCD would be older).
+            cycles_since = value(series, CYCLES) != value(previous, CYCLES)
+            last_end = value(previous, "amdgpu_exporter_last_poll_timestamp_seconds") or 0
             for bdf, gpu in gpu_of(series).items():
                 if bdf != hung.pci_bus_id:
                     assert value(series, "amdgpu_up", gpu=gpu) == 1
-                    worst_age = max(worst_age, now - (value(series, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0))
+                    sampled = value(series, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0
+                    assert not cycles_since or sampled > last_end, f"gpu {gpu}: a stale sample"
             assert value(series, "amdgpu_up", gpu=hung_gpu) == 0
             assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
             assert proc.poll() is None
             time.sleep(0.05)
-        # One stuck poll read and one stuck identify read at most, whatever the number of rediscoveries.
-        assert most_threads <= baseline + 2, (baseline, most_threads)
-        assert worst_age < 0.6, f"healthy GCDs' samples went {worst_age:.2f} s stale"
+        # No thread left behind per rediscovery: twenty more of them here.
+        assert most_threads <= warm + 2, (warm, most_threads)
         assert value(series, "amdgpu_exporter_read_timeouts_total", gpu=hung_gpu) == 1, (
             "the stuck read is not re-issued"
         )
