@@ -1,9 +1,10 @@
 """A fake kubelet: a real gRPC server on a unix socket implementing pod-resources v1 from our .proto.
 
 Pods are set by the test (`set_pods`) and can come and go between calls; `delay` makes every answer
-late, to hold the client to its deadline. Run in-process (`FakeKubelet`) or as its own process
-(`python -m tests.fake_kubelet SOCKET STATE_JSON`, re-reading STATE_JSON on every call) for tests that
-start the daemon.
+late, to hold the client to its deadline, and `answering` cleared holds every answer until it is set
+again (a kubelet that does not answer at all: whoever waited for it would wait for ever). Run
+in-process (`FakeKubelet`) or as its own process (`python -m tests.fake_kubelet SOCKET STATE_JSON`,
+re-reading STATE_JSON on every call) for tests that start the daemon.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class FakeKubelet:
         self.socket_path = socket_path
         self.state_file = state_file
         self.delay = 0.0
+        self.answering = threading.Event()
+        self.answering.set()
         self.calls = 0
         self._pods: list[FakePod] = []
         self._lock = threading.Lock()
@@ -80,7 +83,7 @@ class FakeKubelet:
 
         class Servicer(services.PodResourcesListerServicer):  # type: ignore[name-defined,misc]
             def List(self, request: Any, context: Any) -> Any:
-                return fake._answer()
+                return fake._answer(context)
 
             def Get(self, request: Any, context: Any) -> Any:
                 pb = kubernetes.protos()
@@ -105,11 +108,14 @@ class FakeKubelet:
         with self._lock:
             return list(self._pods)
 
-    def _answer(self) -> Any:
+    def _answer(self, context: Any) -> Any:
         self.calls += 1
         pods = self._current()
         if self.delay:
             time.sleep(self.delay)
+        # A held answer ends when its caller gives up, so held calls never take every server thread.
+        while not self.answering.wait(0.05) and context.is_active():
+            pass
         return list_response(pods)
 
     def start(self) -> FakeKubelet:
@@ -117,6 +123,7 @@ class FakeKubelet:
         return self
 
     def stop(self) -> None:
+        self.answering.set()  # held answers end, or their threads would keep the test process alive
         self._server.stop(grace=None)
 
 

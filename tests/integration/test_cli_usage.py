@@ -6,9 +6,11 @@ named, port 0 is logged as the port really bound, and --log.level=debug says wha
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import httpx
 import pytest
 
 from tests.faulty_tree import hang, release, write_tree
-from tests.realtools import EXPORTER
+from tests.realtools import EXPORTER, wait_for_cycles
 
 pytestmark = pytest.mark.integration
 
@@ -88,14 +90,19 @@ def test_flags_are_checked_before_any_device_is_touched(tmp_path: Path) -> None:
     simulator = write_tree(tmp_path / "sys", fleet="MI210")
     gpu_metrics = tmp_path / "sys" / simulator.gcds[0].device_relpath / "gpu_metrics"
     hang(gpu_metrics)
+    # A writer's open() of the pipe returns once a reader opens it: whoever touches the device.
+    touched = threading.Event()
+    writer = threading.Thread(target=lambda: (os.close(os.open(gpu_metrics, os.O_WRONLY)), touched.set()))
+    writer.start()
     try:
-        started = time.monotonic()
         result = run(f"--path.sysfs={tmp_path / 'sys'}", "--web.listen-address=127.0.0.1:0", "--interval=1us")
-        elapsed = time.monotonic() - started
+        read_by_it = touched.is_set()
     finally:
+        os.close(os.open(gpu_metrics, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
+        writer.join()
         release(gpu_metrics)
     assert one_error_line(result).startswith("--interval: '1us' is not a duration")
-    assert elapsed < 3, elapsed
+    assert not read_by_it, "a device was read before the flags were checked"
 
 
 def test_duplicate_config_keys_are_rejected(tmp_path: Path) -> None:
@@ -156,8 +163,20 @@ def test_info_level_has_no_debug_events() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=10)
-    levels = {json.loads(line)["level"] for line in err.splitlines() if line.startswith("{")}
+    assert proc.stderr is not None
+    events: list[dict] = []
+    try:
+        # Until it listens (info), then three poll cycles: what debug would have logged, each time.
+        while not any(e["event"] == "listening" for e in events):
+            line = proc.stderr.readline()
+            assert line, "exited before listening"
+            if line.startswith("{"):
+                events.append(json.loads(line))
+        (url,) = next(e for e in events if e["event"] == "listening")["urls"]
+        wait_for_cycles(int(url.rsplit(":", 1)[1].split("/")[0]), 3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=10)
+    events += [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+    levels = {e["level"] for e in events}
     assert "debug" not in levels and "info" in levels

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realtools import EXPORTER, start_exporter, wait_ready
+from tests.realtools import EXPORTER, start_exporter, wait_for_cycles, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, 
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(port, proc, timeout=30)
-        time.sleep(1.5)  # past the first slow-schedule refresh and the first pcie_bw read
+        # Past the first slow-schedule refresh (1 s: two cycles of 500 ms, and two more published) and
+        # the first pcie_bw read of every GCD (its bandwidth series are there).
+        wait_for_cycles(port, 4)
+        deadline = time.monotonic() + 30
+        while len(bandwidth_gpus(httpx.get(url + "/metrics", timeout=5).text)) < 8:
+            assert time.monotonic() < deadline, "no pcie_bw read for every GCD"
+            time.sleep(0.1)
         yield url, truth, proc
     finally:
         if proc.poll() is None:
@@ -61,6 +67,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, 
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def bandwidth_gpus(text: str) -> set[str]:
+    """The GCDs whose PCIe bandwidth (the background pcie_bw read) /metrics shows."""
+    names = ("amdgpu_pcie_bandwidth_bytes_per_second", "amdgpu_pcie_bandwidth_upper_bound_bytes_per_second")
+    return {gpu for (name, labels) in parse(text) if name in names for key, gpu in labels if key == "gpu"}
 
 
 def load_truth(path: Path) -> list[dict]:

@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +118,12 @@ def test_healthy_host_is_all_ok(host: Host) -> None:
 def test_hung_device_fails_promptly(host: Host) -> None:
     hung = hang_device(host.simulator, 4)
     try:
-        started = time.monotonic()
+        # The hung read never ends while the pipe is held: a doctor that waited for it would not exit
+        # at all (doctor()'s 60 s limit only ends such a run).
         result = doctor(host, "--json", "--read-timeout=500ms")
-        elapsed = time.monotonic() - started
     finally:
         release(hung)
     assert result.returncode == 1
-    assert elapsed < 8, elapsed
     answers = one(findings(result), "answers", 4)
     assert answers["status"] == "fail" and "no answer within 0.5 s" in answers["value"]
     assert "hung" in answers["advice"]

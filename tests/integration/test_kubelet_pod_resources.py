@@ -87,19 +87,15 @@ def test_slower_than_the_deadline_is_down_and_recovers(kubelet: FakeKubelet) -> 
     source = KubernetesAttribution(kubelet.socket_path, timeout=0.3, keep_for=30.0, clock=lambda: now[0])
     try:
         assert source.read_once().up
-        kubelet.delay = 1.0
-        started = time.monotonic()
+        kubelet.answering.clear()  # no answer at all: a read that did not keep its deadline never returns
         report = source.read_once()
-        took = time.monotonic() - started
         assert not report.up
         assert "did not answer within 0.3 s" in report.error
-        assert took < 0.9, f"the deadline was not kept: {took:.2f} s"
         # The last good claims are kept for keep_for after the last good read, then dropped.
         assert [dict(c.labels)["pod"] for c in report.claims] == ["train-0"]
         now[0] += 31.0
         assert source.read_once().claims == ()
-        kubelet.delay = 0.0
-        time.sleep(0.8)  # let the late handlers finish
+        kubelet.answering.set()
         report = source.read_once()
         assert report.up and [dict(c.labels)["pod"] for c in report.claims] == ["train-0"]
     finally:
@@ -108,13 +104,12 @@ def test_slower_than_the_deadline_is_down_and_recovers(kubelet: FakeKubelet) -> 
 
 def test_missing_socket_is_down_quickly(socket_dir: Path) -> None:
     path = str(socket_dir / "absent.sock")
-    source = KubernetesAttribution(path, timeout=1.0)
+    # A deadline far past the test's own limit: a read that waited for it instead of failing at once never returns.
+    source = KubernetesAttribution(path, timeout=600.0)
     try:
-        started = time.monotonic()
         report = source.read_once()
         assert not report.up
         assert path in report.error and "unavailable" in report.error
-        assert time.monotonic() - started < 1.5
         assert "\n" not in report.error
     finally:
         source.close()

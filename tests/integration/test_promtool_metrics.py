@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.realtools import require_tool, start_exporter, stop, wait_ready
+from tests.realtools import require_tool, start_exporter, stop, wait_for_cycles, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +41,8 @@ def promtool_problems(body: bytes) -> set[str]:
 
 
 FIRING = re.compile(rb"^amdgpu_alert_firing\{[^}]*\} 1\.0$", re.MULTILINE)
+BANDWIDTH = re.compile(rb'^amdgpu_pcie_bandwidth(?:_upper_bound)?_bytes_per_second\{gpu="(\d+)"', re.MULTILINE)
+GCDS = 6  # 1 x MI210, 2 x MI250X (two each), 1 x MI300X
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +64,15 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bytes]:
     )
     try:
         wait_ready(port, proc, timeout=30)
-        time.sleep(1.5)  # past the first slow refresh and the first pcie_bw read
+        wait_for_cycles(port, 7)  # past the first slow refresh (1 s: five cycles of 200 ms, two more published)
         deadline = time.monotonic() + 30
         while True:
             response = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain"}, timeout=10)
             assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-            if FIRING.search(response.content):
+            # the alert fired, and every GCD's pcie_bw figures are in (the MI300X's from its gpu_metrics)
+            if FIRING.search(response.content) and len(set(BANDWIDTH.findall(response.content))) == GCDS:
                 break
-            assert time.monotonic() < deadline, "the hot GPU's alert never fired"
+            assert time.monotonic() < deadline, "the hot GPU's alert never fired, or a GCD has no pcie_bw figures"
             time.sleep(0.3)
         yield response.content
     finally:

@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.realtools import require_tool
+from tests.release import install_release
 
 pytestmark = pytest.mark.integration
 
@@ -181,30 +181,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def install_root() -> Iterator[Path]:
+def install_root(runtime_wheels: Path, exporter_wheel: Path) -> Iterator[Path]:
     """A world-readable folder holding <venv> of ExecStart, installed as the unit's header says:
-    `python3 -m venv /opt/amdgpu-exporter`, then pip install of the wheel built from this repo."""
+    `python3 -m venv /opt/amdgpu-exporter`, then pip install of the wheel built from this repo (its
+    dependencies from the runtime lock)."""
     require_tool("python3", path=str(SYSTEM_PYTHON.parent))
     root = Path(tempfile.mkdtemp(prefix="amdgpu-exporter-systemd-"))
     try:
         root.chmod(0o755)
-        source = root / "src"
-        source.mkdir()
-        for name in ("pyproject.toml", "README.md", "LICENSE"):
-            shutil.copy2(REPO / name, source / name)
-        shutil.copytree(REPO / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", root / "dist", source],
-            check=True,
-            timeout=300,
-        )
-        (wheel,) = (root / "dist").glob("amdgpu_exporter-*.whl")
-        venv = root / exec_start_path().parent.parent.relative_to("/")
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", venv], check=True, timeout=120)
-        subprocess.run(
-            [venv / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
-            check=True,
-            timeout=300,
+        install_release(
+            SYSTEM_PYTHON, root / exec_start_path().parent.parent.relative_to("/"), runtime_wheels, exporter_wheel
         )
         assert (root / exec_start_path().relative_to("/")).is_file()
         yield root

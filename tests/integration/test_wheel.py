@@ -1,9 +1,9 @@
 """The wheel, as a user gets it: built from the files a release ships, installed into a fresh venv
 with the locked runtime dependencies, and run from there, away from this checkout.
 
-One venv per test session (in pytest's tmp dir): the locked runtime and the build backend are
-installed from requirements/*.lock with their hashes checked, the wheel is built with that locked
-setuptools, then installed without resolving anything, so `pip check` proves the lock satisfies
+One venv per test session (in pytest's tmp dir): the locked runtime is installed from
+requirements/runtime.lock with its hashes checked, then the session's wheel (built by the locked
+setuptools, see conftest.py), without resolving anything, so `pip check` proves the lock satisfies
 the wheel's own requirements.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -26,14 +25,9 @@ from packaging.utils import canonicalize_name
 
 from exporter import __version__
 from tests.realtools import free_port, stop, wait_ready
+from tests.release import PACKAGE, REPO, install_release
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-# What a source release of the exporter consists of (the Dockerfile's build stage copies the same).
-SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
-PACKAGE = "exporter"
-LOCKS = (REPO / "requirements" / "build.lock", REPO / "requirements" / "runtime.lock")
 
 
 @dataclass(frozen=True)
@@ -60,25 +54,11 @@ def _run(argv: list[str | Path], cwd: Path, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "source"
-    source.mkdir()
-    for name in SOURCE_FILES:
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / PACKAGE, source / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
-
-    venv = root / "venv"
+def installed(tmp_path_factory: pytest.TempPathFactory, runtime_wheels: Path, exporter_wheel: Path) -> Installed:
     # The interpreter under the test's venv, not the venv itself: a fresh venv sees none of its packages.
-    _run([sys.executable, "-m", "venv", venv], cwd=root)
-    pip = venv / "bin" / "pip"
-    _run([pip, "install", "--quiet", "--require-hashes", *[f"-r{lock}" for lock in LOCKS]], cwd=root)
-    dist = root / "dist"
-    _run([pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", dist, source], cwd=root)
-    (wheel,) = dist.glob("*.whl")
-    _run([pip, "install", "--quiet", "--no-deps", "--no-index", wheel], cwd=root)
-    _run([pip, "check"], cwd=root)
-    return Installed(wheel=wheel, venv=venv)
+    venv = tmp_path_factory.mktemp("wheel") / "venv"
+    install_release(Path(sys.executable), venv, runtime_wheels, exporter_wheel)
+    return Installed(wheel=exporter_wheel, venv=venv)
 
 
 def test_wheel_holds_every_module_the_package_data_and_the_licence(installed: Installed) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -48,12 +49,27 @@ def test_bdf_any_case_round_trips(domain: int, bus: int, dev: int, fn: int, uppe
     assert normalize_bdf(canonical.upper() if upper else canonical) == canonical
 
 
-@given(st.text(max_size=40))
-def test_device_names_never_raise(text: str) -> None:
-    normalize_bdf(text)
-    xcp_index(text)
-    kubernetes.device_plugin_device(text)
-    kubernetes.dra_device(text)
+# Arbitrary text, and (as often) text made of the names' own pieces, so that many draws are names.
+_NAME_PIECES = ["0000", "19", "1A", "00", ":", ".", "0", "7", "8", "amdgpu_xcp", "AMDGPU_XCP", "_", "gpu-", "-",
+                "1", "129", "cpx", "nps4", " ", "\n", "x"]  # fmt: skip
+_device_names = st.one_of(st.text(max_size=40), st.lists(st.sampled_from(_NAME_PIECES), max_size=10).map("".join))
+_CANONICAL_BDF = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+@given(_device_names)
+def test_any_device_name_reads_as_one_device_or_none(text: str) -> None:
+    bdf = normalize_bdf(text)
+    if bdf is not None:  # canonical: lower case, a domain, and a fixed point of normalization
+        assert _CANONICAL_BDF.fullmatch(bdf), bdf
+        assert normalize_bdf(bdf) == bdf and normalize_bdf(text.upper()) == bdf
+    xcp = xcp_index(text)
+    assert xcp is None or (0 <= xcp <= 999 and xcp_index(f"amdgpu_xcp_{xcp}") == xcp)
+    assert bdf is None or xcp is None, "a name is a BDF or a partition, never both"
+    plugin = kubernetes.device_plugin_device(text)
+    assert plugin == (ByBdf(bdf) if bdf else ByXcp(xcp) if xcp is not None else None)
+    dra = kubernetes.dra_device(text)
+    # A DRA name of its own form starts with gpu-; any other reads as the device plugin's would.
+    assert (isinstance(dra, ByDrm | ByPhysicalIndex) and text.startswith("gpu-")) or dra == plugin
 
 
 def test_device_plugin_and_dra_names() -> None:
