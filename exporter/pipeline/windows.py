@@ -113,11 +113,10 @@ def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> Device
 
 
 class WindowStats(Mapping[tuple[str, str], WindowStat]):
-    """(family, key) -> the stat of one channel over a view's samples from `first` on, for every channel supplied.
+    """(family, key) -> one channel's stat over a view's samples from `first` on, for every channel supplied.
 
-    Each stat is computed from the copied view when first read, then kept: a cycle's rules read one
-    or two channels of a device and a scrape (every 15 s or more) all of them, so computing all 16
-    channels of every device on every 1 s cycle would cost as much as the sampler's own reads.
+    Each is computed from the copied view when first read, then kept: a cycle's rules read one channel
+    of a device, a scrape (every 15 s or more) all 16, and all of them every cycle cost as much as the reads.
     """
 
     __slots__ = ("_computed", "_first", "_view")
@@ -127,10 +126,9 @@ class WindowStats(Mapping[tuple[str, str], WindowStat]):
         self._computed: dict[tuple[str, str], WindowStat | None] = {}
 
     def __getitem__(self, channel: tuple[str, str]) -> WindowStat:
-        if channel in self._computed:
-            stat = self._computed[channel]
-        else:
-            stat = self._computed[channel] = _channel_stat(self._view, _WINDOW_CHANNELS[channel], self._first)
+        if channel not in self._computed:
+            self._computed[channel] = _channel_stat(self._view, _WINDOW_CHANNELS[channel], self._first)
+        stat = self._computed[channel]
         if stat is None:
             raise KeyError(channel)
         return stat
