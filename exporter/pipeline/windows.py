@@ -117,6 +117,7 @@ class WindowStats(Mapping[tuple[str, str], WindowStat]):
 
     Each is computed from the copied view when first read, then kept: a cycle's rules read one channel
     of a device, a scrape (every 15 s or more) all 16, and all of them every cycle cost as much as the reads.
+    No lock: entries are only ever added, and two threads reading a channel first both compute the same value.
     """
 
     __slots__ = ("_computed", "_first", "_view")
