@@ -2,7 +2,8 @@
 
 The ring is the one mutable piece (one writer: the device's fast read; readers copy it under its
 lock). Everything computed from it is an immutable value: a RingView copied out of the ring,
-then window_stats() over the view, a pure function. Memory per device is fixed at construction:
+then window_stats() over the view, a pure function (whose stats are computed from the copy when
+first read, so what nobody reads costs nothing). Memory per device is fixed at construction:
 (1 + len(CHANNELS)) x 8 bytes per slot, slots = window / fast interval + 2.
 
 Means: where the firmware keeps an accumulator the mean is the accumulator's change over the
@@ -20,9 +21,10 @@ import math
 import operator
 import threading
 from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from exporter.model import DeviceWindow, WindowStat, frozen_map
+from exporter.model import DeviceWindow, WindowStat
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
 
 WIDTH = len(CHANNELS)
@@ -32,6 +34,7 @@ _U32 = float(1 << 32)
 
 # The families exported as windows; "acc" channels only feed the exact means.
 WINDOW_FAMILIES = ("temperature", "power", "busy", "clock")
+_WINDOW_CHANNELS = {channel: i for i, channel in enumerate(CHANNELS) if channel[0] in WINDOW_FAMILIES}
 _ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
 _CLOCK = CHANNEL_INDEX[("acc", "clock_seconds")]
 # channel -> (accumulator channel, how it wraps, what one accumulated unit per second is worth)
@@ -106,21 +109,53 @@ class SampleRing:
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
     """min / max / mean over the samples of `view` taken in [now - seconds, now]."""
     inside = bisect.bisect_left(view.times, now - seconds)
-    stats: dict[tuple[str, str], WindowStat] = {}
-    for index, (family, key) in enumerate(CHANNELS):
-        if family not in WINDOW_FAMILIES:
-            continue
-        values = view.channel(index, inside)
+    return DeviceWindow(gpu, len(view.times) - inside, WindowStats(view, inside))
+
+
+class WindowStats(Mapping[tuple[str, str], WindowStat]):
+    """(family, key) -> one channel's stat over a view's samples from `first` on, for every channel supplied.
+
+    Each is computed from the copied view when first read, then kept: a cycle's rules read one channel
+    of a device, a scrape (every 15 s or more) all 16, and all of them every cycle cost as much as the reads.
+    No lock: entries are only ever added, and two threads reading a channel first both compute the same value.
+    """
+
+    __slots__ = ("_computed", "_first", "_view")
+
+    def __init__(self, view: RingView, first: int) -> None:
+        self._view, self._first = view, first
+        self._computed: dict[tuple[str, str], WindowStat | None] = {}
+
+    def __getitem__(self, channel: tuple[str, str]) -> WindowStat:
+        if channel not in self._computed:
+            self._computed[channel] = _channel_stat(self._view, _WINDOW_CHANNELS[channel], self._first)
+        stat = self._computed[channel]
+        if stat is None:
+            raise KeyError(channel)
+        return stat
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return (channel for channel in _WINDOW_CHANNELS if channel in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"WindowStats({dict(self)!r})"
+
+
+def _channel_stat(view: RingView, index: int, first: int) -> WindowStat | None:
+    """min / max / mean of one channel over the view's samples from `first` on; None: none supplied it."""
+    values = view.channel(index, first)
+    total = math.fsum(values)
+    if total != total:  # NaN: some samples lack the value; the others still count
+        values = [v for v in values if v == v]
         total = math.fsum(values)
-        if total != total:  # NaN: some samples lack the value; the others still count
-            values = [v for v in values if v == v]
-            total = math.fsum(values)
-        if not values:
-            continue
-        exact = _exact_mean(view, index)
-        mean = exact if exact is not None else total / len(values)
-        stats[(family, key)] = WindowStat(min(values), max(values), mean, exact is not None)
-    return DeviceWindow(gpu, len(view.times) - inside, frozen_map(stats))
+    if not values:
+        return None
+    exact = _exact_mean(view, index)
+    mean = exact if exact is not None else total / len(values)
+    return WindowStat(min(values), max(values), mean, exact is not None)
 
 
 def _exact_mean(view: RingView, index: int) -> float | None:

@@ -121,6 +121,20 @@ def test_a_reset_accumulator_falls_back_to_the_sample_mean() -> None:
     assert stat.mean == 250.0
 
 
+def test_stats_first_read_after_the_ring_moved_on_are_those_of_their_instant() -> None:
+    ring = SampleRing(4)
+    for t in range(4):
+        ring.append(float(t), row(junction=60.0 + t, power=300.0))
+    early = window_stats(0, ring.view(0.0), now=3.0, seconds=3.0)
+    junction = early.stats[("temperature", "junction")]  # one channel read, as a rule does
+    for t in range(4, 8):
+        ring.append(float(t), row(junction=99.0, power=500.0))
+    assert early.stats[("temperature", "junction")] is junction
+    assert (junction.minimum, junction.maximum) == (60.0, 63.0)
+    assert early.stats[("power", "socket")].maximum == 300.0  # first read now, of the samples then
+    assert list(early.stats) == [("temperature", "junction"), ("power", "socket")]
+
+
 def test_window_stats_are_those_of_the_samples_in_the_window() -> None:
     # Every window end and length over rings that wrap, distinct values, a few missing (NaN).
     def value(t: int, index: int) -> float:
