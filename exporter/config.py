@@ -311,7 +311,7 @@ OPTIONS: tuple[Option, ...] = (
         "4xMI250X",
         "simulated fleet for --demo: [N x]MODEL[:OPTION...] terms, comma-separated, e.g. 4xMI250X, 2xMI210,"
         " 2xMI300X:CPX:NPS4, MI300X:gpu_metrics=1.5 (models MI210, MI250X, MI300X, MI325X, MI350X, MI355X;"
-        " options: SPX|DPX|QPX|CPX, NPS1|NPS2|NPS4, gpu_metrics=1.N (default: the table a current kernel writes,"
+        " options: SPX|DPX|QPX|CPX, NPS1|NPS2|NPS4, gpu_metrics=1.N (unset: the table a current kernel writes,"
         " docs/support-matrix.md), xcp_names=dot, xcp_metrics=1.0|1.1, xcp_nodes=all, serial=unique_id;"
         " `amdgpu-exporter simulate --help` lists them per model)",
     ),
