@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -418,6 +419,13 @@ class Settings:
     collector_processes_top: int
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
+
+
+def node_name(settings: Settings) -> str:
+    """The `node` of pushed alerts, the status page and /api/v1/devices: --node-name (on Kubernetes
+    the downward API's spec.nodeName in AMDGPU_EXPORTER_NODE_NAME, as deploy/kubernetes/daemonset.yaml
+    sets it), else the host name."""
+    return settings.node_name.strip() or socket.gethostname()
 
 
 def _help(option: Option) -> str:
