@@ -202,11 +202,12 @@ def _tile(
             f'<div class="bar"><span data-field="vram_bar" style="width:{share}"></span></div>',
         ),
     ]
-    fields = ("junction", "edge_memory", "power", "busy", "vram")
+    # the row's field and its label in dense tiles
+    fields = (("junction", "jct"), ("edge_memory", "e/m"), ("power", "pwr"), ("busy", "busy"), ("vram", "vram"))
     body = "".join(
-        f'<span class="k">{label}</span><span class="v" data-row="{field}">{value}</span>'
+        f'<span class="k" data-short="{short}">{label}</span><span class="v" data-row="{field}">{value}</span>'
         f'<span class="x">{_spark(field) if extra == "spark" else extra}</span>'
-        for field, (label, value, extra) in zip(fields, rows, strict=True)
+        for (field, short), (label, value, extra) in zip(fields, rows, strict=True)
     )
     return (
         f'<article class="{classes}" id="gpu-{device.gpu}" data-gpu="{device.gpu}"{wave} '

@@ -189,7 +189,7 @@ def test_the_node_name_and_the_published_rules_reach_the_api_and_the_page() -> N
     holder.publish(_snapshot())
     assert client.get("/api/v1/devices").json()["node"] == "gpu-node-7"
     landing = client.get("/").text
-    assert '<h1 id="node">gpu-node-7</h1>' in landing and "class=\"lvl-warning\"" not in landing
+    assert '<h1 id="node">gpu-node-7</h1>' in landing and 'class="lvl-warning"' not in landing
     # a rule file reloaded with a lower junction threshold colours the 71 °C junction of GPU 0
     rules = parse_rules(
         "rules:\n  - {alert: Warm, metric: temperature_celsius, sensor: junction, comparison: '>', threshold: 70,"
