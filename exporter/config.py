@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,8 +320,15 @@ OPTIONS: tuple[Option, ...] = (
         "demo.scenario",
         _scenario,
         "training",
-        "simulated workload for --demo: idle, training, thermal-excursion or alternating, with options,"
-        " e.g. thermal-excursion:start=10,hot=60,gpus=0+3",
+        # simulator.workload.scenario_help(), written out: importing the simulator costs the daemon
+        # ~0.15 s at start (tests/unit/test_simulator.py holds the two the same)
+        "simulated workload for --demo and its options: "
+        "idle; training: period, load, xgmi_down, down_at; thermal-excursion: period, start, hot, peak, "
+        "gpus, load, xgmi_down, down_at; alternating: period, duty, swing, window, tick, load, "
+        "xgmi_down, down_at (NAME:KEY=VALUE,...: seconds for period/start/hot/window/tick/down_at, °C "
+        "for peak/swing, duty 0.05-0.95, load a power factor, gpus=GCD+GCD (an MI250X has two GCDs, an "
+        "MI300X socket is one), xgmi_down=GCD.LINK+GCD.LINK; e.g. "
+        "thermal-excursion:start=10,hot=60,gpus=0+3)",
     ),
     Option(
         "demo.truth-file",
@@ -418,6 +426,13 @@ class Settings:
     collector_processes_top: int
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
+
+
+def node_name(settings: Settings) -> str:
+    """The `node` of pushed alerts, the status page and /api/v1/devices: --node-name (on Kubernetes
+    the downward API's spec.nodeName in AMDGPU_EXPORTER_NODE_NAME, as deploy/kubernetes/daemonset.yaml
+    sets it), else the host name."""
+    return settings.node_name.strip() or socket.gethostname()
 
 
 def _help(option: Option) -> str:

@@ -21,7 +21,7 @@ from exporter.alerting.clockdown import find_tool
 from exporter.alerting.rulefile import rules_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
-from exporter.config import ConfigError, Settings
+from exporter.config import ConfigError, Settings, node_name
 from exporter.configcheck import RELOADABLE, changed_options, reload_settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import HostInfo
@@ -84,12 +84,6 @@ async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float
         )
     log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
     return len(devices)
-
-
-def node_name(settings: Settings) -> str:
-    """The `node` of pushed alerts: --node-name (on Kubernetes the downward API's spec.nodeName in
-    AMDGPU_EXPORTER_NODE_NAME, as deploy/kubernetes/daemonset.yaml sets it), else the host name."""
-    return settings.node_name.strip() or socket.gethostname()
 
 
 def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
@@ -241,6 +235,7 @@ async def serve(settings: Settings) -> None:
             health,
             waveform=waveform,
             refresh_seconds=max(settings.interval, 0.5),
+            node=node_name(settings),
         )
         current_web = reloader.current if reloader is not None else (lambda: webconfig_reload.PLAIN)
         app = WebGuard(app, current_web, http_stats)

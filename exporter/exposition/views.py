@@ -94,9 +94,11 @@ def device_json(state: DeviceState, now: float, attribution: Attribution | None 
     return data
 
 
-def devices_document(snapshot: Snapshot, now: float) -> dict[str, Any]:
-    """The /api/v1/devices document (docs/api.md); `snapshot --json` prints the same."""
+def devices_document(snapshot: Snapshot, now: float, node: str) -> dict[str, Any]:
+    """The /api/v1/devices document (docs/api.md); `snapshot --json` prints the same. node: the
+    name alerts carry (--node-name, else the host name)."""
     return {
+        "node": node,
         "taken_at": snapshot.taken_at,
         "source": snapshot.source,
         "cycle": snapshot.cycle,

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from exporter.config import Settings
+from exporter.config import Settings, node_name
 from exporter.exposition.views import devices_document
 from exporter.log import get_logger
 from exporter.model import Published
@@ -52,12 +52,13 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
                 raise StartupError(f"no AMD GPU found under {root}/class/drm (to try without a GPU: --demo)")
             # The daemon's own stages after the poller (enrich, alert rules), without an Alertmanager.
             pipeline = Pipeline(source_name=name, source_reason=why, rules=rules)
-            return asyncio.run(_loop(poller, pipeline, watch=watch, as_json=as_json, out=out or sys.stdout))
+            node = node_name(settings)
+            return asyncio.run(_loop(poller, pipeline, node, watch=watch, as_json=as_json, out=out or sys.stdout))
         finally:
             poller.close()
 
 
-async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: bool, out: TextIO) -> int:
+async def _loop(poller: Any, pipeline: Any, node: str, *, watch: float | None, as_json: bool, out: TextIO) -> int:
     redraw = watch is not None and out.isatty() and not as_json
     next_tick = time.monotonic()
     while True:
@@ -73,7 +74,7 @@ async def _loop(poller: Any, pipeline: Any, *, watch: float | None, as_json: boo
             seconds=round(snapshot.poll_duration_seconds, 4),
         )
         if as_json:
-            text = json.dumps(devices_document(snapshot, time.time()), indent=None if watch else 2) + "\n"
+            text = json.dumps(devices_document(snapshot, time.time(), node), indent=None if watch else 2) + "\n"
         else:
             text = render_table(snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at)
             if redraw:

@@ -39,6 +39,7 @@ class PublishedState:
     started_at: float = field(default_factory=time.time)
     published: Published | None = None  # None until the first cycle has finished
     metrics: RenderedMetrics | None = None
+    rules: tuple[Rule, ...] = ()  # the alert rules evaluated from this cycle on (the status page colours by them)
 
 
 class Pipeline:
@@ -66,7 +67,7 @@ class Pipeline:
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
-        self.state = PublishedState(source=source_name, source_reason=source_reason)
+        self.state = PublishedState(source=source_name, source_reason=source_reason, rules=self.rules)
         self._alerts: tuple[AlertState, ...] = ()
         self._poll_durations = Histogram()
 
@@ -125,7 +126,7 @@ class Pipeline:
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
-        self.state = dataclasses.replace(self.state, published=published, metrics=render(published))
+        self.state = dataclasses.replace(self.state, published=published, metrics=render(published), rules=self.rules)
 
     def replace_rules(self, rules: Sequence[Rule]) -> None:
         """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""

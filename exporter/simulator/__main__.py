@@ -17,7 +17,7 @@ from pathlib import Path
 from exporter.simulator.asics import ASICS
 from exporter.simulator.fleet import options_help, parse_fleet
 from exporter.simulator.simulator import Simulator
-from exporter.simulator.workload import SCENARIOS, parse_scenario
+from exporter.simulator.workload import parse_scenario, scenario_help
 
 # --help's account of the fleet syntax; config.py's --demo.fleet says the same (a unit test holds both).
 _MODELS_BY_OPTIONS: dict[str, list[str]] = {}
@@ -41,7 +41,7 @@ def build_parser(prog: str = "python -m exporter.simulator") -> argparse.Argumen
     parser.add_argument(
         "--scenario",
         default="idle",
-        help=f"one of {', '.join(SCENARIOS)}, with options e.g. thermal-excursion:start=10,hot=60 (default idle)",
+        help=f"the workload and its options: {scenario_help()} (default idle)",
     )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between updates (default 1)")

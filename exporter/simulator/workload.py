@@ -175,6 +175,16 @@ _OPTIONS = {
 }
 
 
+def scenario_help() -> str:
+    """The scenarios and each one's options, for --help (from _OPTIONS: nothing to keep in step)."""
+    kinds = "; ".join(f"{name}: {', '.join(options)}" if options else name for name, options in _OPTIONS.items())
+    return (
+        f"{kinds} (NAME:KEY=VALUE,...: seconds for period/start/hot/window/tick/down_at, °C for peak/swing, "
+        "duty 0.05-0.95, load a power factor, gpus=GCD+GCD (an MI250X has two GCDs, an MI300X socket is one), "
+        "xgmi_down=GCD.LINK+GCD.LINK; e.g. thermal-excursion:start=10,hot=60,gpus=0+3)"
+    )
+
+
 def parse_scenario(spec: str) -> Scenario:
     """Parse "idle", "training", "thermal-excursion:start=10,hot=60,gpus=0+3",
     "alternating:period=0.6,duty=0.5,swing=8"; ValueError if bad."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
@@ -154,12 +155,15 @@ def create_app(
     health: Health | None = None,
     waveform: WaveformSource | None = None,
     refresh_seconds: float = 1.0,
+    node: str | None = None,
 ) -> Any:
+    """node: the name the page and /api/v1/devices show (--node-name), the host name when None."""
     # No /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
     checks = health if health is not None else Health(interval=math.inf)
+    shown_node = node if node is not None else socket.gethostname()
 
     @app.exception_handler(StarletteHTTPException)
     async def bare_error(_request: Any, error: StarletteHTTPException) -> PlainTextResponse:
@@ -184,7 +188,7 @@ def create_app(
 
     @app.get("/api/v1/devices")
     async def devices() -> JSONResponse:
-        return published_json(lambda p: devices_document(p.snapshot, time.time()))
+        return published_json(lambda p: devices_document(p.snapshot, time.time(), shown_node))
 
     @app.get("/api/v1/alerts")
     async def alerts() -> JSONResponse:
@@ -212,6 +216,8 @@ def create_app(
             waveform_url=f"api/v1/waveform?gpu={{gpu}}&seconds={seconds:g}" if waveform is not None else "",
             waveform_gpus=sampled,
             waveform_seconds=seconds,
+            node=shown_node,
+            rules=state.rules,
         )
 
     return MetricsEndpoint(app, state_ref, telemetry_path, checks)

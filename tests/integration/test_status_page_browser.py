@@ -1,7 +1,10 @@
 """The live status page in a real browser (Debian's headless chromium, driven over the DevTools
 pipe): on a mixed demo fleet every device has its tile, the values change as the page refreshes
 itself from the JSON API, sparklines are drawn, no request leaves the exporter and nothing is
-logged as an error. AMDGPU_EXPORTER_SCREENSHOT=path saves what the browser saw (docs/)."""
+logged as an error; on a wall screen (1920x1080) a node of 64 partitions fits without scrolling, under
+its name and the banner of its alerts, with a hot junction coloured by the loaded rules.
+AMDGPU_EXPORTER_SCREENSHOT=path saves what the browser saw (docs/), AMDGPU_EXPORTER_WALL_SCREENSHOT
+the wall screen's."""
 
 from __future__ import annotations
 
@@ -166,5 +169,89 @@ def test_a_hung_device_is_shown_down_in_the_browser(tmp_path: Path) -> None:
         if browser is not None:
             browser.close()
         release(hung)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+WALL_RULES = """rules:
+  - alert: GpuJunctionTemperatureHigh
+    metric: temperature_celsius
+    sensor: junction
+    comparison: ">"
+    threshold: 85
+    clear_threshold: 80
+    for: 1s
+    severity: warning
+"""
+
+WALL = """JSON.stringify((() => {
+  const tiles = Array.from(document.querySelectorAll('article.tile'));
+  const junction = g => document.querySelector('#gpu-' + g + ' [data-field=junction]');
+  const node = document.getElementById('node');
+  const banner = document.getElementById('banner');
+  return {
+    viewport: [window.innerWidth, window.innerHeight],
+    scroll: [document.documentElement.scrollWidth, document.documentElement.scrollHeight],
+    outside: tiles.filter(t => { const r = t.getBoundingClientRect();
+      return r.left < 0 || r.top < 0 || r.right > window.innerWidth || r.bottom > window.innerHeight; }).length,
+    tiles: tiles.length,
+    node: node.textContent, nodePx: parseFloat(getComputedStyle(node).fontSize),
+    banner: banner.hidden ? '' : banner.className + '|' + banner.textContent,
+    bannerBottom: banner.getBoundingClientRect().bottom,
+    firstTileTop: tiles.length ? tiles[0].getBoundingClientRect().top : 0,
+    hot: [junction(8).textContent, junction(8).className, getComputedStyle(junction(8)).color],
+    cool: [junction(0).textContent, junction(0).className, getComputedStyle(junction(0)).color],
+  };
+})())"""
+
+
+def test_a_node_of_64_partitions_on_a_wall_screen(tmp_path: Path) -> None:
+    """8 MI300X in CPX mode, socket 1 (gpus 8-15) in a thermal excursion: at 1920x1080 every tile is
+    in view without scrolling, the node's name is large at the top, the firing alert is a banner
+    above the tiles, and the hot junction is drawn in another colour than a cool one."""
+    chromium = require_tool("chromium")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WALL_RULES)
+    proc, port = start_exporter(
+        "--demo",
+        "--demo.fleet=8xMI300X:CPX",
+        "--demo.scenario=thermal-excursion:start=0,hot=600,peak=95,gpus=1",
+        f"--rules.file={rules}",
+        "--node-name=gpu-node-7",
+        "--interval=500ms",
+    )
+    browser = None
+    try:
+        wait_ready(port, proc)
+        browser = Browser(chromium, window=(1920, 1080))
+        browser.open_page()
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1920, "height": 1080, "deviceScaleFactor": 1, "mobile": False},
+        )
+        browser.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/"})
+        deadline = time.monotonic() + 60
+        wall: dict = {}
+        while time.monotonic() < deadline:  # until the excursion has made the alert fire, seen by the page
+            if browser.evaluate("document.readyState") == "complete":
+                wall = json.loads(browser.evaluate(WALL))
+                if wall["banner"].startswith("banner warning|") and wall["hot"][1] == "lvl-warning":
+                    break
+            time.sleep(0.3)
+        shot = os.environ.get("AMDGPU_EXPORTER_WALL_SCREENSHOT")
+        if shot:
+            Path(shot).write_bytes(browser.screenshot())
+        assert wall["banner"].startswith("banner warning|GpuJunctionTemperatureHigh firing on GPU 8 ("), wall
+        assert wall["hot"][1] == "lvl-warning" and int(wall["hot"][0].split()[0]) > 85, wall
+        assert wall["cool"][1] == "" and int(wall["cool"][0].split()[0]) < 80, wall
+        assert wall["hot"][2] != wall["cool"][2], wall  # not the same white
+        assert wall["node"] == "gpu-node-7" and wall["nodePx"] >= 28, wall
+        assert wall["bannerBottom"] <= wall["firstTileTop"], wall  # above the tiles
+        assert wall["viewport"] == [1920, 1080] and wall["tiles"] == 64, wall
+        assert wall["outside"] == 0 and wall["scroll"][0] <= 1920 and wall["scroll"][1] <= 1080, wall
+        assert browser.events_named("Runtime.exceptionThrown") == []
+    finally:
+        if browser is not None:
+            browser.close()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)

@@ -746,10 +746,12 @@ def test_the_demo_flags_help_names_every_scenario_model_and_fleet_option() -> No
     from exporter.simulator.__main__ import FLEET_HELP
     from exporter.simulator.asics import ASICS
     from exporter.simulator.fleet import _OPTIONS
-    from exporter.simulator.workload import SCENARIOS
+    from exporter.simulator.workload import SCENARIOS, scenario_help
 
     helps = {option.name: option.help for option in OPTIONS}
     assert all(scenario in helps["demo.scenario"] for scenario in SCENARIOS)
+    # every scenario's options, as the simulator's own --help says them
+    assert helps["demo.scenario"].endswith(scenario_help()) and "thermal-excursion: period, start" in scenario_help()
     for text in (helps["demo.fleet"], FLEET_HELP):
         assert all(name in text for name in ASICS), text
         assert all(f"{key}=" in text for key in ("gpu_metrics", *_OPTIONS)), text

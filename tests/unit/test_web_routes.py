@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from exporter.alerting.rulefile import parse_rules
 from exporter.exposition.render import render
 from exporter.model import AlertState, Published
 from exporter.pipeline.publish import PublishedState
@@ -179,3 +181,19 @@ def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works(
     holder.publish(published)
     assert client.get("/metrics").status_code == 200
     assert client.get("/readyz").status_code == 200
+
+
+def test_the_node_name_and_the_published_rules_reach_the_api_and_the_page() -> None:
+    holder = Holder()
+    client = TestClient(create_app(lambda: holder.state, "/metrics", node="gpu-node-7"))
+    holder.publish(_snapshot())
+    assert client.get("/api/v1/devices").json()["node"] == "gpu-node-7"
+    landing = client.get("/").text
+    assert '<h1 id="node">gpu-node-7</h1>' in landing and 'class="lvl-warning"' not in landing
+    # a rule file reloaded with a lower junction threshold colours the 71 °C junction of GPU 0
+    rules = parse_rules(
+        "rules:\n  - {alert: Warm, metric: temperature_celsius, sensor: junction, comparison: '>', threshold: 70,"
+        " for: 1s, severity: warning}\n"
+    )
+    holder.state = dataclasses.replace(holder.state, rules=rules)
+    assert 'data-field="junction" class="lvl-warning">71 °C' in client.get("/").text
