@@ -52,7 +52,10 @@ class DmeMetric:
     per_gpu: bool = True  # False: a node-level figure, no identity join
 
 
-_NO_ROLLOVER = "the kernel exposes no replay-rollover counter in sysfs (DME reads it from firmware metrics)"
+_NO_ROLLOVER = (
+    "no family yet: the gpu_metrics table has the count (pcie_replay_rover_count_acc, MI300-class), which"
+    " this exporter does not export"
+)
 _PROFILER = "a profiler counter: DME reads it through rocprofiler, which this exporter does not run (sysfs has none)"
 
 DME_METRICS = (
@@ -102,12 +105,10 @@ DME_METRICS = (
         'amdgpu_busy_ratio{engine="gfx"} * 100',
         "one series per device (DME: one per compute core of a partition)",
     ),
-    DmeMetric(
-        "gpu_used_vram", "MB (2^20 bytes)", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'
-    ),
+    DmeMetric("gpu_used_vram", "MB", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'),
     DmeMetric(
         "gpu_total_vram",
-        "MB (2^20 bytes)",
+        "MB",
         "amdgpu_memory_total_bytes",
         'amdgpu_memory_total_bytes{pool="vram"} / 1048576',
     ),

@@ -17,7 +17,8 @@ def test_the_doc_table_is_fresh() -> None:
 
 
 def test_the_rules_file_is_fresh() -> None:
-    assert RULES.read_text(encoding="utf-8") == render_rules(), "run: python -m exporter.exposition.dme_reference --write"
+    stale = "run: python -m exporter.exposition.dme_reference --write"
+    assert RULES.read_text(encoding="utf-8") == render_rules(), stale
 
 
 def test_every_source_reads_families_the_exporter_serves() -> None:
