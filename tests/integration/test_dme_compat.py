@@ -58,25 +58,26 @@ class Node:
         return values
 
 
-def _wait_for(node: Node, expr: str, deadline_s: float = 60) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = node.query(expr)
-        if result or time.monotonic() > deadline:
-            return result
+def _running(processes: dict[Path, subprocess.Popen[bytes]]) -> None:
+    for log, process in processes.items():
+        assert process.poll() is None, log.read_text(errors="replace")
+
+
+def _wait_for(node: Node, expr: str, processes: dict[Path, subprocess.Popen[bytes]]) -> None:
+    """Until `expr` has a result; the module's pytest timeout bounds the wait, a dead process ends it."""
+    while not node.query(expr):
+        _running(processes)
         time.sleep(0.2)
 
 
-def _ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+def _ready(url: str, processes: dict[Path, subprocess.Popen[bytes]]) -> None:
     while True:
-        assert process.poll() is None, log.read_text(errors="replace")
+        _running(processes)
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
-        assert time.monotonic() < deadline, log.read_text(errors="replace")
         time.sleep(0.05)
 
 
@@ -112,7 +113,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     logs = {name: work / f"{name}.log" for name in ("exporter", "prometheus")}
-    processes = []
+    processes: dict[Path, subprocess.Popen[bytes]] = {}
     try:
         with logs["exporter"].open("wb") as log:
             exporter_process = subprocess.Popen(
@@ -128,7 +129,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        processes.append(exporter_process)
+        processes[logs["exporter"]] = exporter_process
         with logs["prometheus"].open("wb") as log:
             prometheus_process = subprocess.Popen(
                 [
@@ -140,15 +141,15 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        processes.append(prometheus_process)
-        _ready(f"http://{exporter_address}/readyz", exporter_process, logs["exporter"])
-        _ready(f"{prometheus_url}/-/ready", prometheus_process, logs["prometheus"])
+        processes[logs["prometheus"]] = prometheus_process
+        _ready(f"http://{exporter_address}/readyz", processes)
+        _ready(f"{prometheus_url}/-/ready", processes)
         found = Node(prometheus_url)
-        # Counters need two samples for delta(); every rule has run once the last one has data twice.
-        assert _wait_for(found, "count_over_time(gpu_ecc_uncorrect_total[1m]) > 2"), logs["prometheus"].read_text()
+        # delta() over a counter needs two samples: wait until the last rule has recorded three.
+        _wait_for(found, "count_over_time(gpu_ecc_uncorrect_total[1m]) > 2", processes)
         yield found
     finally:
-        for process in reversed(processes):
+        for process in reversed(list(processes.values())):
             process.terminate()
             process.wait(timeout=30)
 
