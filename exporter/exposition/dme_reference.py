@@ -1,0 +1,244 @@
+"""AMD device-metrics-exporter (DME) names beside this exporter's: one table, two generated files.
+
+DME_METRICS lists the metric names DME's Grafana dashboards query, with DME's unit and the series of
+this exporter each is computed from (None: this exporter has no source for it, and why). From it,
+and from the metric table for this exporter's side (labels, unit, type), this module writes
+docs/migrating-from-dme.md's mapping table and deploy/prometheus/dme-compat.rules.yml, the
+recording rules that give DME's names, units and labels during a migration. A unit test fails when
+either file is stale:
+
+    python -m exporter.exposition.dme_reference --write
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.exposition.metrics import METRICS
+
+# DME label <- this exporter's label. `hostname` and `gpu_id` come from the target label `node` and
+# the per-device `gpu`; the rest are amdgpu_device_info's identity labels. DME's own values differ
+# for gpu_uuid (DME derives a UUID from the ASIC serial; this is the same ASIC's unique_id) and
+# card_model (DME: the board part number; here the marketing name).
+DME_LABELS = (
+    ("hostname", "node"),
+    ("gpu_id", "gpu"),
+    ("gpu_uuid", "unique_id"),
+    ("serial_number", "serial"),
+    ("card_model", "product"),
+    ("gpu_partition_id", "partition"),
+    ("vbios_version", "vbios"),
+    ("driver_version", "driver"),
+)
+# Labels both exporters carry as they are: the attribution labels (--slurm.state-dir, --kubernetes)
+# and target labels such as cluster_name, which the scrape config sets.
+PASSED_THROUGH = ("job_id", "pod", "namespace", "container", "cluster_name")
+ATTRIBUTION = ("pod", "namespace", "container", "job_id", "job_user", "job_partition")
+IDENTITY_SERIES = "gpu:amdgpu_device_info:dme_labels"
+
+
+@dataclass(frozen=True, slots=True)
+class DmeMetric:
+    """One DME metric: its name and unit, and the PromQL over this exporter's series (before the identity
+    join) that gives it in DME's unit, or None with `note` saying why there is no source."""
+
+    name: str
+    unit: str
+    family: str | None  # this exporter's family (its name in the metric table)
+    source: str | None
+    note: str = ""
+    per_gpu: bool = True  # False: a node-level figure, no identity join
+
+
+_NO_ROLLOVER = (
+    "no family yet: the gpu_metrics table has the count (pcie_replay_rover_count_acc, MI300-class), which"
+    " this exporter does not export"
+)
+_PROFILER = "a profiler counter: DME reads it through rocprofiler, which this exporter does not run (sysfs has none)"
+
+DME_METRICS = (
+    DmeMetric(
+        "gpu_nodes_total",
+        "GPUs",
+        "amdgpu_device_present",
+        f"count without (gpu, {', '.join(ATTRIBUTION)}) (amdgpu_device_present == 1)",
+        "GPUs (partitions) on the node",
+        per_gpu=False,
+    ),
+    DmeMetric(
+        "gpu_health",
+        "1 healthy, 0 not",
+        "amdgpu_up",
+        "amdgpu_up",
+        "DME's verdict also weighs ECC and other checks; here it is only whether the device's last read succeeded",
+    ),
+    DmeMetric("gpu_edge_temperature", "°C", "amdgpu_temperature_celsius", 'amdgpu_temperature_celsius{sensor="edge"}'),
+    DmeMetric(
+        "gpu_junction_temperature", "°C", "amdgpu_temperature_celsius", 'amdgpu_temperature_celsius{sensor="junction"}'
+    ),
+    DmeMetric(
+        "gpu_memory_temperature", "°C", "amdgpu_temperature_celsius", 'amdgpu_temperature_celsius{sensor="memory"}'
+    ),
+    DmeMetric(
+        "gpu_hbm_temperature",
+        "°C",
+        "amdgpu_temperature_celsius",
+        'label_replace(amdgpu_temperature_celsius{sensor=~"hbm[0-9]+"}, "hbm_index", "$1", "sensor", "hbm([0-9]+)")',
+        "one series per HBM stack, label hbm_index",
+    ),
+    DmeMetric("gpu_package_power", "W", "amdgpu_power_watts", "amdgpu_power_watts"),
+    DmeMetric(
+        "gpu_average_package_power",
+        "W",
+        "amdgpu_power_watts",
+        "amdgpu_power_watts",
+        "the same series as gpu_package_power: the kernel gives one power value per device",
+    ),
+    DmeMetric("gpu_energy_consumed", "µJ", "amdgpu_energy_joules", "amdgpu_energy_joules_total * 1e6"),
+    DmeMetric("gpu_gfx_activity", "%", "amdgpu_busy_ratio", 'amdgpu_busy_ratio{engine="gfx"} * 100'),
+    DmeMetric(
+        "gpu_gfx_busy_instantaneous",
+        "%",
+        "amdgpu_busy_ratio",
+        'amdgpu_busy_ratio{engine="gfx"} * 100',
+        "one series per device (DME: one per compute core of a partition)",
+    ),
+    DmeMetric("gpu_used_vram", "MB", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'),
+    DmeMetric(
+        "gpu_total_vram",
+        "MB",
+        "amdgpu_memory_total_bytes",
+        'amdgpu_memory_total_bytes{pool="vram"} / 1048576',
+    ),
+    DmeMetric(
+        "gpu_ecc_correct_total",
+        "errors",
+        "amdgpu_ecc_errors",
+        'sum without (block, type) (amdgpu_ecc_errors_total{type="correctable"})',
+        "the sum over RAS blocks",
+    ),
+    DmeMetric(
+        "gpu_ecc_uncorrect_total",
+        "errors",
+        "amdgpu_ecc_errors",
+        'sum without (block, type) (amdgpu_ecc_errors_total{type="uncorrectable"})',
+        "the sum over RAS blocks",
+    ),
+    DmeMetric(
+        "pcie_max_speed",
+        "GT/s",
+        "amdgpu_pcie_max_link_transfers_per_second",
+        "amdgpu_pcie_max_link_transfers_per_second / 1e9",
+    ),
+    DmeMetric(
+        "pcie_bandwidth",
+        "Mb/s",
+        "amdgpu_pcie_bandwidth_bytes_per_second",
+        "amdgpu_pcie_bandwidth_bytes_per_second * 8 / 1e6",
+    ),
+    DmeMetric("pcie_replay_count", "count", "amdgpu_pcie_replays", "amdgpu_pcie_replays_total"),
+    DmeMetric("pcie_recovery_count", "count", "amdgpu_pcie_recoveries", "amdgpu_pcie_recoveries_total"),
+    DmeMetric("pcie_nack_sent_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="sent"}'),
+    DmeMetric("pcie_nack_received_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="received"}'),
+    DmeMetric("pcie_replay_rollover_count", "count", None, None, _NO_ROLLOVER),
+    DmeMetric("gpu_prof_sm_active", "%", None, None, _PROFILER),
+    DmeMetric("gpu_prof_occupancy_per_cu", "waves per CU", None, None, _PROFILER),
+    DmeMetric("gpu_prof_occupancy_per_active_cu", "waves per CU", None, None, _PROFILER),
+    DmeMetric("gpu_prof_simd_utilization", "0-1", None, None, _PROFILER),
+    DmeMetric("gpu_prof_tensor_active_percent", "%", None, None, _PROFILER),
+    DmeMetric("gpu_prof_gui_util_percent", "%", None, None, _PROFILER),
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "migrating-from-dme.md"
+RULES = ROOT / "deploy" / "prometheus" / "dme-compat.rules.yml"
+BEGIN = "<!-- dme-reference:begin (generated by python -m exporter.exposition.dme_reference --write) -->"
+END = "<!-- dme-reference:end -->"
+
+
+def sourced() -> tuple[DmeMetric, ...]:
+    return tuple(metric for metric in DME_METRICS if metric.source is not None)
+
+
+def render_table() -> str:
+    specs = {spec.name: spec for spec in METRICS}
+    rows = [
+        "| DME metric | DME unit | this exporter's family | type | unit | labels | computed as / why not |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for metric in DME_METRICS:
+        if metric.family is None:
+            rows.append(f"| `{metric.name}` | {metric.unit} | none | | | | {metric.note} |")
+            continue
+        spec = specs[metric.family]
+        how = f"`{metric.source}`" + (f"; {metric.note}" if metric.note else "")
+        rows.append(
+            f"| `{metric.name}` | {metric.unit} | `{spec.exposed_name}` | {spec.kind} | {spec.unit} | "
+            f"{', '.join(spec.labels)} | {how.replace('|', '&#124;')} |"
+        )
+    rows += ["", "| DME label | from this exporter's label |", "|---|---|"]
+    rows += [f"| `{dme}` | `{ours}` |" for dme, ours in DME_LABELS]
+    rows += [f"| `{label}` | `{label}` (the same) |" for label in PASSED_THROUGH]
+    return "\n".join([BEGIN, *rows, END])
+
+
+def replace_table(doc: str) -> str:
+    start, end = doc.find(BEGIN), doc.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{DOC.name} has no dme-reference markers")
+    return doc[:start] + render_table() + doc[end + len(END) :]
+
+
+def _renamed(expr: str) -> str:
+    for dme, ours in DME_LABELS:
+        expr = f'label_replace({expr}, "{dme}", "$1", "{ours}", "(.*)")'
+    return expr
+
+
+def render_rules() -> str:
+    identity = ", ".join(dme for dme, _ in DME_LABELS)
+    without_attribution = f"max without ({', '.join(ATTRIBUTION)}) (amdgpu_device_info)"
+    lines = [
+        "# GENERATED by `python -m exporter.exposition.dme_reference --write` from its DME_METRICS table; edit",
+        "# that table, not this file (a unit test fails when they differ). docs/migrating-from-dme.md explains.",
+        "#",
+        "# Recording rules giving AMD device-metrics-exporter's metric names, units and labels from",
+        "# amdgpu-exporter's series, so DME's dashboards and alerts keep working during a migration.",
+        "# Needs the `node` target label of the documented scrape configs (-> hostname); cluster_name, job_id",
+        "# and pod pass through when the target or the exporter sets them. Delete this file after the move.",
+        "groups:",
+        "  - name: dme-compat",
+        "    rules:",
+        "      # DME's identity labels for each device, once: every rule below joins this one series per GPU.",
+        f"      - record: {IDENTITY_SERIES}",
+        "        expr: >-",
+        f"          {_renamed(without_attribution)}",
+    ]
+    for metric in sourced():
+        assert metric.source is not None
+        lines.append(f"      - record: {metric.name}")
+        if metric.per_gpu:
+            lines += [
+                "        expr: >-",
+                f"          ({metric.source})",
+                f"          * on (instance, job, gpu) group_left ({identity})",
+                f"          {IDENTITY_SERIES}",
+            ]
+        else:
+            lines += ["        expr: >-", f'          label_replace({metric.source}, "hostname", "$1", "node", "(.*)")']
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--write"]:
+        DOC.write_text(replace_table(DOC.read_text(encoding="utf-8")), encoding="utf-8")
+        RULES.write_text(render_rules(), encoding="utf-8")
+    else:
+        print(render_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
