@@ -296,7 +296,7 @@ OPTIONS: tuple[Option, ...] = (
         "alerting.clock-tool",
         _choice("auto", "rocm-smi", "amd-smi"),
         "auto",
-        "tool the clock-down commands are written for; auto is rocm-smi, else amd-smi, found on PATH",
+        "tool the clock-down commands are written for; auto: amd-smi on ROCm 6+ or MI300-class, else rocm-smi",
     ),
     Option("log.level", _choice("debug", "info", "warn", "error"), "info", "log level"),
     Option(

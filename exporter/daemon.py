@@ -24,7 +24,7 @@ from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings, node_name
 from exporter.configcheck import RELOADABLE, changed_options, reload_settings
 from exporter.log import configure_logging, get_logger
-from exporter.model import HostInfo
+from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
@@ -61,8 +61,8 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> int:
-    """The first discovery, bounded; the device count.
+async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float) -> Sequence[DeviceIdentity]:
+    """The first discovery, bounded; the devices found.
 
     With a hung GPU: each card's identity is read against the read deadline, so a card that hangs
     is served as down (amdgpu_up 0, reason identify_timeout) with the others up, and identified by
@@ -83,7 +83,7 @@ async def discover_at_start(poller: Poller, sysfs_root: str, read_timeout: float
             "(vendor 0x1002); to try the exporter without a GPU run: amdgpu-exporter --demo"
         )
     log.debug("discovered", devices=[d.pci_bus_id for d in devices], sysfs=sysfs_root)
-    return len(devices)
+    return devices
 
 
 def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) -> AlertmanagerPusher | None:
@@ -198,7 +198,8 @@ async def serve(settings: Settings) -> None:
             source_name=source_name,
         )
         stack.callback(poller.close)
-        device_count = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        devices = await discover_at_start(poller, sysfs_root, settings.read_timeout)
+        device_count = len(devices)
         host_info = await read_host_info(sysfs_root)
         # logged once devices are found: on a host without a GPU the one-sentence error is all there is
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
@@ -208,7 +209,11 @@ async def serve(settings: Settings) -> None:
         if fast is not None:
             stack.callback(fast.stop)
             fast.start()
-        clock_tool = find_tool(settings.alerting_clock_tool)
+        clock_tool = find_tool(
+            settings.alerting_clock_tool,
+            asics=[identity.asic for identity in devices],
+            rocm_versions=[version for _, version in host_info.rocm] if host_info is not None else (),
+        )
         attribution = AttributionSources(settings, sysfs_root)
         if attribution.enabled:
             attribution.start()

@@ -10,7 +10,8 @@
 
 Starts, all on 127.0.0.1 with their data in one temporary folder:
   - amdgpu-exporter --demo with a thermal excursion on one GCD, pushing its own alerts to Alertmanager
-    (--alertmanager.url);
+    (--alertmanager.url): the one page for the excursion (Prometheus's forwarded AMDGPUDaemonAlert
+    stands back while the push gets through; --no-push makes it the page);
   - Debian's prometheus, scraping it every second and evaluating the shipped
     deploy/prometheus/amdgpu-exporter.rules.yml;
   - Debian's prometheus-alertmanager with the shipped deploy/alertmanager/alertmanager.yml routing tree,
@@ -520,7 +521,11 @@ def banner(stack: Stack) -> str:
             f"What to expect: the excursion's GCD passes {daemon_rule['threshold']:g} °C"
             " within about 10 s of the excursion's start;",
             f"the exporter's {daemon_rule['alert']} fires {daemon_rule['for']} later and {direct};",
-            f"Prometheus forwards it as AMDGPUDaemonAlert after its own for: {prometheus_for}.",
+            (
+                "one page: Prometheus's AMDGPUDaemonAlert stands back while the push gets through."
+                if c.push
+                else f"Prometheus forwards it as AMDGPUDaemonAlert after its own for: {prometheus_for}."
+            ),
             "demo stack ready; Ctrl-C stops everything",
         ]
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # A pp_dpm_sclk of at most this many lines is a fine-grained range (SMU 13, Aldebaran and MI300:
@@ -78,12 +78,28 @@ def next_ceiling(
     return Ceiling(mhz=mhz, at_floor=mhz <= lowest)
 
 
-def find_tool(preference: str = "auto") -> str:
-    """The tool the commands are written for: as configured, else rocm-smi or amd-smi found on PATH
-    (rocm-smi when neither is: it is what the field notes use)."""
+# The ASICs amd-smi drives and rocm-smi only partly does (DeviceIdentity.asic: MI300X / MI300A /
+# MI325X, MI350): amd-smi is AMD's tool for them.
+AMD_SMI_ASICS = frozenset({"aqua_vanjaram", "gfx950"})
+
+
+def find_tool(preference: str = "auto", *, asics: Iterable[str] = (), rocm_versions: Iterable[str] = ()) -> str:
+    """The tool the commands are written for: as configured; with "auto", amd-smi when it is on PATH
+    and can drive the device (a ROCm 6 or later install, or an MI300-class ASIC), else rocm-smi when
+    it is on PATH, else amd-smi when it is, else rocm-smi (what the field notes use)."""
     if preference in TOOLS:
         return preference
-    return next((tool for tool in TOOLS if shutil.which(tool) is not None), TOOLS[0])
+    on_path = {tool for tool in TOOLS if shutil.which(tool) is not None}
+    modern = any(_major(version) >= 6 for version in rocm_versions) or any(asic in AMD_SMI_ASICS for asic in asics)
+    if "amd-smi" in on_path and (modern or "rocm-smi" not in on_path):
+        return "amd-smi"
+    return "rocm-smi"
+
+
+def _major(version: str) -> int:
+    """6 for '6.4.1'; 0 when the text does not start with a number."""
+    head = version.strip().split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def set_ceiling_command(tool: str, smi_index: int, pci_bus_id: str, min_mhz: int, max_mhz: int) -> str:

@@ -12,9 +12,11 @@ Semantics of one rule on one device:
   still fires; it fires at the first breaching sample once `for` has passed since it went pending.
 - firing lasts until the value clears: 84..86 °C around an 85/80 rule never flaps the alert.
 - clock_down: firing suggests a ceiling one step (step_ratio) below what the device does now (its
-  current gfx clock); each further step_interval with the value still breaching suggests one step
-  below the lower of that clock and the last ceiling, never below floor_ratio of the gfx clock max
-  (alerting/clockdown.py has the rules of the ceiling).
+  current gfx clock); a further step comes only once that ceiling was applied (the device's gfx clock
+  maximum reads at or below it), step_interval after the last one and with the value still
+  breaching: one step below the lower of the clock and the ceiling, never below floor_ratio of the
+  gfx clock max at firing (alerting/clockdown.py has the rules of the ceiling). A suggestion nobody
+  applied is not stepped down again: it stays as it is until the alert clears.
 - when a clock-down alert resolves, the suggestion becomes the restore advice (the undo command);
   it stays until the value has been on the cool side of clear_threshold for restore_after.
 - a rule's asic_overrides give a device of that ASIC other thresholds and durations.
@@ -226,11 +228,26 @@ def _continue_firing(ctx: _Context, state: AlertState) -> tuple[AlertState, Tran
         last_step = state.clock_down_stepped_at if state.clock_down_stepped_at is not None else ctx.clock
         if not ctx.rule.breaches(ctx.value) or ctx.clock - last_step < action.step_interval_seconds:
             return state, None
+        if not _ceiling_applied(ctx, previous):
+            # Nobody set the ceiling advised: a lower one would only be another unapplied suggestion.
+            return state, None
     ceiling = _next_ceiling(ctx, action, previous=previous, reference=reference)
     if ceiling is None or (previous is not None and ceiling.mhz * 1e6 >= previous):
         return state, None  # at the floor: nothing lower to suggest
     stepped = _with_clock_down(ctx, state, ceiling, reference, ctx.clock)
     return stepped, _transition(ctx, stepped, "clock_down_step")
+
+
+# How far above a suggested ceiling the device's gfx clock maximum may read and still count as set
+# to it: the tools take whole MHz, the kernel prints whole MHz.
+APPLIED_TOLERANCE_HERTZ = 1e6
+
+
+def _ceiling_applied(ctx: _Context, suggested: float) -> bool:
+    """Whether the device's gfx clock ceiling (its observed maximum, the top of pp_dpm_sclk) is at or
+    below the ceiling suggested: the only sign that someone applied it."""
+    observed = ctx.gfx_clock_max
+    return observed is not None and observed <= suggested + APPLIED_TOLERANCE_HERTZ
 
 
 def _clear(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition]:
@@ -271,8 +288,11 @@ def _cooling(ctx: _Context, state: AlertState) -> tuple[AlertState, Transition |
 
 
 def _next_ceiling(ctx: _Context, action: ClockDown, previous: float | None, reference: float | None) -> Ceiling | None:
+    # What the device does now: its gfx clock, never above the ceiling it holds (one set lower than
+    # the suggestion is where the next step starts).
+    held = [h for h in (ctx.gfx_clock, ctx.gfx_clock_max if previous is not None else None) if h is not None]
     return next_ceiling(
-        current_hertz=ctx.gfx_clock,
+        current_hertz=min(held) if held else None,
         previous_ceiling_hertz=previous,
         max_hertz=reference,
         levels_hertz=ctx.gfx_levels,

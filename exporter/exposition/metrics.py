@@ -181,6 +181,13 @@ def _suggested_ceiling(published: Published) -> Pairs:
     return sorted(ceiling_by_gpu.items())
 
 
+def _suggested_commands(published: Published) -> Pairs:
+    # One series per firing alert with a command; a new step changes the command and so the series.
+    for alert in published.alerts:
+        if alert.firing and alert.suggested_command:
+            yield (alert.gpu, alert.alert, alert.suggested_command, alert.undo_command), 1
+
+
 def _window(family: str, keyed: bool) -> Values:
     """One window family: every device's (family, key) stats from the snapshot's fast-sampler windows."""
 
@@ -496,6 +503,14 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "amdgpu_suggested_gfx_clock_max_hertz", "Suggested gfx clock ceiling.", _cycle(_suggested_ceiling), ("gpu",)
+    ),
+    MetricSpec(
+        "amdgpu_alert_suggestion_info",
+        "The command of a firing in-daemon alert's suggestion and the one command that undoes it.",
+        _cycle(_suggested_commands),
+        ("gpu", "alert", "suggested_command", "undo_command"),
+        # Only while a suggestion with a command fires: Prometheus's forwarded alert reads it.
+        omit_when_empty=True,
     ),
     MetricSpec(
         "amdgpu_exporter_build_info",

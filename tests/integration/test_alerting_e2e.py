@@ -10,9 +10,11 @@ data in a temporary folder:
                                                                                          (shipped routing tree)
                                                                                           -> webhook in this test
 
-Both paths run at once from one exporter; their alerts differ by alertname and instance, so Alertmanager
-keeps them apart (in production one would use one path or the other). The pages must name GPU 3 and carry
-the clock-down suggestion.
+With the push on (the demo stack's default) the push is the page and Prometheus's forwarded copy stands
+back (its expression drops the alerts of an exporter that pushes and whose posts get through): one
+thermal excursion is exactly one notification. A second stack without the push (Prometheus only)
+pages through AMDGPUDaemonAlert, with the suggested command and its undo. The pages must name GPU 3
+and carry the clock-down suggestion.
 
 Shortened `for:`: the shipped in-daemon rule waits 60 s and the shipped AMDGPUDaemonAlert 1 m, so one
 page would take over two minutes. The stack runs copies, written into the temp dir by demo_stack, with
@@ -198,13 +200,29 @@ def quiet_until(since: float, seconds: float) -> None:
     time.sleep(max(0.0, since + seconds - time.time()))
 
 
+# Alertmanager timings of the stacks below (the shipped routing tree's are 30 s / 5 m).
+GROUP_WAIT_S = 0.1
+GROUP_INTERVAL_S = 1.0
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """The demo stack as `demo_stack.py --fast` runs it: the exporter pushes, Prometheus forwards."""
+    yield from start_run(tmp_path_factory, push=True)
+
+
+@pytest.fixture(scope="module")
+def forwarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """The same without the push (`--no-push`): Prometheus's AMDGPUDaemonAlert is the page."""
+    yield from start_run(tmp_path_factory, push=False)
+
+
+def start_run(tmp_path_factory: pytest.TempPathFactory, push: bool) -> Iterator[Run]:
     prometheus = require_tool(demo.PROMETHEUS)
     alertmanager = require_tool(demo.ALERTMANAGER)
     exporter = Path(sys.executable).parent / "amdgpu-exporter"
     assert exporter.exists(), f"{exporter} is missing: pip install -e . into the venv"
-    workdir = tmp_path_factory.mktemp("alerting-e2e")
+    workdir = tmp_path_factory.mktemp("alerting-e2e-push" if push else "alerting-e2e-forwarded")
     truth_file = workdir / "truth.json"
     page_log = io.StringIO()
     config = demo.StackConfig(
@@ -216,9 +234,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         scenario=SCENARIO,
         interval="1s",
         for_scale=FOR_SCALE,
-        push=True,
-        group_wait="100ms",
-        group_interval="1s",
+        push=push,
+        group_wait=demo.scaled_duration(GROUP_WAIT_S, 1.0),
+        group_interval=demo.scaled_duration(GROUP_INTERVAL_S, 1.0),
         exporter_args=(f"--demo.truth-file={truth_file}", "--alerting.clock-tool=rocm-smi"),
         page_log=page_log,
     )
@@ -277,7 +295,8 @@ def test_the_stack_runs_the_shipped_rules_with_only_the_for_durations_shortened(
     assert not broken
 
 
-def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) -> None:
+def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(forwarded: Run) -> None:
+    run = forwarded
     stack = run.stack
     page = run.wait_for_page("AMDGPUDaemonAlert", stack.scrape_instance)
     labels, annotations = page.labels, page.annotations
@@ -304,6 +323,10 @@ def test_prometheus_path_pages_the_hot_gpu_with_the_clock_down_suggestion(run: R
     assert f"Suggested gfx clock ceiling: {humanized}Hz ({ratio * 100:.4g}% below the maximum)" in (
         " ".join(annotations["description"].split())
     )
+    # ... and the command and its undo, as the exporter wrote them.
+    assert annotations["suggested_command"] == api_alert["suggested_command"]
+    assert annotations["suggested_command"].startswith(f"rocm-smi -d {HOT_GPU} --autorespond yes --setsrange 500 ")
+    assert annotations["undo_command"] == api_alert["undo_command"] == f"rocm-smi -d {HOT_GPU} --resetclocks"
     # The page names the node (the scrape target's `node` label) and the device by index and PCI address.
     assert labels["node"] == stack.node
     pci_bus_id = run.truth_device()["identity"]["pci_bus_id"]
@@ -366,13 +389,54 @@ def test_direct_push_pages_the_hot_gpu_with_the_clock_down_suggestion(run: Run) 
     assert delay >= run.daemon_rule.for_seconds - 0.1
 
 
+def prometheus_query(stack: Any, query: str) -> list[dict[str, Any]]:
+    reply = httpx.get(f"{stack.prometheus_url}/api/v1/query", params={"query": query}, timeout=5).json()
+    assert reply["status"] == "success", reply
+    return list(reply["data"]["result"])
+
+
+def test_one_thermal_excursion_is_one_notification(run: Run) -> None:
+    """The demo stack with the push on: the exporter's push pages, Prometheus's forwarded copy stands back."""
+    stack = run.stack
+    page = run.wait_for_page(run.daemon_rule.alert, stack.push_instance)
+    hot = f'gpu="{HOT_GPU}"'
+    # Prometheus sees the in-daemon alert firing and that the exporter pushes with no failed post.
+    wait_until(
+        lambda: prometheus_query(stack, f"amdgpu_alert_firing{{{hot}}} == 1"), 10, "amdgpu_alert_firing in Prometheus"
+    )
+    seen_firing_at = time.time()
+    [failed] = prometheus_query(stack, 'amdgpu_exporter_alertmanager_notifications_total{result="failed"}')
+    assert failed["value"][1] == "0"
+    # Were the forwarded copy going to page, it would fire one for: after Prometheus saw the series
+    # (plus one evaluation interval), reach Alertmanager at once and be sent group_wait later. The
+    # margin (1 s plus another evaluation) covers the scrape and the webhook's own delivery.
+    interval = demo.duration_seconds(stack.config.interval)
+    margin = 1.0 + interval
+    quiet_until(seen_firing_at, run.prometheus_for + interval + GROUP_WAIT_S + margin)
+    # The rule ran all along and stood back: nothing pending or firing, no error.
+    assert prometheus_query(stack, 'ALERTS{alertname="AMDGPUDaemonAlert"}') == []
+    rules = httpx.get(f"{stack.prometheus_url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    [forwarding] = [r for g in rules for r in g["rules"] if r["name"] == "AMDGPUDaemonAlert"]
+    assert forwarding["health"] == "ok" and forwarding["state"] == "inactive", forwarding
+    # Still hot, and exactly one notification about it reached any receiver: the push, with the command.
+    assert prometheus_query(stack, f"amdgpu_alert_firing{{{hot}}} == 1")
+    about_the_hot_gpu = [
+        n
+        for n in stack.receiver.notifications
+        if n.status == "firing" and any(a.labels.get("gpu") == str(HOT_GPU) for a in n.alerts)
+    ]
+    assert len(about_the_hot_gpu) == 1, [(n.receiver, n.group_labels) for n in about_the_hot_gpu]
+    [alert] = about_the_hot_gpu[0].alerts
+    assert alert.labels["alertname"] == run.daemon_rule.alert and alert.received_at == page.received_at
+    assert alert.annotations["suggested_command"] and alert.annotations["undo_command"]
+
+
 IDENTIFYING_LABELS = ("node", "gpu", "pci_bus_id")  # docs/alert-labels.md
 
 
-def test_both_paths_page_the_hot_gpu_with_the_same_identifying_labels(run: Run) -> None:
-    stack = run.stack
-    through_prometheus = run.wait_for_page("AMDGPUDaemonAlert", stack.scrape_instance)
-    pushed_page = run.wait_for_page(run.daemon_rule.alert, stack.push_instance)
+def test_both_paths_page_the_hot_gpu_with_the_same_identifying_labels(run: Run, forwarded: Run) -> None:
+    through_prometheus = forwarded.wait_for_page("AMDGPUDaemonAlert", forwarded.stack.scrape_instance)
+    pushed_page = run.wait_for_page(run.daemon_rule.alert, run.stack.push_instance)
     assert {k: through_prometheus.labels.get(k) for k in IDENTIFYING_LABELS} == {
         k: pushed_page.labels.get(k) for k in IDENTIFYING_LABELS
     }
@@ -658,12 +722,16 @@ def test_a_whole_node_cooling_fault_on_8_gpus_pages_once(tmp_path: Path) -> None
         assert len({a.labels["pci_bus_id"] for a in page.alerts}) == len(ALL_GPUS)
         assert all(a.annotations["summary"].endswith("is at its junction critical limit") for a in page.alerts)
 
-        # The same GPUs' warnings through Prometheus (near critical, the forwarded in-daemon rule) and
-        # pushed by the daemon itself (its junction rule) are inhibited now: nothing more reaches anyone
-        # for this node while the critical holds.
+        # The same GPUs' warnings through Prometheus (near critical) and pushed by the daemon itself (its
+        # junction rule; the forwarded copy stands back while the push gets through) are inhibited now:
+        # nothing more reaches anyone for this node while the critical holds.
         alerts = httpx.get(f"{stack.alertmanager_url}/api/v2/alerts", timeout=5).json()
         warnings = [a for a in alerts if a["labels"].get("node") == stack.node and a["labels"]["severity"] == "warning"]
-        assert {a["labels"]["alertname"] for a in warnings} >= {"AMDGPUDaemonAlert", "GpuJunctionTemperatureHigh"}
+        names = {a["labels"]["alertname"] for a in warnings}
+        assert (
+            names >= {"AMDGPUTemperatureNearCritical", "GpuJunctionTemperatureHigh"}
+            and "AMDGPUDaemonAlert" not in names
+        )
         loose = [(a["labels"]["alertname"], a["labels"]["gpu"]) for a in warnings if not a["status"]["inhibitedBy"]]
         assert not loose
         assert len(pages()) == 1

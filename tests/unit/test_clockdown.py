@@ -151,11 +151,23 @@ def test_the_tool_is_the_one_on_path(tmp_path: pytest.TempPathFactory, monkeypat
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     assert find_tool("auto") == "rocm-smi"  # neither: the field notes' tool
-    tool = bin_dir / "amd-smi"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(0o755)
-    assert find_tool("auto") == "amd-smi"
-    assert find_tool("rocm-smi") == "rocm-smi"
+    assert find_tool("auto", asics=["aqua_vanjaram"], rocm_versions=["6.4.1"]) == "rocm-smi"
+    for name in ("amd-smi", "rocm-smi"):
+        tool = bin_dir / name
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+        if name == "amd-smi":
+            assert find_tool("auto") == "amd-smi"  # the only one there
+    # Both on PATH: amd-smi where it drives the device (ROCm 6 or later, or an MI300-class part).
+    assert find_tool("auto", asics=["aldebaran"], rocm_versions=["6.2.0"]) == "amd-smi"
+    assert find_tool("auto", asics=["aldebaran", "aqua_vanjaram"]) == "amd-smi"
+    assert find_tool("auto", asics=["gfx950"]) == "amd-smi"
+    # An MI250X host with ROCm 5 (or no /opt/rocm version to tell): rocm-smi.
+    assert find_tool("auto", asics=["aldebaran"], rocm_versions=["5.7.1"]) == "rocm-smi"
+    assert find_tool("auto", asics=["aldebaran"], rocm_versions=["unknown"]) == "rocm-smi"
+    assert find_tool("auto") == "rocm-smi"
+    assert find_tool("rocm-smi", asics=["aqua_vanjaram"]) == "rocm-smi"
+    assert find_tool("amd-smi") == "amd-smi"
 
 
 def test_the_runbook_gives_the_same_undo_as_the_daemon() -> None:

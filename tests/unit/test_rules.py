@@ -85,6 +85,13 @@ class Run:
     def junction(self, at: float, celsius: float | None, **kwargs: object) -> tuple[Transition, ...]:
         return self.feed(snap(at, device(junction=celsius, **kwargs)))  # type: ignore[arg-type]
 
+    def applied(self, at: float, celsius: float | None, **kwargs: object) -> tuple[Transition, ...]:
+        """A sample from a device whose operator applied every ceiling suggested so far: its gfx clock
+        maximum reads as the last suggested ceiling."""
+        suggested = [s.suggested_gfx_clock_max_hertz for s in self.states if s.gpu == 0]
+        kwargs.setdefault("gfx_max", suggested[0] if suggested and suggested[0] is not None else GFX_MAX)
+        return self.junction(at, celsius, **kwargs)
+
     def state(self, gpu: int = 0) -> AlertState:
         (found,) = [s for s in self.states if s.gpu == gpu]
         return found
@@ -199,7 +206,7 @@ def test_flapping_between_84_and_86_does_not_flap_the_alert() -> None:
     fire(run)
     run.transitions.clear()
     for i in range(1, 600):
-        run.junction(60 + i, 86.0 if i % 2 else 84.0)
+        run.applied(60 + i, 86.0 if i % 2 else 84.0)
         assert run.state().firing
     assert set(run.kinds()) == {"clock_down_step"}
 
@@ -210,7 +217,7 @@ def test_steps_five_percent_each_period_while_hot_up_to_the_floor() -> None:
     ratios = [run.state().clock_down_ratio]
     ceilings = [run.state().suggested_gfx_clock_max_hertz]
     for t in range(61, 60 + 60 * 10):
-        for transition in run.junction(t, 90.0):
+        for transition in run.applied(t, 90.0):
             assert transition.kind == "clock_down_step"
             assert (t - 60) % 60 == 0, "a step comes one step_interval after the last one"
             ratios.append(run.state().clock_down_ratio)
@@ -227,12 +234,12 @@ def test_no_step_while_in_the_hysteresis_band() -> None:
     run = Run()
     fire(run)
     for t in range(61, 400):
-        assert run.junction(t, 82.0) == ()
+        assert run.applied(t, 82.0) == ()
     assert run.state().clock_down_ratio == pytest.approx(0.05)
     # Hot again: the step is overdue, so it comes at once, and then one interval later.
-    assert [t.kind for t in run.junction(400, 86.0)] == ["clock_down_step"]
-    assert run.junction(459, 86.0) == ()
-    assert [t.kind for t in run.junction(460, 86.0)] == ["clock_down_step"]
+    assert [t.kind for t in run.applied(400, 86.0)] == ["clock_down_step"]
+    assert run.applied(459, 86.0) == ()
+    assert [t.kind for t in run.applied(460, 86.0)] == ["clock_down_step"]
 
 
 def test_steps_start_from_what_the_device_does_now_never_above_it() -> None:
@@ -243,13 +250,36 @@ def test_steps_start_from_what_the_device_does_now_never_above_it() -> None:
     state = run.state()
     assert state.suggested_gfx_clock_max_hertz == 1548 * MHZ
     assert state.clock_down_ratio == pytest.approx(1 - 1548 / 1700)
-    # It has throttled further to 1400 MHz by the next step: the step starts there.
-    run.junction(120, 90.0, clocks_hertz=frozen_map({"gfx": 1400 * MHZ}))
+    # Applied, and it has throttled further to 1400 MHz by the next step: the step starts there.
+    run.applied(120, 90.0, clocks_hertz=frozen_map({"gfx": 1400 * MHZ}))
     assert run.state().suggested_gfx_clock_max_hertz == 1330 * MHZ
-    # Back up to 1600 MHz (someone removed the ceiling): never above the ceiling advised before.
-    run.junction(180, 90.0, clocks_hertz=frozen_map({"gfx": 1600 * MHZ}))
+    # Applied, the clock reads 1600 MHz: never above the ceiling advised before.
+    run.applied(180, 90.0, clocks_hertz=frozen_map({"gfx": 1600 * MHZ}))
     assert run.state().suggested_gfx_clock_max_hertz == 1275 * MHZ  # 1263 is below the 75 % floor
     assert run.state().reference_gfx_clock_max_hertz == GFX_MAX
+
+
+def test_a_suggestion_nobody_applied_is_not_stepped_down_again() -> None:
+    run = Run()
+    hot = frozen_map({"gfx": 1643 * MHZ})
+    run.junction(0, 90.0, clocks_hertz=hot)
+    run.junction(60, 90.0, clocks_hertz=hot)
+    assert run.state().suggested_gfx_clock_max_hertz == 1560 * MHZ
+    # Ten minutes hot with the ceiling still at 1700 MHz: the same suggestion, no step.
+    for t in range(61, 660):
+        assert run.junction(t, 90.0, clocks_hertz=hot) == ()
+    assert run.state().suggested_gfx_clock_max_hertz == 1560 * MHZ
+    assert run.state().suggested_command.endswith("--setsrange 500 1560")
+    # A ceiling lowered only part of the way (1600 MHz) is not the suggestion applied either.
+    assert run.junction(660, 90.0, clocks_hertz=hot, gfx_max=1600 * MHZ) == ()
+    # Applied (the maximum reads 1560 MHz; the clock follows): the next step at once, from there.
+    (step,) = run.junction(661, 90.0, clocks_hertz=frozen_map({"gfx": 1560 * MHZ}), gfx_max=1560 * MHZ)
+    assert step.kind == "clock_down_step" and step.suggested_gfx_clock_max_hertz == 1482 * MHZ
+    # The ratio is still against the maximum at firing, not against the applied ceiling.
+    assert run.state().clock_down_ratio == pytest.approx(1 - 1482 / 1700)
+    # An operator who set a lower ceiling than suggested (1400 MHz): the next step starts there.
+    (step,) = run.junction(721, 90.0, clocks_hertz=frozen_map({"gfx": 1400 * MHZ}), gfx_max=1400 * MHZ)
+    assert step.suggested_gfx_clock_max_hertz == 1330 * MHZ
 
 
 def test_a_device_already_below_the_floor_gets_no_lower_ceiling() -> None:
@@ -267,13 +297,13 @@ def test_a_discrete_dpm_table_snaps_to_a_real_level() -> None:
     run.junction(0, 90.0, gfx_dpm_levels_hertz=levels)
     run.junction(60, 90.0, gfx_dpm_levels_hertz=levels)
     assert run.state().suggested_gfx_clock_max_hertz == 1550 * MHZ  # 1615 is no level: the one below
-    run.junction(120, 90.0, gfx_dpm_levels_hertz=levels)
+    run.applied(120, 90.0, gfx_dpm_levels_hertz=levels)
     assert run.state().suggested_gfx_clock_max_hertz == 1450 * MHZ
-    run.junction(180, 90.0, gfx_dpm_levels_hertz=levels)
+    run.applied(180, 90.0, gfx_dpm_levels_hertz=levels)
     # 1377 is below 1450; 1300 is above the 1275 floor
     assert run.state().suggested_gfx_clock_max_hertz == 1300 * MHZ
     assert "floor" in run.state().suggestion
-    assert run.junction(240, 90.0, gfx_dpm_levels_hertz=levels) == ()  # no real level left above the floor
+    assert run.applied(240, 90.0, gfx_dpm_levels_hertz=levels) == ()  # no real level left above the floor
 
 
 def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> None:
@@ -294,7 +324,7 @@ def test_unknown_clock_max_gives_a_ratio_without_command_until_it_is_known() -> 
 def test_clears_only_below_80_and_suggests_restoring() -> None:
     run = Run()
     fire(run)
-    run.junction(120, 90.0)  # second step
+    run.applied(120, 90.0)  # second step
     assert run.junction(121, 80.0) == ()
     assert run.state().firing
     (resolved,) = run.junction(122, 79.9)
@@ -632,7 +662,7 @@ def test_a_floor_of_70_percent_stops_the_steps_at_1190_mhz() -> None:
     run = Run((rule,))
     fire(run)
     for t in range(61, 60 + 60 * 12):
-        run.junction(t, 95.0)
+        run.applied(t, 95.0)
     # 1615, 1534, 1457, 1384, 1314, 1248, then the floor 1190
     assert run.kinds().count("clock_down_step") == 6
     assert run.state().clock_down_ratio == pytest.approx(0.30)
