@@ -144,9 +144,10 @@ class Reloader:
         self.counts = counts  # (config | rules, success | failure) -> reloads: amdgpu_exporter_reloads_total
 
     def reload(self) -> None:
-        what = "config"
+        what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
         try:
             settings = reload_settings(self.settings)
+            self.counts["config", "success"] += 1
             what = "rules"
             rules = rules_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
@@ -154,7 +155,7 @@ class Reloader:
             log.error("reload_failed", error=detail, kept="the running config and rules")
             self.counts[what, "failure"] += 1
             return
-        self.counts.update({("config", "success"): 1, ("rules", "success"): 1})
+        self.counts["rules", "success"] += 1
         changed = changed_options(self.settings, settings)
         self.pipeline.replace_rules(rules)
         if settings.log_level != self.settings.log_level:
