@@ -147,7 +147,7 @@ class Reloader:
         what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
         try:
             settings = reload_settings(self.settings)
-            self.counts["config", "success"] += 1
+            self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
             what = "rules"
             rules = rules_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
