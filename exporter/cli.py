@@ -17,8 +17,8 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve
-from exporter.log import configure_logging
+from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve, unknown_environment
+from exporter.log import configure_logging, get_logger
 from exporter.sources.base import StartupError
 
 SUBCOMMANDS: dict[str, str] = {
@@ -134,9 +134,13 @@ def _finish(code: int) -> int:
     return code
 
 
-def _log_level(settings: Settings, quiet_default: str) -> str:
-    """Commands that print for a person log only warnings unless --log.level says otherwise."""
-    return settings.log_level if settings.origins.get("log.level") != "default" else quiet_default
+def _configure_logging(settings: Settings, quiet_default: str) -> None:
+    """Commands that print for a person (quiet_default "warn" or "error") log less unless --log.level
+    says otherwise. Then a typo in an environment variable's name is a warning, not silently ignored."""
+    level = settings.log_level if settings.origins.get("log.level") != "default" else quiet_default
+    configure_logging(level, settings.log_format)
+    for warning in unknown_environment(os.environ):
+        get_logger("exporter.cli").warning("unknown_environment_variable", message=warning)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,16 +164,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 watch = _WATCH(args.watch) if args.watch is not None else None
             except ValueError as error:
                 raise ConfigError(f"--watch: {error}") from error
-            configure_logging(_log_level(settings, "warn"), settings.log_format)
+            _configure_logging(settings, "warn")
             from exporter.operator import snapshot
 
             return _finish(snapshot.run(settings, watch=watch, as_json=args.json))
         if command == "doctor":
-            configure_logging(_log_level(settings, "error"), settings.log_format)
+            _configure_logging(settings, "error")
             from exporter.operator import doctor
 
             return _finish(doctor.run(settings, args))
-        configure_logging(settings.log_level, settings.log_format)
+        _configure_logging(settings, settings.log_level)
         from exporter.daemon import serve
 
         _run_event_loop(serve(settings))

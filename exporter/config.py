@@ -7,6 +7,7 @@ are all derived from its name, so the three can never drift apart.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import socket
@@ -19,6 +20,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node
 
 from exporter import boundedfile, safeyaml
+from exporter.model import IDENTITY_FIELDS
 
 
 class ConfigError(ValueError):
@@ -165,6 +167,16 @@ def _resource_prefix(text: str) -> str:
     return text
 
 
+def _identity_labels(text: str | Sequence[str]) -> tuple[str, ...]:
+    """'serial,product' (or a YAML list) -> ('serial', 'product'): labels of amdgpu_device_info."""
+    names = [str(part).strip() for part in (text.split(",") if isinstance(text, str) else text)]
+    names = [name for name in names if name]
+    unknown = [name for name in names if name not in IDENTITY_FIELDS]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a label of amdgpu_device_info ({', '.join(IDENTITY_FIELDS)})")
+    return tuple(dict.fromkeys(names))
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # "web.listen-address": flag --web.listen-address, env AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS
@@ -237,6 +249,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("web.max-connections", _positive_int, "512", "cap on open HTTP connections (lowered to the file budget)"),
     # --- end web ---
     Option("web.telemetry-path", _telemetry_path, "/metrics", "path of the Prometheus metrics"),
+    Option(
+        "metrics.identity-labels",
+        _identity_labels,
+        "",
+        "labels of amdgpu_device_info to copy onto every per-GPU series, comma-separated (e.g. serial,product,"
+        "pci_bus_id), for tooling that cannot join on gpu; each adds its value to every series' size",
+        default_text="none",
+    ),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys, e.g. a simulator's tree"),
     Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles"),
     Option(
@@ -397,6 +417,7 @@ class Settings:
     web_systemd_socket: bool
     web_max_connections: int
     web_telemetry_path: str
+    metrics_identity_labels: tuple[str, ...]
     path_sysfs: str
     interval: float
     read_timeout: float
@@ -502,6 +523,24 @@ def _construct_node(constructor: SafeConstructor, node: Node, line: str) -> Any:
         return constructor.construct_object(node, deep=True)
     except (ConstructorError, ValueError) as error:
         raise ConfigError(f"{line}: cannot read value: {error}") from error
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each AMDGPU_EXPORTER_* variable that sets no option (a typo is otherwise silently
+    ignored), with the nearest known name."""
+    prefix = "AMDGPU_EXPORTER_"
+    known = [option.env.removeprefix(prefix) for option in OPTIONS] + ["CONFIG_FILE"]
+    warnings = []
+    for name in sorted(name for name in environ if name.startswith(prefix) and name[len(prefix) :] not in known):
+        near = difflib.get_close_matches(name[len(prefix) :], known, n=1, cutoff=0.75)
+        hint = f"; did you mean {prefix}{near[0]}?" if near else ""
+        warnings.append(f"unknown environment variable {name} is ignored{hint}")
+    return warnings
+
+
+def no_flags() -> argparse.Namespace:
+    """The arguments of a command line that gives no option (check-config reads only file and environment)."""
+    return argparse.Namespace(config_file=None, **{option.dest: None for option in OPTIONS})
 
 
 def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:

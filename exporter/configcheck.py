@@ -9,12 +9,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exporter.alerting.rulefile import RulesConfigError, load_rules
-from exporter.config import OPTION_BY_NAME, OPTIONS, ConfigError, Option, Settings, read_config_values
+from exporter.alerting.rulefile import load_rules, rules_of
+from exporter.config import (
+    OPTION_BY_NAME,
+    OPTIONS,
+    ConfigError,
+    Option,
+    Settings,
+    no_flags,
+    read_config_values,
+    resolve,
+    unknown_environment,
+)
+from exporter.log import configure_logging
+from exporter.web.webconfig_reload import WebConfigReloader
 
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
 RELOADABLE = ("rules.file", "log.level")
@@ -65,17 +80,33 @@ def check_rules(path: str) -> str:
     return f"{path}: OK, {len(rules)} rule(s){with_overrides}: {names}"
 
 
-def check_config(path: str) -> str:
-    """`check-config FILE`: the one-line summary; the rule file it names is checked too."""
-    values = read_config_file(path)
-    summary = f"{path}: OK, {len(values)} option(s)"
-    rules_file = values.get("rules.file")
-    if rules_file:
+def check_config(path: str, environ: Mapping[str, str]) -> str:
+    """`check-config FILE`: the one-line summary. Checked as `serve --config.file FILE` would start
+    with this environment: every value (its line named), the rule file, the web config file and the
+    files it names, and that each listen address's host can be bound here (on a free port: a running
+    daemon's port is not in the way)."""
+    values = read_config_file(path)  # first: its errors name the line
+    try:
+        return f"{path}: OK, {len(values)} option(s)" + _check_settings(
+            resolve(no_flags(), {**environ, "AMDGPU_EXPORTER_CONFIG_FILE": path})
+        )
+    except ConfigError as error:
+        raise ConfigError(f"config file {path}: {error}") from error
+
+
+def _check_settings(settings: Settings) -> str:
+    rules = rules_of(settings)
+    summary = f"; rules.file {settings.rules_file}: {len(rules)} rule(s)" if settings.rules_file else ""
+    if settings.web_config_file:
+        web = WebConfigReloader(settings.web_config_file).load()
+        tls, users = "on" if web.ssl_context else "off", len(web.config.basic_auth_users)
+        summary += f"; web.config.file {settings.web_config_file}: TLS {tls}, {users} user(s)"
+    for host, port in () if settings.web_systemd_socket else settings.web_listen_address:
         try:
-            rules = load_rules(Path(rules_file))
-        except RulesConfigError as error:
-            raise ConfigError(f"config file {path}: rules.file: {error}") from error
-        summary += f"; rules.file {rules_file}: {len(rules)} rule(s)"
+            socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET).close()
+        except OSError as error:
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            raise ConfigError(f"web.listen-address {host}:{port}: cannot listen on {host}: {reason}") from error
     return summary
 
 
@@ -86,8 +117,12 @@ def check_main(command: str, argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"amdgpu-exporter {command}", description=f"Check a {what}.")
     parser.add_argument("file", metavar="FILE", help=f"the {what} to check")
     args = parser.parse_args(argv)
+    configure_logging("error", "console")  # the summary line is the output, not the loaders' info lines
     try:
-        print(check_config(args.file) if command == "check-config" else check_rules(args.file))
+        if command == "check-config":
+            for warning in unknown_environment(os.environ):
+                print(f"amdgpu-exporter: warning: {warning}", file=sys.stderr)
+        print(check_config(args.file, os.environ) if command == "check-config" else check_rules(args.file))
     except ConfigError as error:  # RulesConfigError is one
         print(f"amdgpu-exporter: error: {error}", file=sys.stderr)
         return 1

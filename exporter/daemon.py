@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -131,18 +132,24 @@ class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
     invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
 
-    def __init__(self, settings: Settings, pipeline: Pipeline) -> None:
+    def __init__(self, settings: Settings, pipeline: Pipeline, counts: Counter[tuple[str, str]]) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        self.counts = counts  # (config | rules, success | failure) -> reloads: amdgpu_exporter_reloads_total
 
     def reload(self) -> None:
+        what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
         try:
             settings = reload_settings(self.settings)
+            self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
+            what = "rules"
             rules = rules_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
             detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
             log.error("reload_failed", error=detail, kept="the running config and rules")
+            self.counts[what, "failure"] += 1
             return
+        self.counts["rules", "success"] += 1
         changed = changed_options(self.settings, settings)
         self.pipeline.replace_rules(rules)
         if settings.log_level != self.settings.log_level:
@@ -219,6 +226,7 @@ async def serve(settings: Settings) -> None:
             attribution.start()
             stack.callback(attribution.close)
         http_stats = HttpStats()
+        reload_counts: Counter[tuple[str, str]] = Counter()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(
             source_name=source_name,
@@ -231,6 +239,8 @@ async def serve(settings: Settings) -> None:
             health=health,
             fast=fast,
             clock_tool=clock_tool,
+            identity_labels=settings.metrics_identity_labels,
+            reloads=lambda: reload_counts,
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
@@ -255,7 +265,7 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, Reloader(settings, pipeline).reload)
+        loop.add_signal_handler(signal.SIGHUP, Reloader(settings, pipeline, reload_counts).reload)
         scheme = "https" if active_web.ssl_context is not None else "http"
         log.info(
             "listening",

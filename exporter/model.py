@@ -73,6 +73,14 @@ class DeviceIdentity:
         return (self.pci_bus_id, self.unique_id, self.partition)
 
 
+# The labels of amdgpu_device_info, each with the DeviceIdentity field it shows (in /metrics order).
+_IDENTITY_LABELS = "card pci_bus_id unique_id serial product asic package die partition vbios driver"
+IDENTITY_FIELDS: Mapping[str, str] = {
+    label: "driver_version" if label == "driver" else label
+    for label in (*_IDENTITY_LABELS.split(), "compute_partition", "memory_partition")
+}
+
+
 def within(low: float, high: float, low_exclusive: bool = False) -> Any:
     """A scalar Sample field (None: not supplied) whose plausible values are low..high, inclusive
     (above low when `low_exclusive`): sources/plausible.py rejects and counts any other."""
@@ -480,6 +488,7 @@ class ExporterStats:
     stage_failures: Mapping[str, int] = field(default_factory=frozen_map)  # stage -> failures so far
     failing_stages: tuple[str, ...] = ()  # stages whose latest run failed ("rules", "render", "alertmanager")
     web: WebStats | None = None  # None without --web.config.file
+    reloads: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (config|rules, result) -> count
 
 
 @dataclass(frozen=True, slots=True)

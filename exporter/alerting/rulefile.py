@@ -150,6 +150,13 @@ class _RuleFileParser:
     def parse(self, root: Node | None) -> tuple[Rule, ...]:
         if root is None:
             raise RulesConfigError(f"{self.source}: the file is empty; expected a mapping with a 'rules' list")
+        for key_node, _ in root.value if isinstance(root, MappingNode) else ():
+            if isinstance(key_node, ScalarNode) and key_node.value == "groups":
+                self.fail(
+                    key_node,
+                    "this is a Prometheus rule file (top-level 'groups'): check it with `promtool check rules "
+                    f"{self.source}`; the exporter reads in-daemon rule files (a 'rules' list: default_rules.yaml)",
+                )
         top = self.mapping(root, "the file", allowed=("rules",))
         if "rules" not in top:
             self.fail(root, "missing 'rules' (a list of rules)")

@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from exporter import __version__
-from exporter.model import STAGES, Allocation, DeviceState, FastStats, Histogram, HostInfo, Published, Sample, WebStats
+from exporter.model import (
+    IDENTITY_FIELDS,
+    STAGES,
+    Allocation,
+    DeviceState,
+    FastStats,
+    Histogram,
+    HostInfo,
+    Published,
+    Sample,
+    WebStats,
+)
 
 Kind = Literal["gauge", "counter", "histogram"]
 LabelledValue = tuple[tuple[str, ...], float]
@@ -128,23 +139,7 @@ def device(
 
 # --- the getters that are more than one expression -------------------------------------------------
 
-IDENTITY_LABELS = (
-    "card",
-    "pci_bus_id",
-    "unique_id",
-    "serial",
-    "product",
-    "asic",
-    "package",
-    "die",
-    "partition",
-    "vbios",
-    "driver",
-    "compute_partition",
-    "memory_partition",
-)
-# The DeviceIdentity field of each label.
-_IDENTITY_FIELDS = tuple("driver_version" if label == "driver" else label for label in IDENTITY_LABELS)
+IDENTITY_LABELS = tuple(IDENTITY_FIELDS)
 
 
 def _topology(published: Published) -> Pairs:
@@ -186,6 +181,20 @@ def _suggested_commands(published: Published) -> Pairs:
     for alert in published.alerts:
         if alert.firing and alert.suggested_command:
             yield (alert.gpu, alert.alert, alert.suggested_command, alert.undo_command), 1
+
+
+def _reloads(published: Published) -> Pairs:
+    # config and rules always (a failed SIGHUP must be countable from zero), web_config with its file.
+    for what in ("config", "rules"):
+        yield from (
+            ((what, result), published.stats.reloads.get((what, result), 0)) for result in ("failure", "success")
+        )
+    web = published.stats.web
+    if web is not None:
+        yield from (
+            (("web_config", "failure"), web.config_reload_failures),
+            (("web_config", "success"), web.config_reload_successes),
+        )
 
 
 def _window(family: str, keyed: bool) -> Values:
@@ -448,7 +457,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "Identity of a device (always 1); join on gpu for labels. A compute partition of an MI300-class socket "
         "is its own device: partition 0..N-1, the socket's pci_bus_id and package; socket-wide values "
         "(power, energy, temperatures, memory, PCIe, XGMI, ECC) are on partition 0 only.",
-        lambda state: [(tuple(getattr(state.identity, field) for field in _IDENTITY_FIELDS), 1)],
+        lambda state: [(tuple(getattr(state.identity, field) for field in IDENTITY_FIELDS.values()), 1)],
         IDENTITY_LABELS,
     ),
     per_device(
@@ -591,6 +600,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Failures of a pipeline stage (rules, render, alertmanager); /readyz is 503 while one is failing.",
         _cycle(lambda p: [(stage, p.stats.stage_failures.get(stage, 0)) for stage in STAGES]),
         ("stage",),
+        kind="counter",
+    ),
+    MetricSpec(
+        "amdgpu_exporter_reloads",
+        "Re-reads of the config file and the rule file (SIGHUP) and of --web.config.file (on a change), by "
+        "what and result (failure: what runs was kept, the log says why).",
+        _cycle(_reloads),
+        ("what", "result"),
         kind="counter",
     ),
     # The HTTP layer (exporter/web), only with --web.config.file.

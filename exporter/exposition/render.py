@@ -16,7 +16,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.exposition.metrics import METRICS, MetricSpec
 from exporter.exposition.textformat import format_families
-from exporter.model import Histogram, Published
+from exporter.model import IDENTITY_FIELDS, Histogram, Published
 
 
 class RenderedMetrics:
@@ -28,8 +28,9 @@ class RenderedMetrics:
     asks for a format, and every later scrape of that snapshot gets the same bytes.
     """
 
-    def __init__(self, published: Published) -> None:
+    def __init__(self, published: Published, identity_labels: tuple[str, ...] = ()) -> None:
         self._published = published  # immutable, so two cycles can be rendered on different threads
+        self._identity_labels = identity_labels
         self._lock = threading.Lock()
         self._cache: dict[tuple[bool, bool], bytes] = {}
 
@@ -48,7 +49,7 @@ class RenderedMetrics:
                 return found
             plain = self._cache.get((openmetrics, False))
             if plain is None:
-                plain = format_families(families(self._published), openmetrics)
+                plain = format_families(families(self._published, self._identity_labels), openmetrics)
                 self._cache[(openmetrics, False)] = plain
             if gzipped:
                 # Level 5: most of the size win at a fraction of level 9's CPU.
@@ -74,33 +75,40 @@ def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
     return HistogramMetricFamily(spec.name, spec.help, buckets=buckets, sum_value=histogram.total)
 
 
-def families(published: Published) -> Iterator[Metric]:
+def families(published: Published, identity_labels: tuple[str, ...] = ()) -> Iterator[Metric]:
     """The families of the metric table for one Published, in table order.
 
-    With attribution on, every per-GPU family (first label `gpu`) also carries the attribution labels,
-    with the values of the snapshot they are rendered from ("" for a device nobody holds).
+    Every per-GPU family (first label `gpu`) also carries the chosen `identity_labels` it does not
+    have itself (--metrics.identity-labels), then, with attribution on, the attribution labels: with
+    the values of the snapshot they are rendered from ("" for a device nobody holds or not known).
     """
     attribution = published.snapshot.attribution
-    by_gpu: dict[str, tuple[str, ...]] = {}
+    identities = {str(state.gpu): state.identity for state in published.snapshot.devices}
+    by_gpu: dict[tuple[str, tuple[str, ...], bool], tuple[str, ...]] = {}
     for spec in METRICS:
         if spec.kind == "histogram":
             assert spec.histogram is not None
             yield _histogram_family(spec, spec.histogram(published))
             continue
         family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-        attributed = bool(attribution.label_names) and spec.attributed and spec.labels[:1] == ("gpu",)
-        extra = attribution.label_names if attributed else ()
+        per_gpu = spec.labels[:1] == ("gpu",)
+        identity = tuple(name for name in identity_labels if name not in spec.labels) if per_gpu else ()
+        attributed = bool(attribution.label_names) and spec.attributed and per_gpu
+        extra = (*identity, *(attribution.label_names if attributed else ()))
         family = family_type(spec.name, spec.help, labels=(*spec.labels, *extra))
         for labels, value in spec.values(published):
-            if attributed:
-                if labels[0] not in by_gpu:
-                    by_gpu[labels[0]] = attribution.values_for(int(labels[0]))
-                labels = (*labels, *by_gpu[labels[0]])
+            if extra:
+                key = (labels[0], identity, attributed)
+                if key not in by_gpu:
+                    found = identities.get(labels[0])
+                    shown = tuple(str(getattr(found, IDENTITY_FIELDS[name])) if found else "" for name in identity)
+                    by_gpu[key] = (*shown, *(attribution.values_for(int(labels[0])) if attributed else ()))
+                labels = (*labels, *by_gpu[key])
             family.add_metric(labels, value)
         if family.samples or not spec.omit_when_empty:
             yield family
 
 
-def render(published: Published) -> RenderedMetrics:
+def render(published: Published, identity_labels: tuple[str, ...] = ()) -> RenderedMetrics:
     """Cheap: the bytes are made on first request (RenderedMetrics)."""
-    return RenderedMetrics(published)
+    return RenderedMetrics(published, identity_labels)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,7 +58,11 @@ class Pipeline:
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
+        identity_labels: tuple[str, ...] = (),
+        reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
+        self.identity_labels = identity_labels  # copied onto every per-GPU series (--metrics.identity-labels)
+        self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
         self.host = host
         self.rules = tuple(rules)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
@@ -123,10 +127,13 @@ class Pipeline:
             stage_failures=frozen_map(failures),
             failing_stages=tuple(sorted(self.health.failing)),
             web=self.web_stats() if self.web_stats is not None else None,
+            reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
         )
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
-        self.state = dataclasses.replace(self.state, published=published, metrics=render(published), rules=self.rules)
+        self.state = dataclasses.replace(
+            self.state, published=published, metrics=render(published, self.identity_labels), rules=self.rules
+        )
 
     def replace_rules(self, rules: Sequence[Rule]) -> None:
         """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""

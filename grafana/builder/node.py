@@ -1009,15 +1009,20 @@ def exporter_health_row(limits: MemoryLimits) -> Row:
             ),
             Panel(
                 "timeseries",
-                "Stage failures and device discoveries",
+                "Stage failures, discoveries and reloads",
                 "Failures per step of the stages after a poll (rules, render, Alertmanager; /readyz reports them), "
-                "and device discoveries by result (a GPU that appears or disappears triggers one).",
+                "device discoveries by result (a GPU that appears or disappears triggers one), and re-reads of the "
+                "config, rule and web config files by result (a failure kept what runs; the log says why).",
                 (
                     Query(
                         per_step("increase", "amdgpu_exporter_stage_failures_total", NODE_ALL_GPUS), "{{stage}} failed"
                     ),
                     Query(
                         per_step("increase", "amdgpu_exporter_discoveries_total", NODE_ALL_GPUS), "discovery {{result}}"
+                    ),
+                    Query(
+                        per_step("increase", "amdgpu_exporter_reloads_total", NODE_ALL_GPUS),
+                        "reload {{what}} {{result}}",
                     ),
                 ),
                 unit="none",

@@ -111,8 +111,8 @@ async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> Non
             await asyncio.sleep(max(0.0, snapshot.taken_at + FOR_SECONDS + 0.05 - time.time()))
 
 
-def render_golden() -> dict[bool, str]:
-    """{openmetrics: normalised /metrics body} for the frozen tree."""
+def render_golden(identity_labels: tuple[str, ...] = ()) -> dict[bool, str]:
+    """{openmetrics: normalised /metrics body} for the frozen tree (with --metrics.identity-labels)."""
     with tempfile.TemporaryDirectory(prefix="amdgpu-golden-") as tmp:
         root = Path(tmp) / "sys"
         simulator = Simulator(root, FLEET, SCENARIO, seed=SEED)
@@ -120,7 +120,9 @@ def render_golden() -> dict[bool, str]:
         settings = _settings(root)
         source, name, reason = select_source(settings, str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
-        pipeline = Pipeline(source_name=name, source_reason=reason, rules=golden_rules())
+        pipeline = Pipeline(
+            source_name=name, source_reason=reason, rules=golden_rules(), identity_labels=identity_labels
+        )
         try:
             asyncio.run(_poll(poller, simulator, pipeline))
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,47 @@ def test_check_config_checks_values_lines_and_the_rule_file_it_names(tmp_path: P
     assert run("check-config").returncode == 2  # no FILE: a usage error
 
 
+def test_check_config_fails_where_serve_would_and_both_warn_of_a_mistyped_variable(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {tmp_path}/no.pem\n  key_file: {tmp_path}/no.key\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"web.config.file: {web}\n")
+    environ = {**os.environ, "AMDGPU_EXPORTER_INTERVALL": "2s", "AMDGPU_EXPORTER_LOG_FORMAT": "json"}
+    warning = (
+        "unknown environment variable AMDGPU_EXPORTER_INTERVALL is ignored; did you mean AMDGPU_EXPORTER_INTERVAL?"
+    )
+
+    def run_with(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*EXPORTER, *args], capture_output=True, text=True, timeout=60, cwd=REPO, env=environ)
+
+    checked = run_with("check-config", str(config))
+    assert (checked.returncode, checked.stdout) == (1, ""), checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"amdgpu-exporter: warning: {warning}",
+        f"amdgpu-exporter: error: config file {config}: --web.config.file {web}: cert_file {tmp_path}/no.pem: "
+        "cannot read it: No such file or directory",
+    ]
+    served = run_with("--demo", f"--config.file={config}", f"--web.listen-address=127.0.0.1:{free_port()}")
+    assert served.returncode == 2
+    logged = [json.loads(line) for line in served.stderr.splitlines() if line.startswith("{")]
+    assert [(e["event"], e["level"], e["message"]) for e in logged] == [
+        ("unknown_environment_variable", "warning", warning)
+    ]
+    assert served.stderr.splitlines()[-1] == checked.stderr.splitlines()[-1].replace(f"config file {config}: ", "")
+    web.write_text("")  # a valid, empty web config: both accept it
+    checked = run_with("check-config", str(config))
+    assert (
+        checked.returncode == 0
+        and checked.stdout == f"{config}: OK, 1 option(s); web.config.file {web}: TLS off, 0 user(s)\n"
+    )
+
+
+def test_check_rules_sends_a_prometheus_rule_file_to_promtool() -> None:
+    done = run("check-rules", "deploy/prometheus/amdgpu-exporter.rules.yml")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "check it with `promtool check rules deploy/prometheus/amdgpu-exporter.rules.yml`" in done.stderr
+
+
 # ---------------------------------------------------------------------------------------------- SIGHUP
 
 
@@ -119,6 +161,11 @@ class Daemon:
                 if event.get("event") == name:
                     found.append(event)
         return found
+
+    def reload_counts(self) -> dict[tuple[str, str], int]:
+        body = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
+        found = re.findall(r'^amdgpu_exporter_reloads_total\{result="(\w+)",what="(\w+)"\} (\S+)$', body, re.MULTILINE)
+        return {(what, result): int(float(value)) for result, what, value in found}
 
     def alert_names(self) -> set[str]:
         alerts = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=2).json()["alerts"]
@@ -171,6 +218,9 @@ def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemo
     process.send_signal(signal.SIGHUP)
     failures = wait_until(lambda: daemon.events("reload_failed")[1:], 5, "the second reload_failed", process)
     assert f"{daemon.config} line 1: interval:" in failures[0]["error"]
+    # Each re-read is counted by what and result: 3 config files read well, 1 not; rules 2 good, 1 bad.
+    expected = {("config", "success"): 3, ("config", "failure"): 1, ("rules", "success"): 2, ("rules", "failure"): 1}
+    wait_until(lambda: daemon.reload_counts() == expected, 10, "the reload counts in /metrics", process)
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0

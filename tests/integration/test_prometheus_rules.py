@@ -40,7 +40,13 @@ RUNBOOKS = REPO / "docs" / "runbooks.md"
 RUNBOOK_PREFIX = "docs/runbooks.md#"
 # Alerts about a node or its exporter as a whole: no gpu label.
 NODE_LEVEL_ALERTS = frozenset(
-    {"AMDGPUExporterDown", "AMDGPUExporterPollStalled", "AMDGPUExporterWorkerRestarts", "AMDGPUNodeBusyDrop"}
+    {
+        "AMDGPUExporterDown",
+        "AMDGPUExporterPollStalled",
+        "AMDGPUExporterWorkerRestarts",
+        "AMDGPUNodeBusyDrop",
+        "AMDGPUAttributionDown",
+    }
 )
 
 # The metric contract of DESIGN.md (plus the self-metrics the CLI brief adds): exposed name ->
@@ -136,6 +142,10 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_exporter_file_errors_total": {**_GPU, "file": None, "reason": None},
     "amdgpu_exporter_discoveries_total": {"result": frozenset({"ok", "failed"})},
     "amdgpu_exporter_stage_failures_total": {"stage": frozenset({"rules", "render", "alertmanager"})},
+    "amdgpu_exporter_reloads_total": {
+        "what": frozenset({"config", "rules", "web_config"}),
+        "result": frozenset({"success", "failure"}),
+    },
     "amdgpu_exporter_last_poll_timestamp_seconds": {},
     "amdgpu_exporter_window_seconds": {},
     "amdgpu_exporter_fast_samples_total": _GPU,

@@ -93,3 +93,16 @@ def test_enrich_without_inputs_changes_nothing() -> None:
     snapshot = Snapshot(taken_at=2.0, devices=DEVICES)
     assert enrich(snapshot) is snapshot
     assert set(_series(snapshot)["amdgpu_power_watts"][0]) == {"gpu"}
+
+
+def test_identity_labels_go_with_the_attribution_labels() -> None:
+    snapshot = _enriched(_pod("0000:19:00.0", "a"))
+    text = render(Published(snapshot), ("pci_bus_id", "card")).text.decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    (first, _) = families["amdgpu_power_watts"].samples
+    assert set(first.labels) == {"gpu", "pci_bus_id", "card", *LABELS}
+    assert (first.labels["pci_bus_id"], first.labels["card"], first.labels["pod"]) == ("0000:19:00.0", "card0", "a")
+    (holder,) = families["amdgpu_allocation_info"].samples  # not attributed, but per GPU: identity too
+    assert set(holder.labels) == {"gpu", "pod", "namespace", "container", "resource", "pci_bus_id", "card"}
+    info = families["amdgpu_device_info"].samples[0].labels  # has them already: unchanged
+    assert info["card"] == "card0" and info["pci_bus_id"] == "0000:19:00.0"

@@ -65,3 +65,72 @@ def test_check_config_and_reload_read_as_boundedly_as_start_up(tmp_path: Path) -
     config.write_bytes(b"node-name: \xff\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         read_config_file(str(config))
+
+
+def test_check_config_checks_what_serve_would_start_with(tmp_path: Path) -> None:
+    from exporter.configcheck import check_config
+
+    config, web = tmp_path / "config.yaml", tmp_path / "web.yml"
+    config.write_text(f"web.config.file: {web}\nweb.listen-address: ['127.0.0.1:9442', '[::1]:0']\n")
+    web.write_text("basic_auth_users:\n  alice: $2y$10$0123456789012345678901u7hR5aHBqJBP8dnLgCSJwG1G0pUByA.\n")
+    assert check_config(str(config), {}) == (f"{config}: OK, 2 option(s); web.config.file {web}: TLS off, 1 user(s)")
+    for text, expected in [
+        (f"tls_server_config:\n  cert_file: {tmp_path}/no.pem\n  key_file: {tmp_path}/no.key\n", "cert_file"),
+        ("basic_auth_users: [alice]\n", "basic_auth_users"),
+    ]:
+        web.write_text(text)
+        with pytest.raises(ConfigError, match=f"^config file {config}: --web.config.file {web}: .*{expected}"):
+            check_config(str(config), {})
+    # an address this host does not have: serve could not bind it (checked on a free port)
+    config.write_text("web.listen-address: 192.0.2.1:9442\n")
+    with pytest.raises(ConfigError, match=r"web\.listen-address 192\.0\.2\.1:9442: cannot listen on 192\.0\.2\.1"):
+        check_config(str(config), {})
+    # the environment serve would start with: its rule file, and cross-checks of the options
+    config.write_text("interval: 1s\n")
+    with pytest.raises(ConfigError, match=r"--rules\.file: .* is missing"):
+        check_config(str(config), {"AMDGPU_EXPORTER_RULES_FILE": str(tmp_path / "none.yaml")})
+    config.write_text("fast.interval: 1s\nwindow: 1s\n")
+    with pytest.raises(ConfigError, match="must hold at least two fast samples"):
+        check_config(str(config), {})
+
+
+def test_check_rules_sends_a_prometheus_rule_file_to_promtool() -> None:
+    from exporter.alerting.rulefile import RulesConfigError
+    from exporter.configcheck import check_rules
+
+    path = Path(__file__).resolve().parents[2] / "deploy/prometheus/amdgpu-exporter.rules.yml"
+    with pytest.raises(RulesConfigError, match=f"Prometheus rule file .*: check it with `promtool check rules {path}`"):
+        check_rules(str(path))
+
+
+def test_unknown_environment_variables_are_named_with_the_nearest_option() -> None:
+    from exporter.config import unknown_environment
+
+    environ = {
+        "AMDGPU_EXPORTER_INTERVALL": "2s",
+        "AMDGPU_EXPORTER_INTERVAL": "1s",
+        "AMDGPU_EXPORTER_CONFIG_FILE": "/etc/amdgpu-exporter.yml",
+        "AMDGPU_EXPORTER_WEB_LISTEN_ADRESS": ":1",
+        "AMDGPU_EXPORTER_COFFEE": "yes",
+        "HOME": "/root",
+    }
+    assert unknown_environment(environ) == [
+        "unknown environment variable AMDGPU_EXPORTER_COFFEE is ignored",
+        "unknown environment variable AMDGPU_EXPORTER_INTERVALL is ignored; did you mean AMDGPU_EXPORTER_INTERVAL?",
+        "unknown environment variable AMDGPU_EXPORTER_WEB_LISTEN_ADRESS is ignored; did you mean "
+        "AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS?",
+    ]
+
+
+def test_identity_labels_option_takes_labels_of_device_info(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("metrics.identity-labels: [serial, product]\n")
+    assert settings_for(config).metrics_identity_labels == ("serial", "product")
+    assert settings_for(config, "--metrics.identity-labels=pci_bus_id,serial").metrics_identity_labels == (
+        "pci_bus_id",
+        "serial",
+    )
+    config.write_text("")
+    assert settings_for(config).metrics_identity_labels == ()
+    with pytest.raises(ConfigError, match="AMDGPU_EXPORTER_METRICS_IDENTITY_LABELS: 'sn' is not a label"):
+        settings_for(config, environ={"AMDGPU_EXPORTER_METRICS_IDENTITY_LABELS": "serial,sn"})

@@ -146,3 +146,38 @@ def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(t
     (window,) = published.snapshot.windows.devices
     assert window.gpu == gpu and window.stats[("temperature", "junction")].maximum == 60.0
     fast.stop()
+
+
+def test_sighup_reloads_are_counted_by_what_failed_and_reach_metrics(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from exporter.daemon import Reloader
+    from exporter.model import Snapshot
+    from exporter.pipeline.publish import Pipeline
+
+    rules, config_file = tmp_path / "rules.yaml", tmp_path / "config.yaml"
+    rules.write_text("rules:\n  - alert: Hot\n    metric: power_watts\n    comparison: '>'\n    threshold: 1\n")
+    config_file.write_text(f"rules.file: {rules}\n")
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    settings = config.resolve(parser.parse_args([f"--config.file={config_file}", "--demo"]), {})
+    counts: Counter[tuple[str, str]] = Counter()
+    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), reloads=lambda: counts)
+    reloader = Reloader(settings, pipeline, counts)
+    reloader.reload()  # both good
+    config_file.write_text(f"rules.file: {rules}\ninterval: soon\n")
+    reloader.reload()  # the config file is bad: the rules are not read
+    config_file.write_text(f"rules.file: {rules}\n")
+    rules.write_text("rules: [\n")
+    reloader.reload()  # the rule file is bad
+    pipeline.on_snapshot(Snapshot(taken_at=1.0))
+    assert pipeline.state.metrics is not None
+    lines = [
+        line for line in pipeline.state.metrics.text.decode().splitlines() if line.startswith("amdgpu_exporter_reloads")
+    ]
+    assert lines == [
+        'amdgpu_exporter_reloads_total{result="failure",what="config"} 1.0',
+        'amdgpu_exporter_reloads_total{result="success",what="config"} 2.0',
+        'amdgpu_exporter_reloads_total{result="failure",what="rules"} 1.0',
+        'amdgpu_exporter_reloads_total{result="success",what="rules"} 1.0',
+    ]

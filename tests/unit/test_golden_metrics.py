@@ -100,3 +100,33 @@ def test_normalise_replaces_only_the_listed_series() -> None:
     ]
     with pytest.raises(ValueError):
         normalise('amdgpu_sample_timestamp_seconds{gpu="0"} NaNx')
+
+
+def test_identity_labels_are_on_every_per_gpu_series_and_change_nothing_else(rendered: dict[bool, str]) -> None:
+    """--metrics.identity-labels on the golden tree: every per-GPU sample carries the chosen labels of
+    its device's amdgpu_device_info; without them each sample is the golden one (same series, values)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    chosen = ("serial", "product", "pci_bus_id")
+
+    def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+        found = []
+        for family in text_string_to_metric_families(text.replace(WALL_CLOCK, "0")):
+            found += [(sample.name, dict(sample.labels), sample.value) for sample in family.samples]
+        return found
+
+    golden, labelled = samples(rendered[False]), samples(render_golden(chosen)[False])
+    identity = {
+        labels["gpu"]: {name: labels[name] for name in chosen}
+        for name, labels, _ in golden
+        if name == "amdgpu_device_info"
+    }
+    assert len(identity) == 6 and all(identity.values())
+    per_gpu = 0
+    for (name, labels, value), (golden_name, golden_labels, golden_value) in zip(labelled, golden, strict=True):
+        if "gpu" in labels and name != "amdgpu_device_info":
+            assert {key: labels.pop(key) for key in chosen} == identity[labels["gpu"]], name
+            per_gpu += 1
+        assert (name, labels) == (golden_name, golden_labels)
+        assert value == golden_value, name
+    assert per_gpu > 500

@@ -11,7 +11,8 @@ The layers, lowest first (docs/architecture.md, "Imports follow the same directi
     exposition                 the metric table, /metrics rendering, the shared view model
     alerting                   rules over the snapshot, watching values the metric table declares
     publish                    pipeline/publish.py: the stages after the poller, in order
-    web | operator | configcheck   the HTTP server, the snapshot/doctor commands, check-config
+    web | operator             the HTTP server, the snapshot/doctor commands
+    configcheck                check-config (it loads the web config file as serve does), SIGHUP
     daemon                     wiring: imported by the command line only
     cli                        the command line
 
@@ -37,7 +38,8 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("exporter.exposition",),),
     (("exporter.alerting",),),
     (("exporter.pipeline.publish",),),
-    (("exporter.web",), ("exporter.operator",), ("exporter.configcheck",)),
+    (("exporter.web",), ("exporter.operator",)),
+    (("exporter.configcheck",),),
     (("exporter.daemon",),),
     (("exporter.cli",),),
 )
