@@ -42,6 +42,9 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
+    # The command and undo of a firing suggestion: AMDGPUDaemonAlert copies them into its annotations;
+    # the dashboards show the alerts themselves (amdgpu_alert_firing).
+    "amdgpu_alert_suggestion_info": "read by AMDGPUDaemonAlert for its annotations",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).
