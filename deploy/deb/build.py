@@ -289,6 +289,7 @@ def build(out: Path, target: Target = TARGET) -> Path:
     release = __version__
     out.mkdir(parents=True, exist_ok=True)
     deb = out / f"{PACKAGE}_{release}_{ARCH}.deb"
+    cache_root().mkdir(parents=True, exist_ok=True)  # a new machine has none until the first build
     with tempfile.TemporaryDirectory(prefix="amdgpu-exporter-deb-", dir=cache_root()) as tmp:
         work = Path(tmp)
         wheel = project_wheel(work / "dist")
@@ -309,7 +310,6 @@ def main() -> int:
         return 1
     started = time.monotonic()
     try:
-        cache_root().mkdir(parents=True, exist_ok=True)
         print(f"building for Debian {TARGET.suite} (python{TARGET.python}) from {debian_mirror()}", flush=True)
         deb = build(args.out)
     except (ChrootBuildError, DebBuildError) as error:
