@@ -35,6 +35,16 @@ class TopologyLink:
 
 
 @dataclass(frozen=True, slots=True)
+class CperRecord:
+    """One Common Platform Error Record (UEFI CPER) the driver logged for this device."""
+
+    timestamp: float  # unix seconds at which the record was logged
+    severity: str  # "fatal" | "nonfatal" | "corrected" (the CPER header's severity; recoverable is nonfatal)
+    afids: tuple[int, ...] = ()  # the AMD Field IDs the record carries (amd-smi's AFID), () when none decoded
+    record_id: str = ""  # the record's id as the driver wrote it, "" when none
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceIdentity:
     """What a device is. Read at discovery and refreshed on a slow schedule, never per cycle.
 
@@ -152,6 +162,15 @@ class Sample:
     # (block, type) -> count, type in ("correctable", "uncorrectable", "deferred")
     ecc_errors: Mapping[tuple[str, str], int] = each_within(0.0, _COUNT)
     ras_retired_pages: int | None = within(0.0, 2.0**32)
+    ras_pending_pages: int | None = within(0.0, 2.0**32)  # found bad, not yet retired (retired at the next reset)
+    # The retired-page count at which the driver stops trusting the board's VRAM (the RMA point);
+    # None when unknown or when the site disabled the check
+    ras_bad_page_threshold: int | None = within(0.0, 2.0**32)
+    cper_records: tuple[CperRecord, ...] = ()  # the records still in the driver's ring, oldest first
+    last_reset_at: float | None = None  # unix seconds of the newest GPU reset the driver left evidence of
+    # (port, severity) -> PCIe AER errors since boot; port "device" | "upstream" (the switch or root
+    # port above it), severity "correctable" | "nonfatal" | "fatal"
+    pcie_aer_errors: Mapping[tuple[str, str], int] = each_within(0.0, _COUNT)
     # (file, reason) -> how many times this read found the file unreadable or its value rejected
     # (file = the attribute's name, "temp2_input"; reason one of the set in exporter/sources/errors.py)
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)
