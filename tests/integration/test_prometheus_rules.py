@@ -171,10 +171,26 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
 # Series the rules read that the exporter does not export yet, planned by open issues (DESIGN.md's
 # metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
 # When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
-PLANNED: dict[str, dict[str, frozenset[str] | None]] = {}
+PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
+    # The health verdict (issue 25): 1 fit / 0 unfit per device, and 1 per failing check.
+    "amdgpu_health_status": _GPU,
+    "amdgpu_health_check": {**_GPU, "check": None, "severity": frozenset({"info", "warning", "critical"})},
+}
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
 TARGET_LABELS = frozenset({"instance", "job", "node"})
+
+# The exporter's attribution labels (docs/alert-labels.md): on the info series, and on every
+# per-GPU series only with the exporter's option.
+ATTRIBUTION_LABELS = ("pod", "namespace", "container", "job_id", "job_user", "job_partition")
+# The per-GPU identity series the alerts join (amdgpu-recording).
+IDENTITY = "gpu:amdgpu_device_info:identity"
+# Recorded series alerts read from another group, and why the lag (up to one interval of the
+# recording group) does not matter: both change far slower than that interval.
+READ_ACROSS_GROUPS = {
+    IDENTITY: "changes when the hardware or its partition mode does",
+    "node:amdgpu_devices:max1h": "a day's history, recorded every 5 minutes to keep AMDGPUDeviceMissing cheap",
+}
 
 SEVERITIES = frozenset({"critical", "warning", "info"})
 # Alerts on counted events (any new uncorrectable error, any page retired, ...) fire at once: the
@@ -482,11 +498,16 @@ def test_every_firing_case_carries_the_identifying_labels() -> None:
                         assert case["alertname"] == "AMDGPUDeviceMissing", where  # its after-restart shape
 
 
-def test_per_device_alerts_join_the_pci_address() -> None:
+def test_per_device_alerts_join_the_pci_address_and_drop_the_attribution_labels() -> None:
+    """Keyed by the GPU: the attribution labels (on every series with the exporter's option) are
+    aggregated away, so a new pod or job does not start a new alert and restart its `for:`
+    (attribution.yml proves it with promtool); the identity labels come from the recorded series."""
     for _, rule in alerting_rules():
         if rule["alert"] in NODE_LEVEL_ALERTS:
             continue
-        assert "group_left (pci_bus_id) amdgpu_device_info" in rule["expr"], rule["alert"]
+        assert f"group_left (pci_bus_id) {IDENTITY}" in rule["expr"], rule["alert"]
+        assert "amdgpu_device_info" not in rule["expr"].replace(IDENTITY, ""), rule["alert"]
+        assert f"max without ({', '.join(ATTRIBUTION_LABELS)}) (" in rule["expr"], rule["alert"]
 
 
 def test_planned_metrics_are_not_exported_yet() -> None:
@@ -552,7 +573,7 @@ def test_promtool_inputs_are_exported_metrics() -> None:
 def test_recording_rules_an_alert_needs_come_first_in_its_group() -> None:
     recorded = recorded_names()
     for group in load_rules():
-        defined: set[str] = set()
+        defined: set[str] = set(READ_ACROSS_GROUPS)
         for rule in group["rules"]:
             if "record" in rule:
                 defined.add(rule["record"])
@@ -560,6 +581,43 @@ def test_recording_rules_an_alert_needs_come_first_in_its_group() -> None:
             for selector in selectors(rule["expr"]):
                 if selector.metric in recorded:
                     assert selector.metric in defined, f"{rule['alert']} reads {selector.metric} across groups"
+
+
+def test_series_read_across_groups_are_recorded_in_a_group_of_their_own() -> None:
+    """What READ_ACROSS_GROUPS names exists, and no alert sits in the group that records it."""
+    for name in READ_ACROSS_GROUPS:
+        [group] = [g for g in load_rules() if any(r.get("record") == name for r in g["rules"])]
+        assert not [r for r in group["rules"] if "alert" in r], group["name"]
+
+
+def test_promtool_tests_evaluate_the_groups_in_the_rule_files_order() -> None:
+    """promtool evaluates groups in an undefined order unless told: the recording group, whose
+    identity series every per-device alert reads, must run first, as after a real first cycle."""
+    names = [group["name"] for group in load_rules()]
+    assert names[0] == "amdgpu-recording"
+    for path in RULE_TESTS:
+        assert load_yaml(path).get("group_eval_order") == names, path.name
+
+
+def test_recorded_aggregates_follow_the_naming_convention() -> None:
+    """level:metric:operations (Prometheus's convention): the level names the labels kept, the
+    metric is the project's (amdgpu_), and per-GPU attribution never survives a node aggregate."""
+    for group in load_rules():
+        for rule in group["rules"]:
+            if "record" not in rule:
+                continue
+            name = rule["record"]
+            level, metric, operations = name.split(":")
+            assert level and operations, name
+            assert metric.startswith("amdgpu_") and not metric.endswith("_total"), name
+            by_holder = any(label in level for label in ATTRIBUTION_LABELS)  # per namespace, per user
+            if level.startswith(("instance", "node")) and not by_holder:
+                expr = " ".join(rule["expr"].split())
+                aggregates = re.findall(r"\b(?:sum|max|min|avg|count)\s+without\s*\(([^)]*)\)", expr)
+                for kept in aggregates:
+                    dropped = {label.strip() for label in kept.split(",")}
+                    if "gpu" in dropped:
+                        assert set(ATTRIBUTION_LABELS) <= dropped, name
 
 
 def test_promql_reader_finds_selectors_not_functions_or_clauses() -> None:
