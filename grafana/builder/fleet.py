@@ -23,23 +23,39 @@ from .panels import (
 )
 from .queries import (
     FLEET,
-    FLEET_PACKAGE_CAP,
-    FLEET_PACKAGE_POWER,
     HBM_SENSORS,
     JOULES_PER_KWH,
+    NODE_CAP,
+    NODE_DEVICES,
+    NODE_HOTTEST_JUNCTION,
+    NODE_POWER,
+    NODE_UP,
+    PACKAGE_POWER_SHARE,
     SAMPLE_AGE_FLEET,
     exporter_process,
+    integral_over_range,
     junction,
     per_step,
     with_identity,
 )
 from .thresholds import Thresholds
-from .variables import datasource_variable, query_variable, stale_after_variable
+from .variables import adhoc_filter_variable, datasource_variable, stale_after_variable
+
+# The smallest step of the panels that draw every GCD over the range: at the default 6 h it keeps
+# such a query under Prometheus's default --query.max-samples (50 M) at 10,000 nodes of 16 GCDs
+# (tests/unit/test_grafana_query_cost.py; docs/recording-rules.md).
+PER_GCD_STEP = "2m"
+NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
 
 
-def tile(title: str, description: str, expr: str, unit: str = "none", steps: Steps = ()) -> Panel:
+NO_HEALTH_CHECKS = "the exporters do not export the health verdict (amdgpu_health_status)"
+
+
+def tile(
+    title: str, description: str, expr: str, unit: str = "none", steps: Steps = (), may_be_empty: str = ""
+) -> Panel:
     """A number in the fleet health strip."""
-    return Panel("stat", title, description, expr, unit=unit, width=3, height=4, steps=steps)
+    return Panel("stat", title, description, expr, unit=unit, width=3, height=4, steps=steps, may_be_empty=may_be_empty)
 
 
 def health_row(t: Thresholds) -> Row:
@@ -48,19 +64,21 @@ def health_row(t: Thresholds) -> Row:
         (
             tile(
                 "GCDs up",
-                "Devices (GCDs, partitions) whose last read succeeded within its deadline (amdgpu_up).",
-                f"sum(amdgpu_up{{{FLEET}}})",
+                "Devices (GCDs, partitions) whose last read succeeded within its deadline (amdgpu_up, summed "
+                "per node by the recording rules).",
+                f"sum({NODE_UP})",
             ),
             tile(
                 "GCDs down",
                 "Devices the exporter knows but could not read in time (amdgpu_up == 0): hung, reset or "
                 "fallen off the bus.",
-                f"sum(1 - amdgpu_up{{{FLEET}}})",
+                f"sum({NODE_DEVICES}) - sum({NODE_UP})",
                 steps=ANY_IS_BAD,
             ),
             tile(
                 "Stale GCDs",
-                "Devices whose latest good sample was older than $stale_after seconds when it was scraped.",
+                "Devices whose latest good sample is older than $stale_after seconds now (the age "
+                "AMDGPUSamplesStale compares).",
                 f"sum({SAMPLE_AGE_FLEET} > bool $stale_after)",
                 steps=ANY_IS_BAD,
             ),
@@ -74,7 +92,7 @@ def health_row(t: Thresholds) -> Row:
                 "Hottest junction",
                 "Highest junction (hotspot) temperature of any GCD. The in-daemon rule suggests a lower gfx "
                 f"clock ceiling above {celsius(t.junction_hot_celsius)}.",
-                f"max({junction(FLEET)})",
+                f"max({NODE_HOTTEST_JUNCTION})",
                 unit="celsius",
                 steps=temperature_steps(t),
             ),
@@ -82,7 +100,7 @@ def health_row(t: Thresholds) -> Row:
                 "Fleet power",
                 "Total socket power. MI250X reports package power on die 0 only, so the plain sum counts "
                 "every package once.",
-                f"sum(amdgpu_power_watts{{{FLEET}}})",
+                f"sum({NODE_POWER})",
                 unit="watt",
             ),
             Panel(
@@ -90,13 +108,21 @@ def health_row(t: Thresholds) -> Row:
                 "Fleet power / cap",
                 "Total power as a share of the total of package power caps (cap = max over the dies of a "
                 "package: MI250X die 1 has no cap of its own).",
-                f"sum(amdgpu_power_watts{{{FLEET}}}) / sum({FLEET_PACKAGE_CAP})",
+                f"sum({NODE_POWER}) / sum({NODE_CAP})",
                 unit="percentunit",
                 width=3,
                 height=4,
                 minimum=0,
                 maximum=1,
                 steps=power_cap_steps(t),
+            ),
+            tile(
+                "Unfit GCDs",
+                "Devices the exporter's health checks find unfit (amdgpu_health_status 0), counted per node by "
+                "the recording rules (instance:amdgpu_health_unfit:count).",
+                f"sum(instance:amdgpu_health_unfit:count{{{FLEET}}})",
+                steps=ANY_IS_BAD,
+                may_be_empty=NO_HEALTH_CHECKS,
             ),
             tile(
                 "In-daemon alerts firing",
@@ -115,14 +141,14 @@ def nodes_row(t: Thresholds) -> Row:
             Panel(
                 "table",
                 "GCDs per node",
-                "One row per node: devices up and down, node power and cap (packages summed through the "
-                "amdgpu_device_info join), hottest junction. Click a node to open its detail dashboard.",
+                "One row per node: devices up and down, node power and cap (package caps summed per node by "
+                "the recording rules), hottest junction. Click a node to open its detail dashboard.",
                 (
-                    f"sum by (instance) (amdgpu_up{{{FLEET}}})",
-                    f"sum by (instance) (1 - amdgpu_up{{{FLEET}}})",
-                    f"sum by (instance) ({FLEET_PACKAGE_POWER})",
-                    f"sum by (instance) ({FLEET_PACKAGE_CAP})",
-                    f"max by (instance) ({junction(FLEET)})",
+                    f"sum by (instance) ({NODE_UP})",
+                    f"sum by (instance) ({NODE_DEVICES}) - sum by (instance) ({NODE_UP})",
+                    f"sum by (instance) ({NODE_POWER})",
+                    f"sum by (instance) ({NODE_CAP})",
+                    f"max by (instance) ({NODE_HOTTEST_JUNCTION})",
                 ),
                 unit="none",
                 width=12,
@@ -142,31 +168,47 @@ def nodes_row(t: Thresholds) -> Row:
             against_reference(
                 "Power per node vs cap",
                 "Socket power summed per node (solid) against the sum of its package caps (dashed).",
-                Query(f"sum by (instance) ({FLEET_PACKAGE_POWER})", "{{instance}} power"),
-                Query(f"sum by (instance) ({FLEET_PACKAGE_CAP})", "{{instance}} cap"),
+                Query(f"sum by (instance) ({NODE_POWER})", "{{instance}} power"),
+                Query(f"sum by (instance) ({NODE_CAP})", "{{instance}} cap"),
                 unit="watt",
                 width=12,
             ),
             against_reference(
                 "Fleet power vs cap",
                 "Total socket power of the selected nodes against the total of their package caps.",
-                Query(f"sum({FLEET_PACKAGE_POWER})", "power"),
-                Query(f"sum({FLEET_PACKAGE_CAP})", "cap"),
+                Query(f"sum({NODE_POWER})", "power"),
+                Query(f"sum({NODE_CAP})", "cap"),
                 unit="watt",
                 width=12,
             ),
             Panel(
                 "bargauge",
                 "Package power / cap",
-                "Each physical package's power as a share of its cap. MI250X: the two GCDs of a package are "
-                "summed via `* on(instance, gpu) group_left(package) amdgpu_device_info` (only die 0 carries "
-                "power).",
-                Query(f"sort_desc({FLEET_PACKAGE_POWER} / {FLEET_PACKAGE_CAP})", "{{instance}} package {{package}}"),
+                "Each physical package's power as a share of its cap (instance_package:amdgpu_power_cap:ratio). "
+                "MI250X: the recording rule sums the two GCDs of a package through the device's package label "
+                "(only die 0 carries power) and takes the larger cap of the two.",
+                Query(f"sort_desc({PACKAGE_POWER_SHARE})", "{{instance}} package {{package}}"),
                 unit="percentunit",
                 width=12,
                 minimum=0,
                 maximum=1,
                 steps=power_cap_steps(t),
+            ),
+            Panel(
+                "bargauge",
+                "Unfit GCDs per node",
+                "Nodes with devices the exporter's health checks find unfit, and how many "
+                "(instance:amdgpu_health_unfit:count). The node dashboard's health table names the failing checks.",
+                Query(
+                    f"sort_desc(instance:amdgpu_health_unfit:count{{{FLEET}}} > 0)",
+                    "{{instance}}",
+                ),
+                unit="none",
+                width=12,
+                minimum=0,
+                steps=ANY_IS_BAD,
+                may_be_empty=f"every GCD is fit, or {NO_HEALTH_CHECKS}",
+                links=(NODE_LINK_FROM_SERIES,),
             ),
         ),
     )
@@ -209,12 +251,17 @@ def temperatures_row(t: Thresholds) -> Row:
             Panel(
                 "timeseries",
                 "Junction temperature across the fleet",
-                f"Hottest, median and coolest junction temperature over all selected GCDs; the dashed line is "
-                f"{celsius(t.junction_hot_celsius)}.",
+                f"Hottest and coolest junction temperature over all selected GCDs, and the mean of the nodes' "
+                f"means (from the per-node recorded series); the dashed line is {celsius(t.junction_hot_celsius)}.",
                 (
-                    Query(f"max({junction(FLEET)})", "hottest"),
-                    Query(f"quantile(0.5, {junction(FLEET)})", "median"),
-                    Query(f"min({junction(FLEET)})", "coolest"),
+                    Query(f"max({NODE_HOTTEST_JUNCTION})", "hottest"),
+                    Query(
+                        f'avg(instance_sensor:amdgpu_temperature_celsius:avg{{{FLEET}, sensor="junction"}})',
+                        "mean of node means",
+                    ),
+                    Query(
+                        f'min(instance_sensor:amdgpu_temperature_celsius:min{{{FLEET}, sensor="junction"}})', "coolest"
+                    ),
                 ),
                 unit="celsius",
                 width=8,
@@ -234,11 +281,13 @@ def utilisation_row() -> Row:
                 "heatmap",
                 "GFX busy distribution across GCDs",
                 "How many GCDs sit at each gfx busy level over time (each GCD averaged over the step). A "
-                "healthy training job keeps the mass at the top; a band near 0 is idle or stalled GCDs.",
+                "healthy training job keeps the mass at the top; a band near 0 is idle or stalled GCDs. Steps "
+                f"of {PER_GCD_STEP} at least: every GCD is read at every step.",
                 f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
                 unit="percentunit",
                 width=12,
                 height=9,
+                interval=PER_GCD_STEP,
                 options={
                     "calculate": True,
                     "calculation": {"yBuckets": {"mode": "size", "value": "0.1", "scale": {"type": "linear"}}},
@@ -249,7 +298,8 @@ def utilisation_row() -> Row:
             Panel(
                 "status-history",
                 "GFX busy per GCD",
-                "One row per GCD, coloured by gfx busy averaged over the step: idle GCDs in a busy job stand out.",
+                "One row per GCD, coloured by gfx busy averaged over the step: idle GCDs in a busy job stand out. "
+                f"Steps of {PER_GCD_STEP} at least; filter the nodes on a large fleet.",
                 Query(
                     f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
                     "{{instance}} gpu {{gpu}}",
@@ -257,6 +307,7 @@ def utilisation_row() -> Row:
                 unit="percentunit",
                 width=12,
                 height=9,
+                interval=PER_GCD_STEP,
                 minimum=0,
                 maximum=1,
                 options={"showValue": "never"},
@@ -265,9 +316,10 @@ def utilisation_row() -> Row:
             Panel(
                 "timeseries",
                 "Mean busy per node",
-                "gfx (compute) and memory (HBM controller) busy, averaged over each node's GCDs.",
+                "gfx (compute) and memory (HBM controller) busy, averaged over each node's GCDs "
+                "(instance:amdgpu_busy_ratio:avg).",
                 Query(
-                    f'avg by (instance, engine) (amdgpu_busy_ratio{{{FLEET}, engine=~"gfx|memory"}})',
+                    f'avg by (instance, engine) (instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}})',
                     "{{instance}} {{engine}}",
                 ),
                 unit="percentunit",
@@ -278,10 +330,9 @@ def utilisation_row() -> Row:
             Panel(
                 "timeseries",
                 "VRAM used per node",
-                "VRAM in use as a share of VRAM size, summed over each node's GCDs.",
+                "VRAM in use as a share of VRAM size, summed over each node's GCDs (instance:amdgpu_vram_used:ratio).",
                 Query(
-                    f'sum by (instance) (amdgpu_memory_used_bytes{{{FLEET}, pool="vram"}})'
-                    f' / sum by (instance) (amdgpu_memory_total_bytes{{{FLEET}, pool="vram"}})',
+                    f"max by (instance) (instance:amdgpu_vram_used:ratio{{{FLEET}}})",
                     "{{instance}}",
                 ),
                 unit="percentunit",
@@ -303,9 +354,11 @@ def energy_row() -> Row:
                 "timeseries",
                 "Energy per hour, per node",
                 "Energy each node's GPUs used in each hour, from the hardware energy counters (die 0 of an "
-                "MI250X counts the whole package). Counter resets on driver reload are handled by increase().",
+                "MI250X counts the whole package): the hour's mean of the recorded per-node power from their "
+                "rate (instance:amdgpu_energy_joules:rate5m, resets handled) x 1 h. An hour in which a node "
+                "was scraped only part of the time counts at that part's mean power.",
                 Query(
-                    f"sum by (instance) (increase(amdgpu_energy_joules_total{{{FLEET}}}[1h])) / {JOULES_PER_KWH}",
+                    f"sum by (instance) (avg_over_time({NODE_ENERGY_RATE}[1h])) * 3600 / {JOULES_PER_KWH}",
                     "{{instance}}",
                 ),
                 unit="kwatth",
@@ -316,8 +369,9 @@ def energy_row() -> Row:
             Panel(
                 "stat",
                 "Energy in the selected range",
-                "GPU energy of the selected nodes over the dashboard's time range.",
-                f"sum(increase(amdgpu_energy_joules_total{{{FLEET}}}[$__range])) / {JOULES_PER_KWH}",
+                "GPU energy of the selected nodes over the dashboard's time range (the recorded per-node power "
+                "summed over the range).",
+                f"sum({integral_over_range(NODE_ENERGY_RATE)}) / {JOULES_PER_KWH}",
                 unit="kwatth",
                 width=8,
             ),
@@ -325,17 +379,19 @@ def energy_row() -> Row:
     )
 
 
-def _gpu_hours_by(info: str, label: str, present: str) -> str:
-    """GCD-hours per `label` over the dashboard's range: allocated GCDs counted each minute, / 60."""
-    held = f'count by ({label}, instance, gpu) ({info}{{{FLEET}, {present}!=""}})'
-    return f"sum by ({label}) (sum_over_time(({held})[$__range:1m])) / 60"
+def _gpu_hours_by(label: str) -> str:
+    """GCD-hours per `label` over the dashboard's range: the recorded count of GCDs each holder has on
+    each node (from the attribution info series), summed over the range, in hours."""
+    recorded = f"instance_{label}:amdgpu_allocated_gpus:count{{{FLEET}}}"
+    return f"sum by ({label}) ({integral_over_range(recorded)}) / 3600"
 
 
 def _energy_by(label: str) -> str:
-    # Every per-GCD series carries the attribution labels, so each holder's share is its series' increase.
-    return (
-        f'sum by ({label}) (increase(amdgpu_energy_joules_total{{{FLEET}, {label}!=""}}[$__range])) / {JOULES_PER_KWH}'
-    )
+    """Energy per holder over the range: the recorded per-holder power (the energy counters' rate joined
+    with the attribution info series) summed at each step of the range x the step. Works with or without the
+    attribution labels on every series."""
+    recorded = f"instance_{label}:amdgpu_energy_joules:rate5m{{{FLEET}}}"
+    return f"sum by ({label}) ({integral_over_range(recorded)}) / {JOULES_PER_KWH}"
 
 
 def usage_row() -> Row:
@@ -348,9 +404,9 @@ def usage_row() -> Row:
             Panel(
                 "bargauge",
                 "GCD-hours by namespace",
-                "GCD-hours each Kubernetes namespace held over the dashboard's range (allocated GCDs counted "
-                "once a minute).",
-                Query(_gpu_hours_by("amdgpu_allocation_info", "namespace", "pod"), "{{namespace}}"),
+                "GCD-hours each Kubernetes namespace held over the dashboard's range (allocated GCDs per node, "
+                "recorded from amdgpu_allocation_info, counted at each step).",
+                Query(_gpu_hours_by("namespace"), "{{namespace}}"),
                 unit="h",
                 width=6,
                 may_be_empty=on_kubernetes,
@@ -359,7 +415,8 @@ def usage_row() -> Row:
                 "bargauge",
                 "Energy by namespace",
                 "GPU energy used by each namespace's pods over the range, from the energy counters of the GCDs "
-                "they held (die 0 of an MI250X counts the whole package).",
+                "they held (die 0 of an MI250X counts the whole package), sampled at each step; a GCD shared "
+                "by two namespaces counts for both.",
                 Query(_energy_by("namespace"), "{{namespace}}"),
                 unit="kwatth",
                 width=6,
@@ -368,8 +425,9 @@ def usage_row() -> Row:
             Panel(
                 "bargauge",
                 "GCD-hours by Slurm user",
-                "GCD-hours each Slurm user's jobs held over the range (allocated GCDs counted once a minute).",
-                Query(_gpu_hours_by("amdgpu_job_info", "job_user", "job_id"), "{{job_user}}"),
+                "GCD-hours each Slurm user's jobs held over the range (allocated GCDs per node, recorded from "
+                "amdgpu_job_info, counted at each step).",
+                Query(_gpu_hours_by("job_user"), "{{job_user}}"),
                 unit="h",
                 width=6,
                 may_be_empty=on_slurm,
@@ -377,7 +435,8 @@ def usage_row() -> Row:
             Panel(
                 "bargauge",
                 "Energy by Slurm user",
-                "GPU energy used by each Slurm user's jobs over the range, from the GCDs' energy counters.",
+                "GPU energy used by each Slurm user's jobs over the range, from the GCDs' energy counters "
+                "(sampled at each step).",
                 Query(_energy_by("job_user"), "{{job_user}}"),
                 unit="kwatth",
                 width=6,
@@ -454,17 +513,21 @@ def errors_row() -> Row:
                 "table",
                 "ECC and XGMI errors per node",
                 "Uncorrectable and correctable ECC errors since driver load, their increase over the selected "
-                "range, XGMI error events in the range and retired VRAM pages. Any uncorrectable error is "
-                "worth a look.",
+                "range, XGMI error events in the range and retired VRAM pages, from the per-node recorded "
+                "series (the in-range columns sum the nodes' 5-minute increases, one every 5 minutes). Any "
+                "uncorrectable error is worth a look.",
                 (
-                    f'sum by (instance) (amdgpu_ecc_errors_total{{{FLEET}, type="uncorrectable"}})',
-                    f'sum by (instance) (amdgpu_ecc_errors_total{{{FLEET}, type="correctable"}})',
-                    f"round(sum by (instance) (increase(amdgpu_ecc_errors_total{{{FLEET}}}[$__range])))",
-                    f"round(sum by (instance) (increase(amdgpu_xgmi_error_events_total{{{FLEET}}}[$__range])))",
-                    f"sum by (instance) (amdgpu_ras_retired_pages{{{FLEET}}})",
+                    f'sum by (instance) (instance_type:amdgpu_ecc_errors:sum{{{FLEET}, type="uncorrectable"}})',
+                    f'sum by (instance) (instance_type:amdgpu_ecc_errors:sum{{{FLEET}, type="correctable"}})',
+                    f"round(sum by (instance) (sum_over_time(instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}}"
+                    "[$__range:5m])))",
+                    f"round(sum by (instance) (sum_over_time(instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}}"
+                    "[$__range:5m])))",
+                    f"sum by (instance) (instance:amdgpu_ras_retired_pages:sum{{{FLEET}}})",
                 ),
                 unit="none",
                 width=10,
+                may_be_empty="the in-range columns need the first 5 minutes of recorded history",
                 options={
                     "renameByName": {
                         "Value #A": "Uncorrectable (since load)",
@@ -478,27 +541,30 @@ def errors_row() -> Row:
             ),
             Panel(
                 "timeseries",
-                "ECC errors per interval",
-                "New ECC errors per step by node and type (correctable, uncorrectable, deferred).",
+                "ECC errors per 5 minutes",
+                "New ECC errors in the 5 minutes before each point, by node and type (correctable, "
+                "uncorrectable, deferred), from the per-node recorded increase.",
                 Query(
-                    f"sum by (instance, type) ({per_step('increase', 'amdgpu_ecc_errors_total', FLEET)})",
+                    f"sum by (instance, type) (instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}})",
                     "{{instance}} {{type}}",
                 ),
                 unit="none",
                 width=5,
+                interval="5m",
                 custom={"drawStyle": "bars", "fillOpacity": 80},
             ),
             Panel(
                 "timeseries",
-                "XGMI error events per interval",
-                "XGMI error events per step by node (the exporter accumulates the driver's clear-on-read "
-                "xgmi_error file into a counter).",
+                "XGMI error events per 5 minutes",
+                "XGMI error events in the 5 minutes before each point, by node (the exporter accumulates the "
+                "driver's clear-on-read xgmi_error file into a counter), from the per-node recorded increase.",
                 Query(
-                    f"sum by (instance) ({per_step('increase', 'amdgpu_xgmi_error_events_total', FLEET)})",
+                    f"sum by (instance) (instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}})",
                     "{{instance}}",
                 ),
                 unit="none",
                 width=5,
+                interval="5m",
                 custom={"drawStyle": "bars", "fillOpacity": 80},
             ),
             Panel(
@@ -523,8 +589,9 @@ def stale_row() -> Row:
             Panel(
                 "table",
                 "Stale GCDs",
-                "Devices whose latest good sample was more than $stale_after s old when scraped, with the "
-                "age. A device that keeps failing reads goes stale while the exporter stays up.",
+                "Devices whose latest good sample is more than $stale_after s old now (as AMDGPUSamplesStale "
+                "computes it), with the age. A device that keeps failing reads goes stale while the exporter "
+                "stays up.",
                 f"{SAMPLE_AGE_FLEET} > $stale_after",
                 unit="s",
                 width=8,
@@ -542,8 +609,9 @@ def stale_row() -> Row:
             Panel(
                 "timeseries",
                 "Oldest sample per node",
-                "Age at scrape time of each node's oldest device sample; with a 1 s poll it stays near 0.",
-                Query(f"max by (instance) {SAMPLE_AGE_FLEET}", "{{instance}}"),
+                "Age at scrape time of each node's oldest device sample (instance:amdgpu_sample_age_seconds:max); "
+                "with a 1 s poll it stays near 0.",
+                Query(f"max by (instance) (instance:amdgpu_sample_age_seconds:max{{{FLEET}}})", "{{instance}}"),
                 unit="s",
                 width=8,
                 minimum=0,
@@ -609,7 +677,7 @@ def fleet_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
         "alerts and errors, from amdgpu-exporter.",
         variables=(
             datasource_variable(),
-            query_variable("instance", "Node", "label_values(amdgpu_up, instance)", multi=True),
+            adhoc_filter_variable(),
             stale_after_variable(t.stale_after_seconds),
         ),
         rows=(

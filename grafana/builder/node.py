@@ -27,6 +27,8 @@ from .queries import (
     JOULES_PER_KWH,
     NODE,
     NODE_ALL_GPUS,
+    NODE_PACKAGE_CAP,
+    NODE_PACKAGE_POWER,
     PER_GPU,
     age_at_scrape,
     exporter_process,
@@ -80,7 +82,7 @@ def overview_row(t: Thresholds) -> Row:
                 "stat",
                 "Package power",
                 "Socket power of each package holding a selected GCD (MI250X: measured on die 0 for both).",
-                Query(node_package("amdgpu_power_watts"), "package {{package}}"),
+                Query(NODE_PACKAGE_POWER, "package {{package}}"),
                 unit="watt",
                 width=5,
                 height=5,
@@ -252,8 +254,8 @@ def power_row() -> Row:
                 "Package power and cap",
                 "Socket power of each package holding a selected GCD (solid), its current cap (dashed) and the "
                 "highest cap allowed (dotted). MI250X: die 0 measures the whole package.",
-                Query(node_package("amdgpu_power_watts"), "package {{package}} power"),
-                Query(node_package("amdgpu_power_cap_watts", "max"), "package {{package}} cap"),
+                Query(NODE_PACKAGE_POWER, "package {{package}} power"),
+                Query(NODE_PACKAGE_CAP, "package {{package}} cap"),
                 unit="watt",
                 width=12,
                 second_reference=Query(
@@ -582,6 +584,49 @@ def xgmi_row() -> Row:
                 unit="none",
                 width=16,
                 hide_columns=("job", "instance", "Value"),
+            ),
+        ),
+    )
+
+
+NO_HEALTH_VERDICT = "the exporter does not export the health verdict (amdgpu_health_status)"
+FIT_UNFIT_MAPPING = {
+    "type": "value",
+    "options": {
+        "0": {"text": "UNFIT", "color": RED, "index": 0},
+        "1": {"text": "FIT", "color": "green", "index": 1},
+    },
+}
+
+
+def health_row() -> Row:
+    return Row(
+        "Health verdict",
+        (
+            Panel(
+                "stat",
+                "Fit or unfit, per GCD",
+                "The exporter's health verdict on each selected GCD (amdgpu_health_status: 1 fit, 0 unfit); the "
+                "table beside it names the checks that fail.",
+                Query(f"amdgpu_health_status{{{NODE}}}", PER_GPU),
+                unit="none",
+                width=10,
+                height=7,
+                mappings=(FIT_UNFIT_MAPPING,),
+                steps=((0.0, RED), (1.0, "green")),
+                may_be_empty=NO_HEALTH_VERDICT,
+            ),
+            Panel(
+                "table",
+                "Failing health checks",
+                "Each check that fails on a selected GCD now, with its severity (amdgpu_health_check, 1 per "
+                "failing check).",
+                f"amdgpu_health_check{{{NODE}}} == 1",
+                unit="none",
+                width=14,
+                height=7,
+                hide_columns=("instance", "job", "Value"),
+                may_be_empty=f"every check passes, or {NO_HEALTH_VERDICT}",
             ),
         ),
     )
@@ -1066,6 +1111,7 @@ def node_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
         ),
         rows=(
             overview_row(t),
+            health_row(),
             attribution_row(),
             thermals_row(t),
             power_row(),

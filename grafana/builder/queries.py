@@ -1,18 +1,31 @@
 """PromQL fragments both dashboards use: selectors, the MI250X package join, per-step rates and ages.
 
-Template variables: $instance (a regex on the fleet dashboard, one node on the node dashboard) and
-$gpu (a regex of GCD indices on the node dashboard).
+Template variables: $instance (one node) and $gpu (a regex of GCD indices) on the node dashboard.
+The fleet dashboard filters through an ad hoc filter variable, which Grafana adds to every selector
+only when a filter is set: with none (all nodes) a query carries no node matcher at all, where an
+`instance=~"$instance"` variable would carry `instance=~".*"` in every selector.
 """
 
 from __future__ import annotations
 
-FLEET = 'instance=~"$instance"'
+import re
+
+# The fleet dashboard's node matcher: none (the ad hoc filter adds it). The fragments below leave an
+# empty slot where it would go; tidy_selector() removes the slot.
+FLEET = ""
 NODE = 'instance="$instance", gpu=~"$gpu"'
 NODE_ALL_GPUS = 'instance="$instance"'
 HBM_SENSORS = 'sensor=~"memory|hbm[0-9]+"'
 CORE_SENSORS = 'sensor!~"memory|hbm[0-9]+"'
 PER_GPU = "gpu {{gpu}}"  # the legend of a series per GCD
 JOULES_PER_KWH = "3.6e6"
+
+
+def tidy_selector(expr: str) -> str:
+    """Drop the empty matcher slot FLEET leaves: `x{, a="b"}` -> `x{a="b"}`, `x{}` -> `x`."""
+    expr = re.sub(r"\{\s*,\s*", "{", expr)
+    expr = re.sub(r",\s*\}", "}", expr)
+    return expr.replace("{}", "")
 
 
 def junction(selector: str) -> str:
@@ -25,32 +38,38 @@ def per_step(function: str, metric: str, selector: str) -> str:
 
 
 def age_at_scrape(metric: str, selector: str) -> str:
-    """How old a timestamp was when it was scraped: independent of the scrape interval, unlike time() - x."""
+    """How old a timestamp was when it was scraped: independent of the scrape interval, unlike time() - x.
+    Reads every selected series at every step: only for one node's few series."""
     return f"timestamp({metric}{{{selector}}}) - {metric}{{{selector}}}"
 
 
-SAMPLE_AGE_FLEET = f"({age_at_scrape('amdgpu_sample_timestamp_seconds', FLEET)})"
+# Age now, as AMDGPUSamplesStale computes it (the fleet's stale count and table compare it with the
+# alert's own age); at one instant, so each device series is read once.
+SAMPLE_AGE_FLEET = f"(time() - amdgpu_sample_timestamp_seconds{{{FLEET}}})"
 
 
 def vram_used_ratio(selector: str) -> str:
     return f'amdgpu_memory_used_bytes{{{selector}, pool="vram"}} / amdgpu_memory_total_bytes{{{selector}, pool="vram"}}'
 
 
+# The recorded per-GCD identity (amdgpu_device_info's pci_bus_id, package and product only): joins
+# read it rather than amdgpu_device_info's dozen labels.
+IDENTITY = "gpu:amdgpu_device_info:identity"
+
+
 def with_identity(expr: str, selector: str) -> str:
     """Per-GCD series with the device's product and PCI address added, for tables."""
-    return f"{expr} * on(instance, gpu) group_left(product, pci_bus_id) amdgpu_device_info{{{selector}}}"
+    return f"{expr} * on(instance, gpu) group_left(product, pci_bus_id) {IDENTITY}{{{selector}}}"
 
 
 def package_join(per_gcd: str, selector: str, aggregate: str = "sum") -> str:
     """A per-GCD expression summed (or maxed) per physical package.
 
     Only die 0 of an MI250X carries power and energy (die 1 has no series), so `sum by package`
-    over the amdgpu_device_info join is the package's value; on single-die parts package = device.
+    over the identity join is the package's value; on single-die parts package = device.
     """
-    return (
-        f"{aggregate} by (instance, package) ({per_gcd}"
-        f" * on(instance, gpu) group_left(package) amdgpu_device_info{{{selector}}})"
-    )
+    joined = f"{per_gcd} * on(instance, gpu) group_left(package) {IDENTITY}{{{selector}}}"
+    return f"{aggregate} by (instance, package) ({joined})"
 
 
 def by_package(metric: str, selector: str, aggregate: str = "sum") -> str:
@@ -59,16 +78,37 @@ def by_package(metric: str, selector: str, aggregate: str = "sum") -> str:
 
 def packages_of_selected_gpus(expr: str) -> str:
     """Keep the packages that contain a selected GCD (die 1 selected still shows its package)."""
-    return f"{expr} and on(instance, package) amdgpu_device_info{{{NODE}}}"
+    return f"{expr} and on(instance, package) {IDENTITY}{{{NODE}}}"
 
 
 def node_package(metric: str, aggregate: str = "sum") -> str:
     return packages_of_selected_gpus(by_package(metric, NODE_ALL_GPUS, aggregate))
 
 
-# The cap is a package setting: MI250X die 1 has none (or reads 0), so take the max over the dies.
-FLEET_PACKAGE_POWER = by_package("amdgpu_power_watts", FLEET)
-FLEET_PACKAGE_CAP = by_package("amdgpu_power_cap_watts", FLEET, "max")
+# Package power and cap as the recording rules sum them (instance_package:...), for the selected GCDs.
+NODE_PACKAGE_POWER = packages_of_selected_gpus(
+    f"max by (instance, package) (instance_package:amdgpu_power_watts:sum{{{NODE_ALL_GPUS}}})"
+)
+NODE_PACKAGE_CAP = packages_of_selected_gpus(
+    f"max by (instance, package) (instance_package:amdgpu_power_cap_watts:max{{{NODE_ALL_GPUS}}})"
+)
+
+
+# Recorded by deploy/prometheus/amdgpu-exporter.rules.yml (amdgpu-recording; docs/recording-rules.md):
+# per node and per package, once per evaluation interval, so a fleet panel reads a few series a node.
+NODE_POWER = f"instance:amdgpu_power_watts:sum{{{FLEET}}}"
+NODE_CAP = f"instance:amdgpu_power_cap_watts:sum{{{FLEET}}}"
+PACKAGE_POWER_SHARE = f"instance_package:amdgpu_power_cap:ratio{{{FLEET}}}"
+NODE_UP = f"instance:amdgpu_up:sum{{{FLEET}}}"
+NODE_DEVICES = f"instance:amdgpu_up:count{{{FLEET}}}"
+NODE_HOTTEST_JUNCTION = f'instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, sensor="junction"}}'
+
+
+def integral_over_range(recorded: str) -> str:
+    """A recorded rate (per second) summed over the dashboard's range: its value at each step x the step.
+    A holder present for part of the range counts only for that part; no step-aligned subquery that
+    would miss the first minutes of data."""
+    return f"sum_over_time({recorded}[$__range:$__interval]) * $__interval_ms / 1000"
 
 
 def fast_cycle_quantile(quantile: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .panels import JSON, MAY_BE_EMPTY, Dashboard, Panel, Query, Row
+from .queries import tidy_selector
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -18,7 +19,8 @@ GRID_WIDTH = 24
 
 
 # Panels that show the latest value only, and those that show it as a table (one column per label).
-INSTANT_KINDS = ("table", "bargauge")
+# A stat or gauge queried over the range would read every series at every step for a sparkline.
+INSTANT_KINDS = ("table", "bargauge", "stat", "gauge")
 TABLE_KINDS = ("table",)
 
 
@@ -27,7 +29,7 @@ def render_target(query: Query, ref_id: str, kind: str) -> JSON:
     return {
         "datasource": DATASOURCE,
         "editorMode": "code",
-        "expr": query.expr,
+        "expr": tidy_selector(query.expr),
         "format": "table" if kind in TABLE_KINDS else "time_series",
         "instant": instant,
         "legendFormat": query.legend or "__auto",
@@ -107,7 +109,7 @@ KIND_OPTIONS: dict[str, JSON] = {
     },
     "stat": {
         "colorMode": "value",
-        "graphMode": "area",
+        "graphMode": "none",
         "justifyMode": "auto",
         "orientation": "auto",
         "reduceOptions": _REDUCE,

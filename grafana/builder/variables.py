@@ -23,6 +23,22 @@ def datasource_variable() -> JSON:
     }
 
 
+def adhoc_filter_variable() -> JSON:
+    """Label filters Grafana adds to every selector of the dashboard's queries: none by default, so the
+    whole fleet is read without a node matcher (a regex variable's All would add instance=~".*" to
+    every selector). Filter on node, instance or any target label (cluster, rack, ...)."""
+    return {
+        "datasource": DATASOURCE,
+        "description": "Narrow every panel to nodes by any label (node, instance, cluster, ...); none = all nodes.",
+        "filters": [],
+        "hide": 0,
+        "label": "Filters",
+        "name": "filters",
+        "skipUrlSync": False,
+        "type": "adhoc",
+    }
+
+
 def query_variable(name: str, label: str, query: str, multi: bool = False) -> JSON:
     variable: JSON = {
         "current": {},
