@@ -35,7 +35,6 @@ from .queries import (
     exporter_process,
     integral_over_range,
     junction,
-    per_step,
     with_identity,
 )
 from .thresholds import Thresholds
@@ -44,8 +43,10 @@ from .variables import adhoc_filter_variable, datasource_variable, stale_after_v
 # The smallest step of the panels that draw every GCD over the range: at the default 6 h it keeps
 # such a query under Prometheus's default --query.max-samples (50 M) at 10,000 nodes of 16 GCDs
 # (tests/unit/test_grafana_query_cost.py; docs/recording-rules.md).
-PER_GCD_STEP = "2m"
+PER_GCD_STEP = "5m"
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
+# Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
+HOLDER_STEP_SECONDS = "300"
 
 
 NO_HEALTH_CHECKS = "the exporters do not export the health verdict (amdgpu_health_status)"
@@ -383,15 +384,15 @@ def _gpu_hours_by(label: str) -> str:
     """GCD-hours per `label` over the dashboard's range: the recorded count of GCDs each holder has on
     each node (from the attribution info series), summed over the range, in hours."""
     recorded = f"instance_{label}:amdgpu_allocated_gpus:count{{{FLEET}}}"
-    return f"sum by ({label}) ({integral_over_range(recorded)}) / 3600"
+    return f"sum by ({label}) ({integral_over_range(recorded, HOLDER_STEP_SECONDS)}) / 3600"
 
 
 def _energy_by(label: str) -> str:
     """Energy per holder over the range: the recorded per-holder power (the energy counters' rate joined
-    with the attribution info series) summed at each step of the range x the step. Works with or without the
+    with the attribution info series) summed every 5 minutes of the range. Works with or without the
     attribution labels on every series."""
     recorded = f"instance_{label}:amdgpu_energy_joules:rate5m{{{FLEET}}}"
-    return f"sum by ({label}) ({integral_over_range(recorded)}) / {JOULES_PER_KWH}"
+    return f"sum by ({label}) ({integral_over_range(recorded, HOLDER_STEP_SECONDS)}) / {JOULES_PER_KWH}"
 
 
 def usage_row() -> Row:
@@ -405,7 +406,7 @@ def usage_row() -> Row:
                 "bargauge",
                 "GCD-hours by namespace",
                 "GCD-hours each Kubernetes namespace held over the dashboard's range (allocated GCDs per node, "
-                "recorded from amdgpu_allocation_info, counted at each step).",
+                "recorded from amdgpu_allocation_info, counted every 5 minutes).",
                 Query(_gpu_hours_by("namespace"), "{{namespace}}"),
                 unit="h",
                 width=6,
@@ -415,7 +416,7 @@ def usage_row() -> Row:
                 "bargauge",
                 "Energy by namespace",
                 "GPU energy used by each namespace's pods over the range, from the energy counters of the GCDs "
-                "they held (die 0 of an MI250X counts the whole package), sampled at each step; a GCD shared "
+                "they held (die 0 of an MI250X counts the whole package), sampled every 5 minutes; a GCD shared "
                 "by two namespaces counts for both.",
                 Query(_energy_by("namespace"), "{{namespace}}"),
                 unit="kwatth",
@@ -426,7 +427,7 @@ def usage_row() -> Row:
                 "bargauge",
                 "GCD-hours by Slurm user",
                 "GCD-hours each Slurm user's jobs held over the range (allocated GCDs per node, recorded from "
-                "amdgpu_job_info, counted at each step).",
+                "amdgpu_job_info, counted every 5 minutes).",
                 Query(_gpu_hours_by("job_user"), "{{job_user}}"),
                 unit="h",
                 width=6,
@@ -436,7 +437,7 @@ def usage_row() -> Row:
                 "bargauge",
                 "Energy by Slurm user",
                 "GPU energy used by each Slurm user's jobs over the range, from the GCDs' energy counters "
-                "(sampled at each step).",
+                "(sampled every 5 minutes).",
                 Query(_energy_by("job_user"), "{{job_user}}"),
                 unit="kwatth",
                 width=6,
@@ -629,10 +630,10 @@ def exporter_health_row(limits: MemoryLimits) -> Row:
             Panel(
                 "timeseries",
                 "Exporter file errors per node",
-                "Failed sysfs file reads per step by node and reason, summed over GCDs and files (the node "
-                "dashboard's exporter health row has them per file).",
+                "Failed sysfs file reads per minute by node and reason, summed over GCDs and files by the recording "
+                "rules (the node dashboard's exporter health row has them per file).",
                 Query(
-                    f"sum by (instance, reason) ({per_step('increase', 'amdgpu_exporter_file_errors_total', FLEET)})",
+                    f"sum by (instance, reason) (instance_reason:amdgpu_exporter_file_errors:rate5m{{{FLEET}}}) * 60",
                     "{{instance}} {{reason}}",
                 ),
                 unit="none",

@@ -104,10 +104,12 @@ NODE_DEVICES = f"instance:amdgpu_up:count{{{FLEET}}}"
 NODE_HOTTEST_JUNCTION = f'instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, sensor="junction"}}'
 
 
-def integral_over_range(recorded: str) -> str:
-    """A recorded rate (per second) summed over the dashboard's range: its value at each step x the step.
-    A holder present for part of the range counts only for that part; no step-aligned subquery that
-    would miss the first minutes of data."""
+def integral_over_range(recorded: str, every: str = "") -> str:
+    """A recorded rate (per second) summed over the dashboard's range: its value at each step x the step
+    (Grafana's $__interval, or `every` seconds for series many per node, to bound the samples read).
+    A holder present for part of the range counts only for that part."""
+    if every:
+        return f"sum_over_time({recorded}[$__range:{every}s]) * {every}"
     return f"sum_over_time({recorded}[$__range:$__interval]) * $__interval_ms / 1000"
 
 
