@@ -40,10 +40,10 @@ from .queries import (
 from .thresholds import Thresholds
 from .variables import adhoc_filter_variable, datasource_variable, stale_after_variable
 
-# The smallest step of the panels that draw every GCD over the range: at the default 6 h it keeps
-# such a query under Prometheus's default --query.max-samples (50 M) at 10,000 nodes of 16 GCDs
-# (tests/unit/test_grafana_query_cost.py; docs/recording-rules.md).
-PER_GCD_STEP = "5m"
+# The most steps of a panel that draws every GCD over the range: 72 (5 minutes at the default 6 h)
+# keeps such a query under Prometheus's default --query.max-samples (50 M) at any range, at 10,000
+# nodes of 64 devices (tests/unit/test_grafana_query_cost.py; docs/recording-rules.md).
+PER_GCD_POINTS = 72
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
 # Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
 HOLDER_STEP_SECONDS = "300"
@@ -282,14 +282,14 @@ def utilisation_row() -> Row:
                 "heatmap",
                 "GFX busy distribution across GCDs",
                 "How many GCDs sit at each gfx busy level over time (each GCD averaged over the step). A "
-                "healthy training job keeps the mass at the top; a band near 0 is idle or stalled GCDs. Steps "
-                f"of {PER_GCD_STEP} at least: every GCD is read at every step.",
+                "healthy training job keeps the mass at the top; a band near 0 is idle or stalled GCDs. At most "
+                f"{PER_GCD_POINTS} steps over the range: every GCD is read at every step.",
                 f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
                 unit="percentunit",
                 width=12,
                 height=9,
-                interval=PER_GCD_STEP,
                 options={
+                    "maxDataPoints": PER_GCD_POINTS,
                     "calculate": True,
                     "calculation": {"yBuckets": {"mode": "size", "value": "0.1", "scale": {"type": "linear"}}},
                     "yAxis": {"axisPlacement": "left", "unit": "percentunit", "min": 0, "max": 1},
@@ -300,7 +300,7 @@ def utilisation_row() -> Row:
                 "status-history",
                 "GFX busy per GCD",
                 "One row per GCD, coloured by gfx busy averaged over the step: idle GCDs in a busy job stand out. "
-                f"Steps of {PER_GCD_STEP} at least; filter the nodes on a large fleet.",
+                f"At most {PER_GCD_POINTS} steps over the range; filter the nodes on a large fleet.",
                 Query(
                     f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
                     "{{instance}} gpu {{gpu}}",
@@ -308,10 +308,9 @@ def utilisation_row() -> Row:
                 unit="percentunit",
                 width=12,
                 height=9,
-                interval=PER_GCD_STEP,
                 minimum=0,
                 maximum=1,
-                options={"showValue": "never"},
+                options={"showValue": "never", "maxDataPoints": PER_GCD_POINTS},
                 links=(NODE_LINK_FROM_SERIES,),
             ),
             Panel(
