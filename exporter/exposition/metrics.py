@@ -311,7 +311,8 @@ METRICS: tuple[MetricSpec, ...] = (
     device(
         "amdgpu_board_temperature_celsius",
         "Temperature of a sensor on the GPU's own board (MI350-class board/gpuboard_temp): retimer_x, "
-        "oam_x_ibc, ... and the board's voltage regulators vddcr_vdd0, vddcr_soc_a, vdd_085_hbm, ...",
+        "oam_x_ibc, ... and the board's voltage regulators vddcr_vdd0, vddcr_soc_a, vdd_085_hbm, ... "
+        "With --collector.board-temperatures (19 series per GPU).",
         "board_temperatures",
         ("sensor",),
     ),

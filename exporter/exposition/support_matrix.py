@@ -129,13 +129,12 @@ def _board_and_guest() -> list[str]:
         "",
         "MP1 13.0.12 parts also have `board/` on the PCI device (MI300X and MI325X have none): per GPU "
         + ", ".join(f"`{n}`" for n in board)
-        + "; node-wide, shown once without a `gpu` label (every GPU of a node reads the same baseboard): "
-        + ", ".join(f"`{n}`" for n in sorted(NODE_FAMILIES))
-        + ".",
+        + " (with `--collector.board-temperatures`); node-wide, shown once without a `gpu` label (every GPU"
+        " of a node reads the same baseboard): " + ", ".join(f"`{n}`" for n in sorted(NODE_FAMILIES)) + ".",
         "",
         "## SR-IOV guest (`--demo.fleet=4xMI300X:guest`)",
         "",
-        "A virtual function (MI300X VF 0x74b5, MI325X VF 0x74b9) has `amdgpu_device_info{deployment=\"guest\","
+        'A virtual function (MI300X VF 0x74b5, MI325X VF 0x74b9) has `amdgpu_device_info{deployment="guest",'
         ' identity_source="pci_bus_id"}` (its unique_id reads empty), no serial, product number or firmware'
         " versions (no `amdgpu_firmware_info`). Per-device families a bare-metal MI300X has and a guest lacks: "
         + lost

@@ -41,7 +41,9 @@ def _tree(tmp_path_factory: pytest.TempPathFactory, fleet: str) -> Path:
 
 
 def _ours(tree: Path) -> Series:
-    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms")
+    proc, port = start_exporter(
+        f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collector.board-temperatures"
+    )
     try:
         wait_ready(port, proc)
         time.sleep(0.3)

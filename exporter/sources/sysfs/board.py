@@ -75,11 +75,12 @@ NODE_POWER_FILES = (
 TEMP_TABLES = (("board_temperatures", GPUBOARD_TEMP), ("baseboard_temperatures", BASEBOARD_TEMP))
 
 
-def read_board(device_dir: str, values: SampleValues) -> None:
+def read_board(device_dir: str, values: SampleValues, *, gpu_board: bool = True) -> None:
     """The slow board/ values of one PCI device into `values` (nothing at all without a board/ folder):
-    each file is a firmware round trip for the SMU's system metrics table."""
+    each file is a firmware round trip for the SMU's system metrics table. `gpu_board`: also the GPU
+    board's own sensors (gpuboard_temp), 19 series per GPU."""
     board = f"{device_dir}/board"
-    for field, table in TEMP_TABLES:
+    for field, table in TEMP_TABLES if gpu_board else TEMP_TABLES[1:]:
         path = f"{board}/{table.file}"
         blob = read_file_bytes(path)
         if blob is None:

@@ -31,7 +31,9 @@ DPM_FILES = {
 }
 
 
-def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> SampleValues:
+def read_slow_layer(
+    device: DeviceIdentity, previous: SampleValues | None, *, board_temperatures: bool = True
+) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a sum)."""
     dev = device.device_dir
     values = SampleValues()
@@ -67,7 +69,7 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
     before = before if isinstance(before, int | float) else None
     total = (int(before or 0) + new_errors) if new_errors is not None else before
     values.set("xgmi_error_events", None, total, "xgmi_error")
-    read_board(dev, values)
+    read_board(dev, values, gpu_board=board_temperatures)
     return values
 
 
