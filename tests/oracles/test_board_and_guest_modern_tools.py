@@ -3,7 +3,9 @@
 - MI355X: amd-smi 10.1's `amdsmi` module (sid) reads board/gpuboard_temp and board/baseboard_temp
   (its GPUBOARD_* and BASEBOARD_* temperature types) and the node's NPM info (limit, status); every
   sensor it reads is one we export, with the same value, and no sensor of ours is one it lacks.
-  Node power itself and max_node_power_limit it does not show: held to the tree in the unit tests.
+  Its CLI shows the same: `amd-smi metric -b -G` per GPU, `amd-smi node` once for the node (NPM
+  limit and status, the baseboard sensors). Node power itself and max_node_power_limit it does not
+  show: held to the tree in the unit tests.
 - MI300X:guest (an MI300X VF, 0x74b5): rocm-smi 6.1.2, 6.4.1 and amd-smi static report no serial
   (N/A), a unique id of 0, no voltage, fan or edge temperature, and "Current Socket Graphics Package
   Power"; we export no series for those, empty serial and unique_id labels, deployment="guest"
@@ -103,6 +105,43 @@ def test_amdsmi_reads_the_board_sensors_we_export(mi355x: Path, chroots: dict[st
     for info in npm:
         assert info["limit"] == ours[("amdgpu_node_power_limit_watts", ())]
         assert info["status"] == 1 and ours[("amdgpu_node_power_management_active", ())] == 1.0
+
+
+def _cli_temperatures(section: dict[str, Any], family: str) -> dict[tuple[str, str], float]:
+    """amd-smi's `{"temperature": {"UBB_FPGA": {"value": 28, "unit": "°C"}, ...}}` as ours are keyed."""
+    found = {}
+    for name, reading in section["temperature"].items():
+        if isinstance(reading, dict):
+            sensor = (
+                name.removeprefix("NODE_").lower() if family == "amdgpu_board_temperature_celsius" else name.lower()
+            )
+            found[(family, sensor)] = float(reading["value"])
+    return found
+
+
+def test_amd_smi_cli_shows_the_board_and_the_node_as_we_do(mi355x: Path, chroots: dict[str, Chroot]) -> None:
+    # `amd-smi metric -b -G` per GPU, `amd-smi node` once per node: the node-wide values shown once, as ours
+    ours = _ours(mi355x)
+    gpus = sorted(_gpu_by_bdf(ours).values(), key=lambda info: int(info["gpu"]))
+    metric = run_json(chroots["sid"], mi355x, ["amd-smi", "metric", "-b", "-G", "--json"])
+    for info, gpu in zip(gpus, metric["gpu_data"], strict=True):
+        board = _cli_temperatures(gpu["gpu_board"], "amdgpu_board_temperature_celsius")
+        baseboard = _cli_temperatures(gpu["base_board"], "amdgpu_baseboard_temperature_celsius")
+        assert len(board) == 19 and len(baseboard) == 23
+        for (family, sensor), value in {**board, **baseboard}.items():
+            labels = (("gpu", info["gpu"]), ("sensor", sensor)) if "_board_" in family else (("sensor", sensor),)
+            assert ours[(family, labels)] == value, (family, sensor)
+    node = run_json(chroots["sid"], mi355x, ["amd-smi", "node", "--json"])
+    assert len(node) == 1
+    management = node[0]["node"]["power_management"]
+    assert management["limit"]["value"] == ours[("amdgpu_node_power_limit_watts", ())]
+    assert management["status"] == "ENABLED" and ours[("amdgpu_node_power_management_active", ())] == 1.0
+    shown = _cli_temperatures(node[0]["node"]["base_board"], "amdgpu_baseboard_temperature_celsius")
+    assert {sensor: value for (_f, sensor), value in shown.items()} == {
+        dict(labels)["sensor"]: value
+        for (name, labels), value in ours.items()
+        if name == "amdgpu_baseboard_temperature_celsius"
+    }
 
 
 def test_a_guest_shows_what_the_tools_show(guest: Path, chroots: dict[str, Chroot]) -> None:
