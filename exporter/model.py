@@ -191,6 +191,9 @@ class Sample:
     node_power_limit_watts: float | None = within(0.0, _NODE_POWER)
     node_power_limit_max_watts: float | None = within(0.0, _NODE_POWER)
     node_power_management_enabled: bool | None = None
+    # the baseboard's own power (its GPUs included) and its threshold: board/baseboard_power(_limit)
+    baseboard_power_watts: float | None = within(0.0, _NODE_POWER)
+    baseboard_power_limit_watts: float | None = within(0.0, _NODE_POWER)
     # (file, reason) -> how many times this read found the file unreadable or its value rejected
     # (file = the attribute's name, "temp2_input"; reason one of the set in exporter/sources/errors.py)
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)

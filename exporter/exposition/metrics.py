@@ -340,6 +340,16 @@ METRICS: tuple[MetricSpec, ...] = (
         _node("node_power_limit_max_watts"),
     ),
     MetricSpec(
+        "amdgpu_baseboard_power_watts",
+        "Power the baseboard draws, its GPUs included (MI350-class board/baseboard_power). Node-wide.",
+        _node("baseboard_power_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_baseboard_power_limit_watts",
+        "The baseboard's power threshold (board/baseboard_power_limit). Node-wide.",
+        _node("baseboard_power_limit_watts"),
+    ),
+    MetricSpec(
         "amdgpu_node_power_management_active",
         "1 while node power management (NPM) is on, else 0 (board/npm_status: on while node power reads "
         "non-zero). Node-wide.",

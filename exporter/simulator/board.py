@@ -2,7 +2,8 @@
 
 amdgpu_pm.c writes, on each GPU's PCI device: gpuboard_temp and baseboard_temp (binary tables,
 sources/gpu_metrics/board_layouts.py), and npm_status, cur_node_power_limit,
-max_node_power_limit, node_power, global_ppt_resid (`%u\\n`, `enabled`/`disabled`). Node power and
+max_node_power_limit, node_power, global_ppt_resid, and (a later patch) baseboard_power and
+baseboard_power_limit (`%u\\n`, `enabled`/`disabled`). Node power and
 the baseboard temperatures come from the one baseboard, so every GPU of the node reads the same.
 
 No real table has been seen here: which sensors the firmware fills, and their values, are
@@ -28,6 +29,7 @@ from exporter.sources.gpu_metrics.board_layouts import (
 )
 
 BASEBOARD_POWER_W = 240  # the baseboard's own draw (switches, retimers, FPGA) on top of the GPUs'
+HOST_POWER_W = 1500  # the rest of the node (CPUs, memory, NICs, fans): node power = baseboard power + this
 # (°C at idle, °C per kW of the board's power): the GPU board's sensors
 _NODE_SENSOR_MODEL = {
     "retimer_x": (34, 8),
@@ -49,6 +51,8 @@ class BoardReading:
     node_power_w: int
     node_power_limit_w: int
     max_node_power_limit_w: int
+    baseboard_power_w: int  # what the baseboard (its GPUs included) draws: board/baseboard_power
+    baseboard_power_limit_w: int
 
     @property
     def npm_enabled(self) -> bool:
@@ -64,10 +68,13 @@ def board_readings(gcds: Sequence[GcdLayout], readings: Sequence[DieReading]) ->
     on_board = [(g, r) for g, r in zip(gcds, readings, strict=True) if has_board(g)]
     if not on_board:
         return [None] * len(gcds)
-    node_w = sum(r.power_w or 0 for _g, r in on_board) + BASEBOARD_POWER_W
-    node_kw = node_w / 1000
+    baseboard_w = sum(r.power_w or 0 for _g, r in on_board) + BASEBOARD_POWER_W
+    node_w = baseboard_w + HOST_POWER_W
+    node_kw = baseboard_w / 1000
     baseboard = {name: round(26 + i % 6 + node_kw * (1.2 + 0.1 * (i % 4))) for i, name in enumerate(SYSTEM_SENSORS)}
     limit = max(g.model.max_node_power_limit for g, _r in on_board)
+    # the baseboard's threshold: its GPUs' power caps and its own draw
+    baseboard_limit = sum(g.model.power_cap for g, _r in on_board) + BASEBOARD_POWER_W
     result: list[BoardReading | None] = []
     for gcd, r in zip(gcds, readings, strict=True):
         if not has_board(gcd):
@@ -78,7 +85,7 @@ def board_readings(gcds: Sequence[GcdLayout], readings: Sequence[DieReading]) ->
             name: round(idle + per_kw * kw)
             for name, (idle, per_kw) in {**_NODE_SENSOR_MODEL, **_VR_SENSOR_MODEL}.items()
         }
-        result.append(BoardReading(own, baseboard, node_w, limit, limit))
+        result.append(BoardReading(own, baseboard, node_w, limit, limit, baseboard_w, baseboard_limit))
     return result
 
 
@@ -102,6 +109,8 @@ def board_files(gcd: GcdLayout, board: BoardReading, accumulation_counter: int) 
         f"{base}/node_power": f"{board.node_power_w}\n".encode(),
         f"{base}/cur_node_power_limit": f"{board.node_power_limit_w}\n".encode(),
         f"{base}/npm_status": b"enabled\n" if board.npm_enabled else b"disabled\n",
+        f"{base}/baseboard_power": f"{board.baseboard_power_w}\n".encode(),
+        f"{base}/baseboard_power_limit": f"{board.baseboard_power_limit_w}\n".encode(),
         # an accumulator of undocumented unit: written so the group is complete, read by no one here
         f"{base}/global_ppt_resid": f"{accumulation_counter // 1024}\n".encode(),
     }

@@ -291,6 +291,8 @@ def _board_fields(board: BoardReading) -> dict[str, Any]:
         "node_power_limit_watts": float(board.node_power_limit_w),
         "node_power_limit_max_watts": float(board.max_node_power_limit_w),
         "node_power_management_enabled": board.npm_enabled,
+        "baseboard_power_watts": float(board.baseboard_power_w),
+        "baseboard_power_limit_watts": float(board.baseboard_power_limit_w),
     }
 
 

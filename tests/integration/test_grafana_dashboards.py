@@ -53,6 +53,8 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "amdgpu_node_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
     "amdgpu_node_power_limit_max_watts": "MI350-class board/ only (node-wide); no panel yet",
     "amdgpu_node_power_management_active": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_baseboard_power_watts": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_baseboard_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

@@ -4,8 +4,8 @@
   (its GPUBOARD_* and BASEBOARD_* temperature types) and the node's NPM info (limit, status); every
   sensor it reads is one we export, with the same value, and no sensor of ours is one it lacks.
   Its CLI shows the same: `amd-smi metric -b -G` per GPU, `amd-smi node` once for the node (NPM
-  limit and status, the baseboard sensors). Node power itself and max_node_power_limit it does not
-  show: held to the tree in the unit tests.
+  limit, status and the baseboard's power threshold, the baseboard sensors). Node power, baseboard
+  power and max_node_power_limit it does not show: held to the tree in the unit tests.
 - MI300X:guest (an MI300X VF, 0x74b5): rocm-smi 6.1.2, 6.4.1 and amd-smi static report no serial
   (N/A), a unique id of 0, no voltage, fan or edge temperature, and "Current Socket Graphics Package
   Power"; we export no series for those, empty serial and unique_id labels, deployment="guest"
@@ -136,6 +136,8 @@ def test_amd_smi_cli_shows_the_board_and_the_node_as_we_do(mi355x: Path, chroots
     management = node[0]["node"]["power_management"]
     assert management["limit"]["value"] == ours[("amdgpu_node_power_limit_watts", ())]
     assert management["status"] == "ENABLED" and ours[("amdgpu_node_power_management_active", ())] == 1.0
+    # its "threshold" is board/baseboard_power_limit (amdsmi_npm_info_t.ubb_power_threshold)
+    assert management["threshold"]["value"] == ours[("amdgpu_baseboard_power_limit_watts", ())]
     shown = _cli_temperatures(node[0]["node"]["base_board"], "amdgpu_baseboard_temperature_celsius")
     assert {sensor: value for (_f, sensor), value in shown.items()} == {
         dict(labels)["sensor"]: value

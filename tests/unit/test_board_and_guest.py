@@ -93,7 +93,7 @@ def test_npm_status() -> None:
 def test_mi350_class_trees_have_the_board_group_and_mi300_class_ones_do_not(tmp_path: Path) -> None:
     simulator, _ = _tree(tmp_path, "1xMI300X,1xMI325X,1xMI350X,1xMI355X")
     files = {"baseboard_temp", "gpuboard_temp", "npm_status", "cur_node_power_limit", "max_node_power_limit",
-             "node_power", "global_ppt_resid"}  # fmt: skip
+             "node_power", "global_ppt_resid", "baseboard_power", "baseboard_power_limit"}  # fmt: skip
     for gcd in simulator.gcds:
         board = simulator.root / gcd.device_relpath / "board"
         if gcd.model.name in ("MI350X", "MI355X"):
@@ -115,7 +115,13 @@ def test_board_values_read_back_as_the_truth_and_node_values_agree(tmp_path: Pat
     for sample, expected in zip(samples, truth, strict=True):
         for name in ("board_temperatures", "baseboard_temperatures"):
             assert dict(getattr(sample, name)) == dict(getattr(expected.sample, name))
-        for name in ("node_power_watts", "node_power_limit_watts", "node_power_limit_max_watts"):
+        for name in (
+            "node_power_watts",
+            "node_power_limit_watts",
+            "node_power_limit_max_watts",
+            "baseboard_power_watts",
+            "baseboard_power_limit_watts",
+        ):
             assert getattr(sample, name) == getattr(expected.sample, name)
         assert sample.node_power_management_enabled is True
         assert set(sample.board_temperatures) == {*NODE_SENSORS, *VR_SENSORS}
@@ -125,6 +131,8 @@ def test_board_values_read_back_as_the_truth_and_node_values_agree(tmp_path: Pat
     assert samples[0].node_power_watts == samples[1].node_power_watts
     assert samples[0].baseboard_temperatures == samples[1].baseboard_temperatures
     assert samples[0].node_power_limit_max_watts == 8 * 1400
+    assert samples[0].baseboard_power_watts is not None and samples[0].node_power_watts is not None
+    assert samples[0].baseboard_power_watts < samples[0].node_power_watts  # the node is the baseboard and more
 
 
 # ------------------------------------------------------------------------------------ the guest

@@ -4,7 +4,8 @@ amdgpu_pm.c makes board/ on the PCI device when the SMU has temperature tables: 
 baseboard_temp (binary, board_layouts.py); when it also reports a node power limit, five text
 files, each `%u\\n` or a word: npm_status (`enabled` while node power reads non-zero, else
 `disabled`), cur_node_power_limit, max_node_power_limit, node_power (W, the firmware's Q10 value
-rounded; read every cycle) and global_ppt_resid (an accumulator of undocumented unit, not read). MI300X/MI325X have
+rounded; read every cycle), global_ppt_resid (an accumulator of undocumented unit, not read), and, from a later
+patch, baseboard_power (W, every cycle) and baseboard_power_limit (W): the universal baseboard's. MI300X/MI325X have
 no board/: its absence is no fault (a missing file is simply not supplied).
 
 The baseboard and the node are the same for every GPU on it: each GPU reads them, the exposition
@@ -71,6 +72,7 @@ def _watts(text: str) -> float:
 NODE_POWER_FILES = (
     ("node_power_limit_watts", "cur_node_power_limit"),
     ("node_power_limit_max_watts", "max_node_power_limit"),
+    ("baseboard_power_limit_watts", "baseboard_power_limit"),
 )
 TEMP_TABLES = (("board_temperatures", GPUBOARD_TEMP), ("baseboard_temperatures", BASEBOARD_TEMP))
 
