@@ -333,7 +333,8 @@ OPTIONS: tuple[Option, ...] = (
         "simulated fleet for --demo: [N x]MODEL[:OPTION...] terms, comma-separated, e.g. 4xMI250X, 2xMI210,"
         " 2xMI300X:CPX:NPS4, MI300X:gpu_metrics=1.5 (models MI210, MI250X, MI300X, MI325X, MI350X, MI355X;"
         " options: SPX|DPX|QPX|CPX, NPS1|NPS2|NPS4, gpu_metrics=1.N (unset: the table a current kernel writes,"
-        " docs/support-matrix.md), xcp_names=dot, xcp_metrics=1.0|1.1, xcp_nodes=all, serial=unique_id;"
+        " docs/support-matrix.md), xcp_names=dot, xcp_metrics=1.0|1.1, xcp_nodes=all, serial=unique_id, guest"
+        " (MI300X/MI325X as an SR-IOV VM guest sees them);"
         " `amdgpu-exporter simulate --help` lists them per model)",
     ),
     Option(
@@ -406,6 +407,15 @@ OPTIONS: tuple[Option, ...] = (
         is_flag=True,
     ),
     Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
+    Option(
+        "collector.board-temperatures",
+        parse_bool,
+        False,
+        "the 19 sensors of each GPU's own board (MI350X/MI355X board/gpuboard_temp: retimer, IBC, voltage "
+        "regulators) as amdgpu_board_temperature_celsius, 19 series per GPU; the node-wide baseboard sensors "
+        "and node power are always read",
+        is_flag=True,
+    ),
 )
 OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -445,6 +455,7 @@ class Settings:
     slurm_state_dir: str
     collector_processes: bool
     collector_processes_top: int
+    collector_board_temperatures: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 

@@ -77,17 +77,26 @@ class DeviceIdentity:
     gpu_metrics_version: str = ""  # "1.3" as read from the header; "" when no table
     secondary_die: bool = False  # an MI250X's second die by its own signals (power cap and its default 0)
     complete: bool = True  # False: discovery could not read this card in time (a hung read); not polled
+    # "baremetal": the physical function (or the whole device passed through); "guest": an SR-IOV
+    # virtual function inside a VM, which the host lets see only part of the device
+    deployment: str = "baremetal"
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.pci_bus_id, self.unique_id, self.partition)
+
+    @property
+    def identity_source(self) -> str:
+        """What keeps this device apart from the others: its unique_id, or its PCI address when it has
+        none (a VF's reads empty: the host gives it a unique id of 0)."""
+        return "unique_id" if self.unique_id else "pci_bus_id"
 
 
 # The labels of amdgpu_device_info, each with the DeviceIdentity field it shows (in /metrics order).
 _IDENTITY_LABELS = "card pci_bus_id unique_id serial product asic package die partition vbios driver"
 IDENTITY_FIELDS: Mapping[str, str] = {
     label: "driver_version" if label == "driver" else label
-    for label in (*_IDENTITY_LABELS.split(), "compute_partition", "memory_partition")
+    for label in (*_IDENTITY_LABELS.split(), "compute_partition", "memory_partition", "deployment", "identity_source")
 }
 
 
@@ -107,6 +116,7 @@ def each_within(low: float, high: float, low_exclusive: bool = False) -> Any:
 # %llu file), not what is merely unusual. A lowest value excluded is one a sensor that read nothing
 # gives (0 °C: a datacentre GPU is never at freezing) or that means "none" (a size or maximum of 0).
 _POWER = 5000.0  # W per socket or GCD (MI355X is 1.4 kW)
+_NODE_POWER = 100_000.0  # W per node: eight 1.4 kW sockets and their baseboard are ~12 kW
 _POOL = 2.0**50  # 1 PiB: no memory pool is larger (GTT is host RAM)
 _CLOCK = 1e10  # 10 GHz
 _PCIE_RATE = 2e11  # PCIe 7 is 128 GT/s
@@ -171,6 +181,19 @@ class Sample:
     # (port, severity) -> PCIe AER errors since boot; port "device" | "upstream" (the switch or root
     # port above it), severity "correctable" | "nonfatal" | "fatal"
     pcie_aer_errors: Mapping[tuple[str, str], int] = each_within(0.0, _COUNT)
+    # MP1 13.0.12 parts (MI350X/MI355X), the board/ group: sensor -> °C of this GPU's own board
+    # (gpuboard_temp: "retimer_x", "vddcr_vdd0", ...) and of the baseboard the node's GPUs share
+    # (baseboard_temp: "ubb_fpga", ...); the node's power, its limit and the limit's ceiling (the
+    # same figures on every GPU of the node) and whether node power management is on.
+    board_temperatures: Mapping[str, float] = each_within(0.0, 150.0, low_exclusive=True)
+    baseboard_temperatures: Mapping[str, float] = each_within(0.0, 150.0, low_exclusive=True)
+    node_power_watts: float | None = within(0.0, _NODE_POWER)
+    node_power_limit_watts: float | None = within(0.0, _NODE_POWER)
+    node_power_limit_max_watts: float | None = within(0.0, _NODE_POWER)
+    node_power_management_enabled: bool | None = None
+    # the baseboard's own power (its GPUs included) and its threshold: board/baseboard_power(_limit)
+    baseboard_power_watts: float | None = within(0.0, _NODE_POWER)
+    baseboard_power_limit_watts: float | None = within(0.0, _NODE_POWER)
     # (file, reason) -> how many times this read found the file unreadable or its value rejected
     # (file = the attribute's name, "temp2_input"; reason one of the set in exporter/sources/errors.py)
     file_errors: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)

@@ -197,6 +197,30 @@ def _reloads(published: Published) -> Pairs:
         )
 
 
+_NODE_VALUES: list[Values] = []  # the getters _node made: NODE_FAMILIES is the families built on them
+
+
+def _node(field: str, keyed: bool = False) -> Values:
+    """A node-wide value (the MI350-class board/ group): every GPU of the node reads the same
+    figure, so it is shown once, without a gpu label, from the first device (in gpu order) that is
+    up and supplies it. One exporter serves one node."""
+
+    def values(published: Published) -> Pairs:
+        for state in published.snapshot.devices:
+            if not state.up or state.sample is None:
+                continue
+            value = getattr(state.sample, field)
+            if keyed and value:
+                return sorted(value.items())
+            if not keyed and value is not None:
+                return [((), value)]
+        return ()
+
+    getter = _cycle(values)
+    _NODE_VALUES.append(getter)
+    return getter
+
+
 def _window(family: str, keyed: bool) -> Values:
     """One window family: every device's (family, key) stats from the snapshot's fast-sampler windows."""
 
@@ -284,6 +308,53 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     device("amdgpu_power_cap_watts", "Current power cap (PPT).", "power_cap_watts"),
     device("amdgpu_power_cap_max_watts", "Highest power cap allowed.", "power_cap_max_watts"),
+    device(
+        "amdgpu_board_temperature_celsius",
+        "Temperature of a sensor on the GPU's own board (MI350-class board/gpuboard_temp): retimer_x, "
+        "oam_x_ibc, ... and the board's voltage regulators vddcr_vdd0, vddcr_soc_a, vdd_085_hbm, ... "
+        "With --collector.board-temperatures (19 series per GPU).",
+        "board_temperatures",
+        ("sensor",),
+    ),
+    MetricSpec(
+        "amdgpu_baseboard_temperature_celsius",
+        "Temperature of a sensor on the baseboard the node's GPUs share (MI350-class board/baseboard_temp: "
+        "ubb_fpga, ubb_front, oam_0_1_hsc, ...). Node-wide: one series per sensor, no gpu label.",
+        _node("baseboard_temperatures", keyed=True),
+        ("sensor",),
+    ),
+    MetricSpec(
+        "amdgpu_node_power_watts",
+        "Power of the whole node as the baseboard measures it (MI350-class board/node_power). Node-wide: "
+        "no gpu label (every GPU reports the same figure).",
+        _node("node_power_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_node_power_limit_watts",
+        "The node's current power limit (board/cur_node_power_limit). Node-wide.",
+        _node("node_power_limit_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_node_power_limit_max_watts",
+        "The highest node power limit the firmware allows (board/max_node_power_limit). Node-wide.",
+        _node("node_power_limit_max_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_baseboard_power_watts",
+        "Power the baseboard draws, its GPUs included (MI350-class board/baseboard_power). Node-wide.",
+        _node("baseboard_power_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_baseboard_power_limit_watts",
+        "The baseboard's power threshold (board/baseboard_power_limit). Node-wide.",
+        _node("baseboard_power_limit_watts"),
+    ),
+    MetricSpec(
+        "amdgpu_node_power_management_active",
+        "1 while node power management (NPM) is on, else 0 (board/npm_status: on while node power reads "
+        "non-zero). Node-wide.",
+        _node("node_power_management_enabled"),
+    ),
     device(
         "amdgpu_energy_joules",
         "Energy consumed, from the hardware accumulator at 2^-16 J per tick (resets on driver reload). "
@@ -456,7 +527,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "amdgpu_device_info",
         "Identity of a device (always 1); join on gpu for labels. A compute partition of an MI300-class socket "
         "is its own device: partition 0..N-1, the socket's pci_bus_id and package; socket-wide values "
-        "(power, energy, temperatures, memory, PCIe, XGMI, ECC) are on partition 0 only.",
+        "(power, energy, temperatures, memory, PCIe, XGMI, ECC) are on partition 0 only. deployment: "
+        "baremetal, or guest for an SR-IOV virtual function in a VM (which sees only part of the device); "
+        "identity_source: unique_id, or pci_bus_id when the device has no unique id (a VF's is 0).",
         lambda state: [(tuple(getattr(state.identity, field) for field in IDENTITY_FIELDS.values()), 1)],
         IDENTITY_LABELS,
     ),
@@ -696,6 +769,8 @@ METRICS: tuple[MetricSpec, ...] = (
 # The families read from each device's latest sample.
 DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(spec for spec in METRICS if spec.sample_getter is not None)
 BY_NAME = {spec.name: spec for spec in METRICS}
+# The node-wide families (no gpu label): one value per node, from the first device that supplies it.
+NODE_FAMILIES = frozenset(spec.name for spec in METRICS if spec.values in _NODE_VALUES)
 
 
 def all_metric_names() -> list[str]:

@@ -13,12 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from exporter.exposition.metrics import DEVICE_METRICS
+from exporter.exposition.metrics import DEVICE_METRICS, NODE_FAMILIES
 from exporter.simulator import SimulatedDevice, Simulator
 from exporter.simulator.asics import ASICS, KERNEL_TABLES, AsicModel
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "support-matrix.md"
 _RESIDENCY, _THROTTLE = "amdgpu_throttle_residency_seconds_total", "amdgpu_throttle_active"
+# The per-GPU families of the MP1 13.0.12 board/ group (the node-wide ones are NODE_FAMILIES).
+BOARD_FAMILIES = {"amdgpu_board_temperature_celsius"}
 # (column, fleet): MI210/MI250X's one table, then every table of the MI300X, in CPX mode so that a
 # partition's own series show too.
 _COLUMNS = (
@@ -116,6 +118,31 @@ def _families(fleet: str) -> tuple[set[str], set[str]]:
     return _names(devices[0]), partition[0] if partition else set()
 
 
+def _board_and_guest() -> list[str]:
+    """The MI350-class board/ group and the SR-IOV guest, each against the MI300X it differs from."""
+    mi300x = _families("MI300X")[0]
+    board = sorted(_families("MI355X")[0] - mi300x)
+    guest = _families("MI300X:guest")[0]
+    lost = ", ".join(f"`{n}`" for n in sorted(mi300x - guest)) or "none"
+    return [
+        "## MI350X / MI355X: the board/ group",
+        "",
+        "MP1 13.0.12 parts also have `board/` on the PCI device (MI300X and MI325X have none): per GPU "
+        + ", ".join(f"`{n}`" for n in board)
+        + " (with `--collector.board-temperatures`); node-wide, shown once without a `gpu` label (every GPU"
+        " of a node reads the same baseboard): " + ", ".join(f"`{n}`" for n in sorted(NODE_FAMILIES)) + ".",
+        "",
+        "## SR-IOV guest (`--demo.fleet=4xMI300X:guest`)",
+        "",
+        'A virtual function (MI300X VF 0x74b5, MI325X VF 0x74b9) has `amdgpu_device_info{deployment="guest",'
+        ' identity_source="pci_bus_id"}` (its unique_id reads empty), no serial, product number or firmware'
+        " versions (no `amdgpu_firmware_info`). Per-device families a bare-metal MI300X has and a guest lacks: "
+        + lost
+        + ".",
+        "",
+    ]
+
+
 def render() -> str:
     by_model: dict[str, list[str]] = {}
     for model in ASICS.values():
@@ -164,6 +191,7 @@ def render() -> str:
             "v1.9 carries one device-wide per-XCC busy array; a partition's share is its XCCs, by the KFD's",
             "`num_xcc` of each partition.",
             "",
+            *_board_and_guest(),
             "## Sources",
             "",
             *_SOURCES,

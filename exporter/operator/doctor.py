@@ -263,7 +263,9 @@ def _devices(facts: Facts) -> list[Finding]:
     for device in devices:
         ident = device.identity
         found = [_answers(device, facts.read_timeout)]
-        if ident.partition == 0:
+        if ident.partition == 0 and ident.deployment == "guest":
+            found += [_vbios(device, []), *_guest(device)]
+        elif ident.partition == 0:
             siblings = [d for d in by_model[ident.device_id] if d is not device]
             found += [_vbios(device, siblings), _firmware(device, siblings), *_pcie(device)]
         if device.render_node:
@@ -313,6 +315,26 @@ def _firmware(device: DeviceFacts, siblings: Sequence[DeviceFacts]) -> Finding:
         return Finding("firmware", WARN, "differs from its siblings: " + ", ".join(differs), advice)
     note = f", same as its {len(siblings)} sibling{'s' if len(siblings) != 1 else ''}" if siblings else ""
     return Finding("firmware", OK, f"{len(mine)} blocks{note}")
+
+
+# What the host keeps from an SR-IOV virtual function, as a guest's sysfs shows it (a real MI300X
+# VF: rocm-smi says "Not supported" for each).
+GUEST_LIMITS = (
+    "no serial number or product number (the FRU EEPROM is the host's)",
+    "no firmware versions",
+    "unique_id reads empty: the device is told apart by its PCI address (identity_source=pci_bus_id)",
+    "power limits, clocks and partition modes are set on the host, not here",
+    "the PCIe link is the hypervisor's virtual one, not the physical link",
+)
+
+
+def _guest(device: DeviceFacts) -> list[Finding]:
+    """A virtual function in a VM: what it cannot see is the host's, not a fault to fix here."""
+    product = device.identity.product or device.identity.device_id
+    advice = "a guest cannot see: " + "; ".join(GUEST_LIMITS) + ". Ask the host's operator for those."
+    found = [Finding("deployment", OK, f"guest: an SR-IOV virtual function ({product})", advice)]
+    found.append(Finding("firmware", OK, "hidden from a guest (the host keeps the firmware versions)"))
+    return found
 
 
 def _pcie(device: DeviceFacts) -> list[Finding]:

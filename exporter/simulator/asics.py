@@ -101,6 +101,12 @@ class AsicModel:
     # MI300-class gpu_metrics: HBM peak bandwidth at the top memory clock (GB/s), JPEG rings per decoder
     mem_max_bandwidth_gbs: int = 0
     jpeg_rings_per_vcn: int = 8
+    # SR-IOV: the PCI device id of the board's virtual function (pci.ids "... VF"), 0 when the
+    # simulator has no guest mode for it
+    vf_device_id: int = 0
+    # the board/ sysfs group of MP1 13.0.12 parts: the node's power limit ceiling (W) the firmware
+    # reports for a baseboard of `hive_boards` of these boards, 0 for a part without the group
+    max_node_power_limit: int = 0
 
     @property
     def metrics_version(self) -> tuple[int, int]:
@@ -283,6 +289,7 @@ MI300X = AsicModel(
     ras_blocks=("umc", "sdma", "gfx", "mmhub", "pcie_bif", "hdp", "xgmi_wafl", "vcn", "jpeg"),
     firmware=_AQUA_VANJARAM_FW,
     mem_max_bandwidth_gbs=5300,
+    vf_device_id=0x74B5,
 )
 
 # MI325X: the same GC 9.4.3 / SMU 13.0.6 silicon as MI300X with 256 GB HBM3E and a 1000 W board
@@ -307,13 +314,15 @@ MI325X = replace(
     r_edge=0.04,
     r_memory=0.043,
     mem_max_bandwidth_gbs=6000,
+    vf_device_id=0x74B9,
 )
 
 _MI350_FW = {**_AQUA_VANJARAM_FW, "smc": 0x00684700, "sos": 0x00400030, "mec": 0x000000A5}
 
 # MI350X / MI355X (GC 9.5.0 "gfx950", MP1 13.0.12, CDNA 4): 8 XCDs of 32 CUs, 288 GB HBM3E, PCIe
-# Gen5. The PCI device ids (0x75a0, 0x75a3) and board numbers are what public listings give; they
-# are not confirmed from the kernel's id table.
+# Gen5. The PCI device ids (0x75a0, 0x75a3) are pci.ids' (2026.10); the board numbers are what
+# public listings give. MP1 13.0.12 writes the board/ group (amdgpu_pm.c: baseboard and GPU-board
+# temperature tables from 6.18, node power and its limits from 6.19).
 MI355X = replace(
     MI300X,
     name="MI355X",
@@ -346,6 +355,8 @@ MI355X = replace(
     firmware=_MI350_FW,
     mem_max_bandwidth_gbs=8000,
     jpeg_rings_per_vcn=10,
+    vf_device_id=0,  # pci.ids lists no MI350-class VF
+    max_node_power_limit=8 * 1400,
 )
 MI350X = replace(
     MI355X,
@@ -362,6 +373,11 @@ MI350X = replace(
     r_junction=0.06,
     r_edge=0.045,
     r_memory=0.048,
+    max_node_power_limit=8 * 1000,
 )
+
+# What a virtual function shows in an SR-IOV guest (a real MI300X VF: VBIOS 113-MI3SRIOV-001): the
+# host keeps the FRU EEPROM, the firmware versions and the unique id to itself.
+GUEST_VBIOS = "113-MI3SRIOV-001"
 
 ASICS: dict[str, AsicModel] = {m.name: m for m in (MI210, MI250X, MI300X, MI325X, MI350X, MI355X)}

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from exporter.simulator.asics import ASICS, AsicModel
+from exporter.simulator.asics import ASICS, GUEST_VBIOS, AsicModel
 
 MAX_GCDS = 128
 CPU_SOCKETS = 2
@@ -65,6 +65,8 @@ class FleetEntry:
     # "fru": the board's FRU EEPROM gives serial_number (both dies of an MI250X share it);
     # "unique_id": no FRU, so the kernel falls back to each die's own unique_id, unpadded %llx
     serial: str = "fru"
+    # an SR-IOV guest's view of the board: its virtual function ("MI300X:guest"), see guest_model()
+    guest: bool = False
 
     @property
     def partitions(self) -> int:
@@ -82,6 +84,8 @@ class FleetEntry:
             text += f":{self.compute_partition}"
         if self.memory_partition != default_memory:
             text += f":{self.memory_partition}"
+        if self.guest:
+            text += ":guest"
         options = []
         if self.metrics_version != self.model.metrics_version:
             options.append(f"gpu_metrics={self.metrics_version[0]}.{self.metrics_version[1]}")
@@ -153,6 +157,7 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
     modes = dict(zip(("compute", "memory"), _default_modes(model), strict=True))
     chosen = {key: default for key, (default, _values, _partitions) in _OPTIONS.items()}
     seen: set[str] = set()
+    guest = False
     tokens = re.split(r"[:;]", options) if options else []  # "MI300X:" alone was always accepted
     for option in tokens:
         word = option.strip()
@@ -171,6 +176,10 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
             if upper not in [m.strip() for m in offered.split(",")]:
                 raise ValueError(f"{model.name} has no {kind} partition mode {word!r}: it offers {offered}")
             modes[kind] = upper
+        elif not sep and upper in ("GUEST", "VF"):
+            if not model.vf_device_id:
+                raise ValueError(f"{model.name} has no simulated virtual function: drop {word!r} from {term.strip()!r}")
+            guest = True
         elif sep and key == "gpu_metrics":
             version = _parse_metrics_version(value, model)
         elif sep and key in _OPTIONS:
@@ -190,12 +199,14 @@ def _parse_term(term: str, spec: str) -> FleetEntry:
         )
     if compute and model.num_xcc % COMPUTE_PARTITION_COUNTS[compute]:
         raise ValueError(f"{model.name} has {model.num_xcc} XCDs, which {compute} cannot split evenly")
-    return FleetEntry(count, model, version, compute, memory, **chosen)
+    return FleetEntry(count, model, version, compute, memory, **chosen, guest=guest)
 
 
 def options_help(model: AsicModel) -> str:
     """The options a fleet term of `model` takes, for messages and --help."""
     modes = [m.replace(", ", "|") for m in (model.compute_partitions, model.memory_partitions) if m]
+    if model.vf_device_id:
+        modes.append("guest")
     versions = "|".join(f"{a}.{b}" for a, b in model.metrics_versions)
     default = f"{model.metrics_version[0]}.{model.metrics_version[1]}"
     others = [
@@ -280,6 +291,7 @@ class GcdLayout:
     # minors exist, KFD has no node for them. PartitionLayout with kfd_node/gpu_id -1.
     idle_xcp_nodes: tuple[PartitionLayout, ...] = ()
     package_id: str = ""  # the package's identity: the board serial, or die 0's serial without a FRU
+    guest: bool = False  # an SR-IOV virtual function as a guest sees it (model is guest_model()'s)
 
     @property
     def card(self) -> str:
@@ -354,7 +366,7 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
         return gpu_id
 
     for package_index, entry in enumerate(packages):
-        model = entry.model
+        model = guest_model(entry.model) if entry.guest else entry.model
         board_serial = f"PCB{_digest('serial', model.name, package_index) % 100000:05d}-{package_index + 1:04d}"
         package_id = ""
         quadrant = package_index // per_quadrant
@@ -385,9 +397,12 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                 else:
                     idle.append(PartitionLayout(p, count, minor, 128 + minor, -1, -1, name, 0, 0, 0))
                 minor += 1
-            unique_id = _digest("unique_id", model.name, index) | (1 << 62)
+            unique_id = 0 if entry.guest else _digest("unique_id", model.name, index) | (1 << 62)
             # Without a FRU EEPROM the kernel's serial_number is the die's unique_id as unpadded %llx.
             serial = f"{unique_id:x}" if entry.serial == "unique_id" else board_serial
+            if entry.guest:  # a VF reads neither the FRU nor a unique id: no serial, the BDF is its package
+                serial = ""
+                package_id = f"0000:{root_bus + 1 + 2 * slot:02x}:00.0"
             package_id = package_id or serial
             result.append(
                 GcdLayout(
@@ -413,10 +428,26 @@ def layout(fleet: FleetSpec) -> list[GcdLayout]:
                     xcp_metrics_version=(1, int(entry.xcp_metrics[2])) if entry.xcp_metrics else None,
                     idle_xcp_nodes=tuple(idle),
                     package_id=package_id,
+                    guest=entry.guest,
                 )
             )
             index += 1
     return result
+
+
+def guest_model(model: AsicModel) -> AsicModel:
+    """The board as an SR-IOV guest sees its virtual function: the VF's PCI device id, the SR-IOV
+    VBIOS, no firmware versions (rocm-smi: "Not supported"), and no FRU product name (the driver
+    reads no FRU EEPROM on a VF; readers name it from the PCI id)."""
+    return replace(
+        model,
+        device_id=model.vf_device_id,
+        subsystem_device=model.vf_device_id,
+        vbios=GUEST_VBIOS,
+        product_name="",
+        product_number="",
+        firmware={},
+    )
 
 
 def xgmi_hops(a: GcdLayout, b: GcdLayout, hive_size: int) -> int:

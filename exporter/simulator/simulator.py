@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from exporter.simulator.atomic_tree import AtomicTree
+from exporter.simulator.board import BoardReading, board_files, board_readings
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
 from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
@@ -53,6 +54,7 @@ class Simulator:
         self._tree = AtomicTree(self.root)
         self._lock = threading.Lock()
         self._readings: list[DieReading] = []
+        self._boards: list[BoardReading | None] = []
         self._elapsed = 0.0
         self._written_at = 0.0
         self._started_wall: float | None = None
@@ -83,13 +85,18 @@ class Simulator:
         readings: list[DieReading] = []
         for package in self._packages:
             readings.extend(package.readings(float(elapsed)))
-        for gcd, reading in zip(self.gcds, readings, strict=True):
+        boards = board_readings(self.gcds, readings)
+        for gcd, reading, board in zip(self.gcds, readings, boards, strict=True):
             for rel, content in dynamic_files(gcd, reading).items():
                 self._tree.write(rel, content)
+            if board is not None:
+                for rel, content in board_files(gcd, board, round(reading.t * 1000)).items():
+                    self._tree.write(rel, content)
         if self.kfd_proc is not None:
             self.kfd_proc.write(float(elapsed))
         with self._lock:
             self._readings = readings
+            self._boards = boards
             self._elapsed = float(elapsed)
             self._written_at = time.time()
         if self.history is not None:
@@ -99,7 +106,7 @@ class Simulator:
     def truth(self) -> list[SimulatedDevice]:
         """Per GCD in BDF order: identity as discovery should find it and the current sample."""
         with self._lock:
-            readings, written_at = self._readings, self._written_at
+            readings, boards, written_at = self._readings, self._boards, self._written_at
         if not readings:
             raise RuntimeError("write_tree() must run before truth()")
         cached = self._truth_cache
@@ -121,8 +128,8 @@ class Simulator:
                         )
                     )
         devices: list[SimulatedDevice] = []
-        for gcd, reading in zip(self.gcds, readings, strict=True):
-            socket_sample = sample(gcd, reading, written_at)
+        for gcd, reading, board in zip(self.gcds, readings, boards, strict=True):
+            socket_sample = sample(gcd, reading, written_at, board)
             mi300 = bool(gcd.model.compute_partitions)
             metrics = gpu_metrics_values(gcd, reading) if mi300 else None
             socket_gpu = len(devices)

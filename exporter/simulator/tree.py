@@ -109,11 +109,8 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
         "mem_info_vis_vram_total": f"{m.vram_bytes}\n",
         "mem_info_gtt_total": f"{m.gtt_bytes}\n",
         "mem_info_vram_vendor": f"{m.vram_vendor}\n",
-        "unique_id": f"{gcd.unique_id:016x}\n",
-        "serial_number": f"{gcd.serial}\n",
-        "product_name": f"{m.product_name}\n",
-        "product_number": f"{m.product_number}\n",
-        "manufacturer": "AMD\n",
+        # the kernel prints nothing for a unique id of 0 (what a VF is given)
+        "unique_id": f"{gcd.unique_id:016x}\n" if gcd.unique_id else "",
         "vbios_version": f"{m.vbios}\n",
         "board_info": f"type : {m.board_type}\n",
         "power_dpm_force_performance_level": "auto\n",
@@ -123,6 +120,18 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
         "xgmi_physical_id": f"{gcd.xgmi_physical_id}\n",
         "xgmi_error": "0\n",
     }
+    if not gcd.guest:  # the FRU EEPROM: a VF's driver does not read it
+        files.update(
+            {
+                "serial_number": f"{gcd.serial}\n",
+                "product_name": f"{m.product_name}\n",
+                "product_number": f"{m.product_number}\n",
+                "manufacturer": "AMD\n",
+            }
+        )
+    if m.max_node_power_limit:
+        # board/ (MP1 13.0.12): the ceiling is static; render.py writes the rest every tick
+        files["board/max_node_power_limit"] = f"{m.max_node_power_limit}\n"
     for block, version in m.firmware.items():
         if version:  # newer kernels hide firmware whose version reads 0
             files[f"fw_version/{block}_fw_version"] = f"0x{version:08x}\n"

@@ -42,6 +42,7 @@ from typing import Any
 
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.asics import AsicModel
+from exporter.simulator.board import BoardReading
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading
 from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
@@ -115,11 +116,11 @@ def identity(
         pci_bus_id=gcd.bdf,
         card=gcd.partitions[partition].card,
         device_dir=device_dir,
-        unique_id=f"{gcd.unique_id:016x}",
+        unique_id=f"{gcd.unique_id:016x}" if gcd.unique_id else "",
         hwmon_dir=hwmon_dir,
         vendor_id="0x1002",
         device_id=f"0x{m.device_id:04x}",
-        product=m.product_name,
+        product=m.product_name or _PRODUCT_BY_PCI_ID[m.device_id],
         asic=m.asic,
         serial=gcd.serial,
         vbios=m.vbios,
@@ -136,7 +137,12 @@ def identity(
         topology=topology(gcd, gcds, partition),
         gpu_metrics_version=f"{gcd.metrics_version[0]}.{gcd.metrics_version[1]}",
         secondary_die=m.gcds_per_package > 1 and gcd.die > 0,
+        deployment="guest" if gcd.guest else "baremetal",
     )
+
+
+# A VF guest has no FRU product name: readers name it from its PCI id (pci.ids).
+_PRODUCT_BY_PCI_ID = {0x74B5: "AMD Instinct MI300X VF", 0x74B9: "AMD Instinct MI325X VF"}
 
 
 def partition_truth(
@@ -205,7 +211,7 @@ def _top_mhz(m: AsicModel, clock: str) -> int:
     return (m.sclk_range if clock == "sclk" else getattr(m, f"{clock}_levels"))[-1]
 
 
-def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
+def sample(gcd: GcdLayout, r: DieReading, timestamp: float, board: BoardReading | None = None) -> Sample:
     m = gcd.model
     primary = gcd.die == 0
     thresholds = {}
@@ -272,7 +278,22 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
             }
         ),
         ras_retired_pages=len(r.retired_pages),
+        **(_board_fields(board) if board is not None else {}),
     )
+
+
+def _board_fields(board: BoardReading) -> dict[str, Any]:
+    """The board/ group's values (MI350-class): the same on every GPU of the node but its own board's."""
+    return {
+        "board_temperatures": frozen_map({k: float(v) for k, v in board.gpuboard.items()}),
+        "baseboard_temperatures": frozen_map({k: float(v) for k, v in board.baseboard.items()}),
+        "node_power_watts": float(board.node_power_w),
+        "node_power_limit_watts": float(board.node_power_limit_w),
+        "node_power_limit_max_watts": float(board.max_node_power_limit_w),
+        "node_power_management_enabled": board.npm_enabled,
+        "baseboard_power_watts": float(board.baseboard_power_w),
+        "baseboard_power_limit_watts": float(board.baseboard_power_limit_w),
+    }
 
 
 # ------------------------------------------------------------------------------------------ JSON

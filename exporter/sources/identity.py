@@ -22,7 +22,12 @@ KNOWN_DEVICES: dict[str, tuple[str, str]] = {
     "0x74a9": ("aqua_vanjaram", "AMD Instinct MI300X HF"),
     "0x75a0": ("gfx950", "AMD Instinct MI350X"),
     "0x75a3": ("gfx950", "AMD Instinct MI355X"),
+    "0x74b5": ("aqua_vanjaram", "AMD Instinct MI300X VF"),
+    "0x74b9": ("aqua_vanjaram", "AMD Instinct MI325X VF"),
 }
+# SR-IOV virtual functions (pci.ids "... VF"): a VM guest's view of a board. The driver's own
+# virtualization mode flag is in an ioctl, not in sysfs: the VF's PCI id is what sysfs shows.
+VF_DEVICE_IDS = frozenset({"0x74b5", "0x74b9"})
 # Dual-die packages: each die is its own PCI function; only die 0 measures package power.
 DUAL_DIE_DEVICE_IDS = frozenset({"0x740c", "0x7408"})
 

@@ -315,8 +315,13 @@ def parse_fw_version(text: str | bytes) -> str:
 
 
 def parse_unique_id(text: str | bytes) -> str:
-    """unique_id `%016llx\\n` (or the unpadded `%llx` of the serial fallback) -> 16 lower-case hex."""
-    return f"{int(_match(_UNIQUE_ID, _stripped(text), 'not a 64-bit hex id').group(), 16):016x}"
+    """unique_id `%016llx\\n` (or the unpadded `%llx` of the serial fallback) -> 16 lower-case hex;
+    "" for no id: the kernel prints nothing when the id is 0 (an SR-IOV VF's), and 0 is no id either."""
+    stripped = _stripped(text)
+    if not stripped:
+        return ""
+    value = int(_match(_UNIQUE_ID, stripped, "not a 64-bit hex id").group(), 16)
+    return f"{value:016x}" if value else ""
 
 
 def parse_hex_id(text: str | bytes) -> str:

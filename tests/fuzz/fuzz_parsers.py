@@ -1,4 +1,5 @@
-"""Coverage-guided fuzz target (atheris, libFuzzer) for the gpu_metrics decoder and the text parsers.
+"""Coverage-guided fuzz target (atheris, libFuzzer) for the gpu_metrics decoder, the board/
+temperature tables and the text parsers.
 
     python -m tests.fuzz.fuzz_parsers -max_total_time=60 [corpus_dir]
 
@@ -11,6 +12,7 @@ the driver writes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -19,6 +21,8 @@ import atheris
 with atheris.instrument_imports():
     from exporter.sources import textfiles as tf
     from exporter.sources.gpu_metrics import GpuMetricsError, decode_gpu_metrics
+    from exporter.sources.gpu_metrics.board_layouts import BASEBOARD_TEMP, GPUBOARD_TEMP
+    from exporter.sources.sysfs import board
 
 TEXT_PARSERS = (
     tf.parse_unsigned,
@@ -37,6 +41,7 @@ TEXT_PARSERS = (
     tf.parse_key_values,
     tf.parse_uevent,
     tf.parse_word,
+    board.parse_npm_status,
 )
 
 
@@ -62,7 +67,12 @@ def test_one_input(data: bytes) -> None:
         for name in ("power_watts", "energy_joules", "pcie_bandwidth_bytes_per_second"):
             _finite(getattr(metrics, name))
         return
-    parser = TEXT_PARSERS[(selector // 2) % len(TEXT_PARSERS)]
+    if selector % 4 == 1:  # the board/ temperature tables (MI350-class), binary like gpu_metrics
+        for table in (GPUBOARD_TEMP, BASEBOARD_TEMP):
+            with contextlib.suppress(tf.TextParseError):
+                _finite(board.parse_temp_table(payload, table))
+        return
+    parser = TEXT_PARSERS[(selector // 4) % len(TEXT_PARSERS)]
     text = payload.decode("ascii", errors="replace")  # what files.read_parsed hands a parser is str
     try:
         _finite(parser(text))

@@ -12,10 +12,11 @@ TEXT_FILES = ("gpu_busy_percent", "mem_info_vram_used", "pp_dpm_sclk", "pp_dpm_p
 
 
 def write_seeds(corpus: Path, work: Path) -> int:
-    """Seeds: selector byte 0 + a gpu_metrics blob per fleet model; odd selectors + text files."""
+    """Seeds: selector byte 0 + a gpu_metrics blob per fleet model; selector 1 + a board/ temperature
+    table (MI355X); selectors 3, 7, 11, ... + text files."""
     corpus.mkdir(parents=True, exist_ok=True)
     root = work / "sys"
-    fleet = "1xMI210,1xMI250X,1xMI300X,1xMI300X:gpu_metrics=1.5,1xMI300X:gpu_metrics=1.4"
+    fleet = "1xMI210,1xMI250X,1xMI300X,1xMI300X:gpu_metrics=1.5,1xMI300X:gpu_metrics=1.4,1xMI355X"
     simulator = Simulator(root, fleet=fleet, seed=1)
     simulator.write_tree()
     count = 0
@@ -25,10 +26,14 @@ def write_seeds(corpus: Path, work: Path) -> int:
         if blob.exists():
             (corpus / f"metrics-{count}").write_bytes(b"\x00" + blob.read_bytes())
             count += 1
+        for table in ("gpuboard_temp", "baseboard_temp"):
+            if (dev / "board" / table).exists():
+                (corpus / f"board-{count}").write_bytes(b"\x01" + (dev / "board" / table).read_bytes())
+                count += 1
         for index, name in enumerate(TEXT_FILES):
             path = dev / name
             if path.is_file():
-                (corpus / f"text-{count}").write_bytes(bytes([1 + 2 * index]) + path.read_bytes())
+                (corpus / f"text-{count}").write_bytes(bytes([3 + 4 * index]) + path.read_bytes())
                 count += 1
     return count
 

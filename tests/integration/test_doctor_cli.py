@@ -265,3 +265,22 @@ def test_partitions_are_checked_once_per_socket_and_each_for_its_render_node() -
     assert len(renders) == 8 and len({f["check"] for f in renders}) == 8
     assert all(f["status"] == "ok" for f in renders)
     assert {f["partition"] for f in items if f["gpu"] is not None} == {f"CPX {i}" for i in range(8)}
+
+
+def test_a_vf_guest_is_ok_and_says_what_it_cannot_see() -> None:
+    # An SR-IOV guest: no FRU, no firmware versions, no unique id. None of it is a fault to fix there.
+    made = make_host("2xMI300X:guest")
+    try:
+        result = doctor(made, "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        items = findings(result)
+        assert {f["status"] for f in items if f["gpu"] is not None} == {"ok"}
+        for gpu in range(2):
+            deployment = one(items, "deployment", gpu)
+            assert deployment["value"] == "guest: an SR-IOV virtual function (AMD Instinct MI300X VF)"
+            assert "no firmware versions" in deployment["advice"] and "PCI address" in deployment["advice"]
+            assert one(items, "firmware", gpu)["value"].startswith("hidden from a guest")
+            assert one(items, "vbios", gpu)["value"] == "113-MI3SRIOV-001"
+            assert not [f for f in items if f["gpu"] == gpu and f["check"].startswith("PCIe")]
+    finally:
+        shutil.rmtree(made.root, ignore_errors=True)

@@ -33,6 +33,8 @@ FLEETS = [
     "MI300X:CPX:xcp_nodes=all:gpu_metrics=1.7",
     "MI350X:CPX",
     "MI355X:DPX",
+    "2xMI355X",  # the board/ group: two GPUs of one node
+    "2xMI300X:guest,1xMI325X:guest",  # SR-IOV virtual functions: no FRU, no firmware versions, no unique id
 ]
 
 

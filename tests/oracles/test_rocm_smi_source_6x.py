@@ -25,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 LIBRARIES = {"6.1.2": ("trixie", "7.2.0"), "6.4.1": ("sid", "7.6.0")}
 FLEETS = ["1xMI210,1xMI250X", "1xMI300X:gpu_metrics=1.5", "1xMI300X:CPX:gpu_metrics=1.7", "1xMI300X"]
+# an SR-IOV guest (no FRU, firmware versions or unique id) and an MI355X with its board/ group
+FLEETS += ["2xMI300X:guest", "1xMI355X"]
 
 
 def _differences(expected: object, actual: object, skip: tuple[str, ...] = ("timestamp",)) -> dict[str, tuple]:

@@ -31,7 +31,7 @@ PACKAGE = ROOT / "exporter"
 
 LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     # with the kernel's gpu_metrics struct tables: data that imports nothing, written by the simulator
-    (("exporter.model", "exporter.sources.gpu_metrics.layouts"),),
+    (("exporter.model", "exporter.sources.gpu_metrics.layouts", "exporter.sources.gpu_metrics.board_layouts"),),
     (("exporter", "exporter.config", "exporter.log", "exporter.safeyaml", "exporter.threads", "exporter.simulator"),),
     (("exporter.sources",), ("exporter.attribution",)),
     (("exporter.pipeline",),),

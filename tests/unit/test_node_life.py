@@ -433,6 +433,7 @@ def test_ranges_and_counter_rules_name_sample_fields_and_cover_every_counter() -
     assert set(RANGES) <= fields and set(COUNTERS) <= fields
     # not numbers (bools, a DPM table, the error counts themselves, records, an instant)
     not_ranged = {"timestamp", "throttle", "xgmi_link_up", "file_errors", "gfx_dpm_levels_hertz"}
+    not_ranged |= {"node_power_management_enabled"}
     assert fields - set(RANGES) == not_ranged | {"cper_records", "last_reset_at"}
     # every per-device counter family is fed by a field the counter rules make continuous
     counters = {spec.name for spec in METRICS if spec.kind == "counter" and spec.sample_getter is not None}

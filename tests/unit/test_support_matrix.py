@@ -3,7 +3,7 @@ its own columns holds."""
 
 import pytest
 
-from exporter.exposition.support_matrix import DOC, _families, render
+from exporter.exposition.support_matrix import BOARD_FAMILIES, DOC, _families, render
 from exporter.simulator.asics import ASICS, KERNEL_TABLES
 
 
@@ -22,4 +22,8 @@ def test_every_asic_defaults_to_a_current_kernels_table_and_can_write_it() -> No
 @pytest.mark.parametrize("version", ["1.8", "1.9"])
 @pytest.mark.parametrize("model", ["MI325X", "MI350X", "MI355X"])
 def test_the_other_mi300_class_asics_give_what_the_mi300x_columns_say(model: str, version: str) -> None:
-    assert _families(f"{model}:CPX:gpu_metrics={version}") == _families(f"MI300X:CPX:gpu_metrics={version}")
+    socket, partition = _families(f"{model}:CPX:gpu_metrics={version}")
+    # MP1 13.0.12 (MI350X/MI355X) adds the board/ group on the socket; MI300X/MI325X have none
+    board = BOARD_FAMILIES if ASICS[model].smu_driver == "smu_v13_0_12_ppt.c" else set()
+    assert (socket - board, partition) == _families(f"MI300X:CPX:gpu_metrics={version}")
+    assert board <= socket

@@ -21,7 +21,7 @@ from exporter.sources.sysfs.table import CYCLE_FILES, SLOW_FILES, SampleValues, 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[SysfsSource, list[DeviceIdentity]]:
     root = tmp_path_factory.mktemp("node") / "sys"
-    Simulator(root, "1xMI210,1xMI250X,1xMI300X", "training", seed=5).write_tree()
+    Simulator(root, "1xMI210,1xMI250X,1xMI300X,1xMI355X", "training", seed=5).write_tree()
     source = SysfsSource(root)
     return source, list(source.discover())
 

@@ -122,7 +122,10 @@ class AmdSmiDeviceReader:
         metrics = calls.get("gpu_metrics", smi.amdsmi_get_gpu_metrics_info, h) or {}
         fmt, content = metrics.get("common_header.format_revision"), metrics.get("common_header.content_revision")
         return {
-            "unique_id": f"{int(serial, 16):016x}" if isinstance(serial, str) and serial.startswith("0x") else "",
+            # 0 is no id (an SR-IOV VF's): "" as the sysfs source gives it
+            "unique_id": f"{int(serial, 16):016x}".replace("0" * 16, "")
+            if isinstance(serial, str) and serial.startswith("0x")
+            else "",
             "product": str(board.get("product_name") or asic.get("market_name") or ""),
             "serial": str(board.get("product_serial") or ""),
             "vbios": str(vbios.get("part_number") or ""),

@@ -32,8 +32,9 @@ from typing import Any
 
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, SourceStats
+from exporter.sources import textfiles as tf
 from exporter.sources.base import Source, SourceError
-from exporter.sources.identity import KNOWN_DEVICES, assign_packages
+from exporter.sources.identity import KNOWN_DEVICES, VF_DEVICE_IDS, assign_packages
 from exporter.sources.rocm_smi import convert
 from exporter.sources.rocm_smi.library import find_library
 from exporter.sources.rocm_smi.supervisor import (
@@ -392,7 +393,8 @@ def _sockets(worker: Worker) -> list[Mapping[str, Any]]:
 def _standalone(identity: DeviceIdentity) -> DeviceIdentity:
     """Without a fallback: ASIC and default product name from the PCI device id, as sysfs does."""
     asic, product = KNOWN_DEVICES.get(identity.device_id, ("", ""))
-    return replace(identity, asic=asic, product=identity.product or product)
+    deployment = "guest" if identity.device_id in VF_DEVICE_IDS else "baremetal"
+    return replace(identity, asic=asic, product=identity.product or product, deployment=deployment)
 
 
 # -- auto selection ---------------------------------------------------------------------------
@@ -443,7 +445,7 @@ def _check_device(source: RocmSmiSource, device: DeviceIdentity, sysfs_root: str
         return [f"{bdf}: {error}"]
     try:
         with open(os.path.join(card_dir, "unique_id")) as handle:
-            expected = f"{int(handle.read().strip(), 16):016x}"
+            expected = tf.parse_unique_id(handle.read())  # "" for no id (0), as the library's is then
     except (OSError, ValueError):
         return []  # no unique_id file: nothing to compare
     if device.unique_id != expected:

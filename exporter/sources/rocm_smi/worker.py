@@ -189,7 +189,7 @@ class DeviceReader:
         device_id = calls.get("device_id", f.rsmi_dev_id_get, dev)
         hive = calls.get("xgmi_hive_id", f.rsmi_dev_xgmi_hive_id_get, dev)
         ident: dict[str, Any] = {
-            "unique_id": f"{unique:016x}" if unique is not None else "",
+            "unique_id": f"{unique:016x}" if unique else "",  # 0: no id (an SR-IOV VF's), as in sysfs
             "product": calls.text("name", f.rsmi_dev_name_get, dev),
             "serial": calls.text("serial", f.rsmi_dev_serial_number_get, dev),
             "vbios": calls.text("vbios", f.rsmi_dev_vbios_version_get, dev),

@@ -13,7 +13,13 @@ from dataclasses import dataclass, replace
 from exporter.model import DeviceIdentity, TopologyLink, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
-from exporter.sources.identity import DUAL_DIE_DEVICE_IDS, KNOWN_DEVICES, assign_packages, is_secondary_die
+from exporter.sources.identity import (
+    DUAL_DIE_DEVICE_IDS,
+    KNOWN_DEVICES,
+    VF_DEVICE_IDS,
+    assign_packages,
+    is_secondary_die,
+)
 from exporter.sources.labels import clean_label, clean_name
 from exporter.sources.sysfs.files import listdir, read_file_bytes, read_parsed
 
@@ -140,6 +146,7 @@ def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
         firmware=frozen_map(firmware),
         topology=listing.topology.get((bdf, 0), ()),
         gpu_metrics_version=metrics_version,
+        deployment="guest" if device_id in VF_DEVICE_IDS else "baremetal",
     )
 
 

@@ -16,6 +16,7 @@ from exporter.sources.base import SourceError
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
+from exporter.sources.sysfs.board import read_board
 from exporter.sources.sysfs.files import listdir, read_parsed
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
 
@@ -30,7 +31,9 @@ DPM_FILES = {
 }
 
 
-def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> SampleValues:
+def read_slow_layer(
+    device: DeviceIdentity, previous: SampleValues | None, *, board_temperatures: bool = True
+) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a sum)."""
     dev = device.device_dir
     values = SampleValues()
@@ -66,6 +69,7 @@ def read_slow_layer(device: DeviceIdentity, previous: SampleValues | None) -> Sa
     before = before if isinstance(before, int | float) else None
     total = (int(before or 0) + new_errors) if new_errors is not None else before
     values.set("xgmi_error_events", None, total, "xgmi_error")
+    read_board(dev, values, gpu_board=board_temperatures)
     return values
 
 

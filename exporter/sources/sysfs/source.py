@@ -104,8 +104,12 @@ class SysfsSource(Source):
         slow_interval: float = 10.0,
         pcie_bw_interval: float = 30.0,
         read_timeout: float = 2.0,
+        board_temperatures: bool = True,
     ):
         self.root = str(sysfs_root)
+        # MI350-class board/gpuboard_temp: 19 series per GPU, off in the daemon unless asked for
+        # (--collector.board-temperatures); on here so a reader of the tree gets all of it
+        self.board_temperatures = board_temperatures
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
         self.read_timeout = read_timeout
@@ -330,7 +334,7 @@ class SysfsSource(Source):
         now = time.monotonic()
         if state.slow is not None and now < state.slow_due:
             return state.slow
-        fresh = read_slow_layer(device, state.slow)
+        fresh = read_slow_layer(device, state.slow, board_temperatures=self.board_temperatures)
         if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
             # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
             log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)

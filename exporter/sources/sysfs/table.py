@@ -70,6 +70,7 @@ def _bytes(text: str) -> float:
 
 
 _hertz = _bytes
+_whole_watts = _bytes  # board/node_power: `%u\n` W
 
 
 _HWMON_TEMPERATURES = (("edge", 1), ("junction", 2), ("memory", 3))
@@ -88,6 +89,10 @@ CYCLE_FILES: tuple[FileField, ...] = (
     FileField("voltages_volts", "gfx", "hwmon", "in0_input", _millivolts, "if_missing"),
     FileField("clocks_hertz", "gfx", "hwmon", "freq1_input", _hertz, "if_missing"),
     *(FileField("memory_used_bytes", pool, "device", f"{prefix}_used", _bytes) for pool, prefix in MEMORY_POOLS),
+    # MI350-class board/ group: the node's and the baseboard's power (the rest of board/ is read by
+    # sysfs/board.py, slowly)
+    FileField("node_power_watts", None, "device", "board/node_power", _whole_watts),
+    FileField("baseboard_power_watts", None, "device", "board/baseboard_power", _whole_watts),
 )
 
 SLOW_FILES: tuple[FileField, ...] = (
