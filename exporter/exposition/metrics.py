@@ -183,6 +183,15 @@ def _suggested_commands(published: Published) -> Pairs:
             yield (alert.gpu, alert.alert, alert.suggested_command, alert.undo_command), 1
 
 
+def _health_suggestions(published: Published) -> Pairs:
+    # Only while a GPU is unfit: the forwarded health alert reads the commands from here.
+    verdict = published.health
+    if verdict.drain_command:
+        yield ("slurm", verdict.drain_command, verdict.resume_command), 1
+    if verdict.taint_command:
+        yield ("kubernetes", verdict.taint_command, verdict.untaint_command), 1
+
+
 def _reloads(published: Published) -> Pairs:
     # config and rules always (a failed SIGHUP must be countable from zero), web_config with its file.
     for what in ("config", "rules"):
@@ -522,6 +531,35 @@ METRICS: tuple[MetricSpec, ...] = (
         omit_when_empty=True,
     ),
     MetricSpec(
+        "amdgpu_health_status",
+        "1 while the GPU is fit to run a job (no health check fails), 0 while one fails or the GPU cannot be read.",
+        _cycle(lambda p: [(gpu.gpu, gpu.fit) for gpu in p.health.gpus]),
+        ("gpu",),
+    ),
+    MetricSpec(
+        "amdgpu_health_check",
+        "1 for each failing health check of a GPU (docs/health.md: what it reads, its threshold, when it clears).",
+        _cycle(lambda p: [((gpu.gpu, c.check, c.severity), 1) for gpu in p.health.gpus for c in gpu.checks]),
+        ("gpu", "check", "severity"),
+    ),
+    MetricSpec(
+        "amdgpu_health_check_since_seconds",
+        "How long a failing health check has been failing, as of the poll cycle.",
+        _cycle(
+            lambda p: [
+                ((gpu.gpu, c.check), max(0.0, p.health.taken_at - c.since)) for gpu in p.health.gpus for c in gpu.checks
+            ]
+        ),
+        ("gpu", "check"),
+    ),
+    MetricSpec(
+        "amdgpu_health_suggestion_info",
+        "What to run while a GPU is unfit: take the node out of service (Slurm, Kubernetes) and the undo.",
+        _cycle(_health_suggestions),
+        ("scheduler", "suggested_command", "undo_command"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
         "amdgpu_exporter_build_info",
         "Exporter version and the source it reads (always 1).",
         _cycle(lambda p: [((__version__, p.stats.source, p.stats.source_reason), 1)]),
@@ -597,7 +635,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "amdgpu_exporter_stage_failures",
-        "Failures of a pipeline stage (rules, render, alertmanager); /readyz is 503 while one is failing.",
+        "Failures of a pipeline stage (rules, health, render, alertmanager); /readyz is 503 while one is failing.",
         _cycle(lambda p: [(stage, p.stats.stage_failures.get(stage, 0)) for stage in STAGES]),
         ("stage",),
         kind="counter",

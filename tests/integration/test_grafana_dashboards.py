@@ -39,6 +39,11 @@ EXPORTED_FAMILIES = tuple(all_metric_names())
 
 # Families no panel shows on purpose, each with the reason.
 FAMILIES_LEFT_OFF: dict[str, str] = {
+    # The health verdict (docs/health.md): read by deploy/prometheus/amdgpu-health.rules.yml.
+    "amdgpu_health_status": "health panels drawn by the fleet-dashboard work",
+    "amdgpu_health_check": "health panels drawn by the fleet-dashboard work",
+    "amdgpu_health_check_since_seconds": "health panels drawn by the fleet-dashboard work",
+    "amdgpu_health_suggestion_info": "health panels drawn by the fleet-dashboard work",
     # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
     # show amdgpu_up.
     "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
