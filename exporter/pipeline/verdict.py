@@ -166,8 +166,10 @@ class _Gpu:
         thresholds: HealthThresholds,
         now: float,
         monotonic: float,
+        linked: frozenset[int] = frozenset(),
     ) -> None:
         self.state = state
+        self.linked = linked  # the XGMI link slots up on some GPU of the node
         self.previous = previous
         self.thresholds = thresholds
         self.asic = state.identity.asic
@@ -246,7 +248,9 @@ class _Gpu:
         for check, severity in _CPER.items():
             self.cper(check, severity, sample)
         self.reset(sample)
-        down = sorted(link for link, up in sample.xgmi_link_up.items() if not up)
+        # A link slot down on every GPU of the node has no peer (a partial hive, the slot an 8-GPU
+        # board leaves unused): only a slot that is up on another GPU counts.
+        down = sorted(link for link, up in sample.xgmi_link_up.items() if not up and link in self.linked)
         self.hold("xgmi_link_down", "xgmi_link_down", bool(down), f"XGMI link {', '.join(map(str, down))} down")
         self.pcie(sample)
         self.throttle(sample)
@@ -381,13 +385,20 @@ def evaluate_health(
     """The verdict on every device of the snapshot. `now` (unix seconds) defaults to the snapshot's taken_at."""
     wall = snapshot.taken_at if now is None else now
     before = {gpu.device_key: gpu for gpu in previous.gpus} if previous is not None else {}
+    linked = frozenset(
+        link
+        for state in snapshot.devices
+        if state.up and state.sample is not None
+        for link, up in state.sample.xgmi_link_up.items()
+        if up
+    )
     gpus = []
     for state in snapshot.devices:
         old = before.get(state.identity.key)
         if not state.up or not state.present or state.sample is None:
             gpus.append(_down(state, old, thresholds, wall))
             continue
-        gpu = _Gpu(state, old, thresholds, wall, snapshot.monotonic_at)
+        gpu = _Gpu(state, old, thresholds, wall, snapshot.monotonic_at, linked)
         gpu.read(state.sample)
         gpus.append(gpu.verdict())
     return _advise(tuple(gpus), previous, thresholds, node, wall)

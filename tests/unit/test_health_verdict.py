@@ -34,8 +34,8 @@ class Clock:
         self.node = node
         self.verdict: HealthVerdict | None = None
 
-    def step(self, at: float, state: DeviceState, wall_step: float = 0.0) -> HealthVerdict:
-        snapshot = Snapshot(taken_at=T0 + at + wall_step, monotonic_at=1000.0 + at, devices=(state,))
+    def step(self, at: float, state: DeviceState, *others: DeviceState, wall_step: float = 0.0) -> HealthVerdict:
+        snapshot = Snapshot(taken_at=T0 + at + wall_step, monotonic_at=1000.0 + at, devices=(state, *others))
         self.verdict = evaluate_health(self.verdict, snapshot, self.thresholds, self.node)
         return self.verdict
 
@@ -174,11 +174,15 @@ def test_a_reset_fails_for_its_window() -> None:
 
 def test_held_conditions_fail_after_their_for_and_clear_at_once() -> None:
     clock = Clock()
-    down = sample(xgmi_link_up={0: True, 3: False})
-    assert clock.step(0, device(down)).fit  # for: 10s
-    found = failing(clock.step(10, device(down)))["xgmi_link_down"]
+    down = sample(xgmi_link_up={0: True, 3: False, 7: False})
+    peer = dataclasses.replace(device(sample(xgmi_link_up={0: True, 3: True, 7: False})), gpu=1,
+                               identity=dataclasses.replace(IDENTITY, pci_bus_id="0000:c2:00.0"))  # fmt: skip
+    assert clock.step(0, device(down), peer).fit  # for: 10s
+    found = failing(clock.step(10, device(down), peer))["xgmi_link_down"]
+    # link 7 is down on every GPU of the node: a slot with no peer, never counted
     assert found.since == T0 and found.reason == "XGMI link 3 down for 10s (fails after 10s)"
-    assert clock.step(11, device(sample(xgmi_link_up={0: True, 3: True}))).fit
+    assert clock.step(11, device(sample(xgmi_link_up={0: True, 3: True})), peer).fit
+    assert Clock().step(0, device(down)).fit and Clock().step(10, device(down)).fit  # one GPU: nothing to compare
 
     clock = Clock()
     slow = sample(
