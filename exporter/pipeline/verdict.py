@@ -415,7 +415,7 @@ def _node(node: str) -> str:
 
 def drain_command(node: str, reason: str) -> str:
     """Slurm: take the node out of scheduling; running jobs finish (the reason is kept in plain characters)."""
-    text = _UNSAFE.sub("", reason)[:200]
+    text = _UNSAFE.sub("", reason)[:1000]
     return f'scontrol update nodename={_node(node)} state=drain reason="{text}"'
 
 
