@@ -119,6 +119,15 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_clock_down_suggested_ratio": _GPU,
     "amdgpu_suggested_gfx_clock_max_hertz": _GPU,
     "amdgpu_alert_suggestion_info": {**_GPU, "alert": None, "suggested_command": None, "undo_command": None},
+    # The health verdict (docs/health.md); its alerts are in amdgpu-health.rules.yml.
+    "amdgpu_health_status": _GPU,
+    "amdgpu_health_check": {**_GPU, "check": None, "severity": frozenset({"warning", "critical"})},
+    "amdgpu_health_check_since_seconds": {**_GPU, "check": None},
+    "amdgpu_health_suggestion_info": {
+        "scheduler": frozenset({"slurm", "kubernetes"}),
+        "suggested_command": None,
+        "undo_command": None,
+    },
     # Only with --alertmanager.url: whether the daemon pages itself (the forwarded copy stands back).
     "amdgpu_exporter_alertmanager_notifications_total": {"result": frozenset({"sent", "failed"})},
     "amdgpu_exporter_build_info": {"version": None, "source": frozenset({"sysfs", "rocm-smi"})},
@@ -461,7 +470,9 @@ def test_every_alert_has_severity_summary_description_and_runbook_url() -> None:
         # One configurable prefix (docs/runbooks.md explains it) and a section that exists.
         assert annotations["runbook_url"] == RUNBOOK_PREFIX + name.lower(), name
         assert name in headings, f"docs/runbooks.md has no section '## {name}'"
-    assert headings == {rule["alert"] for _, rule in alerting_rules()}, "runbook sections without an alert"
+    # docs/runbooks.md also holds the health alerts' sections (amdgpu-health.rules.yml, tested in test_health_rules)
+    health = {r["alert"] for g in load_yaml(RULES.with_name("amdgpu-health.rules.yml"))["groups"] for r in g["rules"]}
+    assert headings == {rule["alert"] for _, rule in alerting_rules()} | health, "runbook sections without an alert"
 
 
 def test_every_firing_case_carries_the_identifying_labels() -> None:
