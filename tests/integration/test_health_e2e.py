@@ -13,6 +13,7 @@ reads what it saw. Waits are on conditions, with deadlines only to end a broken 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import EXPORTER, start_exporter, stop, wait_ready
+from tests.realtools import EXPORTER, poll_cycles, start_exporter, stop, wait_for_cycles, wait_ready, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -356,3 +357,28 @@ def test_doctor_reports_what_the_verdict_would_be_now() -> None:
     assert f"scontrol update nodename={NODE} state=drain" in result.stdout
     gpu0 = lines.index(next(line for line in lines if line.startswith("GPU 0 ")))
     assert next(line for line in lines[gpu0:] if "health" in line.split()).split()[:3] == ["ok", "health", "fit"]
+
+
+def test_sighup_rereads_the_health_thresholds_and_an_invalid_section_keeps_them(tmp_path: Path) -> None:
+    off = "rules: []\nhealth:\n  checks:\n    pcie_link_degraded: {enabled: false}\n"
+    rules = rules_file(tmp_path, off)
+    process, port = start_exporter("--demo", f"--demo.scenario={DOWNTRAINED}", f"--rules.file={rules}")
+    try:
+        wait_ready(port, process)
+        wait_for_cycles(port, poll_cycles(port) + 2)
+        assert 1 not in get(port, "/api/v1/health").json()["unfit_gpus"]  # turned off: the downtrained link is fine
+        rules.write_text("rules: []\nhealth:\n  checks:\n    pcie_link_degraded: {for: 0}\n", encoding="utf-8")
+        process.send_signal(signal.SIGHUP)
+        document = wait_health(port, lambda d: 1 in d["unfit_gpus"], "the re-read threshold judges the link")
+        (entry,) = [g for g in document["gpus"] if g["gpu"] == 1]
+        assert [c["check"] for c in entry["checks"]] == ["pcie_link_degraded"]
+        # an invalid health section: what runs stays, the failure is counted
+        rules.write_text("rules: []\nhealth:\n  checks:\n    pcie_link_degraded: {for: soon}\n", encoding="utf-8")
+        process.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda: 'amdgpu_exporter_reloads_total{result="failure",what="rules"} 1.0' in get(port, "/metrics").text
+        )
+        wait_for_cycles(port, poll_cycles(port) + 2)
+        assert 1 in get(port, "/api/v1/health").json()["unfit_gpus"]
+    finally:
+        stop(process)  # type: ignore[arg-type]
