@@ -4,6 +4,7 @@ summary, description, runbook) and reads only families the exporter serves."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -58,3 +59,18 @@ def test_the_health_rules_read_only_served_families() -> None:
         text = rule["expr"] + " ".join(rule["annotations"].values())
         for name in set(re.findall(r"\bamdgpu_[a-z0-9_]+", text)):
             assert name in served, f"{rule['alert']} reads {name}, which the exporter does not serve"
+
+
+NPD = REPO / "deploy" / "kubernetes" / "node-problem-detector"
+
+
+def test_the_node_problem_detector_monitor_names_its_check_script() -> None:
+    import json
+
+    monitor = json.loads((NPD / "amdgpu-health-monitor.json").read_text())
+    assert monitor["plugin"] == "custom" and monitor["conditions"][0]["type"] == "AMDGPUUnhealthy"
+    (rule,) = monitor["rules"]
+    assert rule["type"] == "permanent" and rule["condition"] == "AMDGPUUnhealthy"
+    script = NPD / Path(rule["path"]).name
+    assert script.is_file() and os.access(script, os.X_OK)
+    assert run(["sh", "-n", str(script)]).returncode == 0
