@@ -261,12 +261,13 @@ _SCALAR_FIELDS = tuple(
 def overlay(fallback: Sample, library: Sample) -> Sample:
     """The library's values, with the fallback's for whatever the library did not supply.
 
-    Mappings merge per key (a library reading wins over the fallback's for the same key).
+    Mappings merge per key (a library reading wins over the fallback's for the same key); an empty
+    tuple (cper_records: neither library reads the CPER ring) is not supplied, like None.
     """
     changes: dict[str, Any] = {"timestamp": library.timestamp}
     for name in _SCALAR_FIELDS:
         value = getattr(library, name)
-        changes[name] = value if value is not None else getattr(fallback, name)
+        changes[name] = value if value is not None and value != () else getattr(fallback, name)
     for name in _MAPPING_FIELDS:
         merged = {**getattr(fallback, name), **getattr(library, name)}
         changes[name] = frozen_map(merged)
