@@ -139,6 +139,21 @@ def device(
 
 # --- the getters that are more than one expression -------------------------------------------------
 
+
+def _cper_counts(sample: Sample) -> Pairs:
+    counts: dict[str, int] = {}
+    for record in sample.cper_records:
+        counts[record.severity] = counts.get(record.severity, 0) + 1
+    return counts.items()
+
+
+def _cper_newest(sample: Sample) -> Pairs:
+    newest: dict[str, float] = {}
+    for record in sample.cper_records:
+        newest[record.severity] = max(record.timestamp, newest.get(record.severity, record.timestamp))
+    return newest.items()
+
+
 IDENTITY_LABELS = tuple(IDENTITY_FIELDS)
 
 
@@ -416,6 +431,45 @@ METRICS: tuple[MetricSpec, ...] = (
         kind="counter",
     ),
     device("amdgpu_ras_retired_pages", "VRAM pages retired by RAS.", "ras_retired_pages"),
+    device(
+        "amdgpu_ras_pending_pages",
+        "VRAM pages RAS found bad that are not retired yet (the driver retires them at the next GPU reset).",
+        "ras_pending_pages",
+    ),
+    device(
+        "amdgpu_ras_bad_page_threshold_pages",
+        "Retired pages at which the driver declares the board's VRAM bad (the RMA point): debugfs's "
+        "bad_page_cnt_threshold, else worked out from the bad_page_threshold module parameter as the "
+        "driver does. No series when bad page retirement is off.",
+        "ras_bad_page_threshold",
+    ),
+    device(
+        "amdgpu_cper_records",
+        "Error records (UEFI CPER) in the driver's CPER ring now, by severity (fatal, nonfatal, corrected). "
+        "Kernels 6.15+ on MI300-class, read from debugfs (root). No series for a severity with none.",
+        _cper_counts,
+        ("severity",),
+    ),
+    device(
+        "amdgpu_cper_newest_record_timestamp_seconds",
+        "Unix time of the newest CPER record of each severity in the driver's ring (its age: time() - this).",
+        _cper_newest,
+        ("severity",),
+    ),
+    device(
+        "amdgpu_last_reset_timestamp_seconds",
+        "Unix time of the GPU reset whose device coredump the driver still holds (devcoredump; the kernel "
+        "drops it after 5 minutes). No series when there is none.",
+        "last_reset_at",
+    ),
+    device(
+        "amdgpu_pcie_aer_errors",
+        "PCIe AER errors since boot (aer_dev_* TOTAL_ERR_*) of the device (port=device) and of the switch "
+        "or root port above it (port=upstream), by severity (correctable, nonfatal, fatal).",
+        "pcie_aer_errors",
+        ("port", "severity"),
+        kind="counter",
+    ),
     MetricSpec(
         "amdgpu_temperature_window_celsius",
         "Temperature of a sensor over the sliding window (amdgpu_exporter_window_seconds) of fast samples: "

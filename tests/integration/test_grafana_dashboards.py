@@ -50,6 +50,14 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     # The command and undo of a firing suggestion: AMDGPUDaemonAlert copies them into its annotations;
     # the dashboards show the alerts themselves (amdgpu_alert_firing).
     "amdgpu_alert_suggestion_info": "read by AMDGPUDaemonAlert for its annotations",
+    # The raw health signals: the health verdict (docs/health.md) reads them; the dashboards, being
+    # rewritten at the same time, are left to draw them (or the verdict) in their own change.
+    "amdgpu_ras_pending_pages": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_ras_bad_page_threshold_pages": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_cper_records": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_cper_newest_record_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_last_reset_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_pcie_aer_errors_total": "a raw health signal, read by the health verdict; not drawn yet",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

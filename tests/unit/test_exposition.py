@@ -147,6 +147,7 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_total",
         "_info",
         "_pages",
+        "_records",  # a count of error records held by the driver, unitless like _pages
         "_firing",  # a 0/1 state, unitless like _up and _active
         "_present",  # a 0/1 state: amdgpu_device_present
         "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names

@@ -157,6 +157,7 @@ def test_ecc_and_retired_pages() -> None:
     sample = make()
     assert dict(sample.ecc_errors) == {("umc", "correctable"): 7, ("umc", "uncorrectable"): 1}
     assert sample.ras_retired_pages == 3  # reserved only, as the sysfs source counts R pages
+    assert sample.ras_pending_pages == 2  # status 1, the P lines
 
 
 def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
