@@ -183,9 +183,6 @@ class _Gpu:
     def of(self, check: str) -> CheckThresholds:
         return self.thresholds.of(check, self.asic)
 
-    def enabled(self, check: str) -> bool:
-        return self.of(check).enabled
-
     def fail(self, check: str, reason: str, at: float | None = None) -> None:
         self.failing[check] = (reason, at)
 
