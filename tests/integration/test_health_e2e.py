@@ -382,3 +382,13 @@ def test_sighup_rereads_the_health_thresholds_and_an_invalid_section_keeps_them(
         assert 1 in get(port, "/api/v1/health").json()["unfit_gpus"]
     finally:
         stop(process)  # type: ignore[arg-type]
+
+
+def test_check_rules_names_the_line_of_a_bad_health_threshold(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules: []\nhealth:\n  checks:\n    cper_fatal:\n      window: soon\n", encoding="utf-8")
+    result = subprocess.run([EXPORTER, "check-rules", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"amdgpu-exporter: error: {path} line 5: 'window' must be a duration"), (
+        result.stderr
+    )
