@@ -17,6 +17,7 @@ clock (`now`, by default Snapshot.taken_at), the only clock the driver stamps th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
@@ -398,7 +399,35 @@ def evaluate_health(
         gpu = _Gpu(state, old, thresholds, wall, snapshot.monotonic_at, linked)
         gpu.read(state.sample)
         gpus.append(gpu.verdict())
-    return _advise(tuple(gpus), previous, thresholds, node, wall)
+    return _advise(_with_sockets(snapshot.devices, gpus), previous, thresholds, node, wall)
+
+
+def _with_sockets(states: tuple[DeviceState, ...], gpus: list[GpuHealth]) -> tuple[GpuHealth, ...]:
+    """A compute partition > 0 of an MI300-class socket reads none of the socket-wide signals (ECC,
+    pages, CPER, resets, PCIe, XGMI, throttling: partition 0 carries them), yet runs on the same
+    hardware: it fails its socket's checks too, named as the socket's (not device_down: a partition
+    that answers is read)."""
+    sockets = {
+        (state.identity.pci_bus_id, state.identity.unique_id): gpu
+        for state, gpu in zip(states, gpus, strict=True)
+        if state.identity.partition == 0
+    }
+    order = list(CHECKS)
+    out = []
+    for state, gpu in zip(states, gpus, strict=True):
+        socket = sockets.get((state.identity.pci_bus_id, state.identity.unique_id))
+        if state.identity.partition == 0 or socket is None or socket.fit:
+            out.append(gpu)
+            continue
+        own = {c.check for c in gpu.checks}
+        shared = [
+            dataclasses.replace(c, reason=f"on its socket (partition 0, gpu {socket.gpu}): {c.reason}")
+            for c in socket.checks
+            if c.check != "device_down" and c.check not in own
+        ]
+        checks = sorted([*gpu.checks, *shared], key=lambda c: order.index(c.check))
+        out.append(dataclasses.replace(gpu, checks=tuple(checks)))
+    return tuple(out)
 
 
 # --- what to run about it ---------------------------------------------------------------------------

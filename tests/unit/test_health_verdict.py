@@ -285,3 +285,22 @@ def test_a_bad_health_section_names_its_line(text: str, line: int, words: str) -
     with pytest.raises(RulesConfigError) as error:
         parse_rule_file(text, "site.yaml")
     assert f"site.yaml line {line}:" in str(error.value) and words in str(error.value)
+
+
+def test_a_partition_fails_its_sockets_checks_but_not_its_device_down() -> None:
+    clock = Clock()
+    part1 = dataclasses.replace(
+        device(sample(busy={"gfx": 0.5})), gpu=1, identity=dataclasses.replace(IDENTITY, partition=1)
+    )
+    clock.step(0, device(ecc(uncorrectable=0)), part1)
+    verdict = clock.step(10, device(ecc(uncorrectable=1)), part1)
+    (shared,) = verdict.gpus[1].checks
+    assert shared.check == "ecc_uncorrectable" and shared.since == T0 + 10
+    assert shared.reason.startswith("on its socket (partition 0, gpu 0): 1 uncorrectable ECC errors")
+    assert "gpu0.gpu1" in verdict.taint_command
+    # partition 0 unreadable: partition 1 still answers, so it is not device_down; the kept evidence is shared
+    verdict = clock.step(20, device(ecc(uncorrectable=1), up=False, reason="timeout"), part1)
+    assert [c.check for c in verdict.gpus[1].checks] == ["ecc_uncorrectable"]
+    # cleared on the socket: cleared on the partition
+    clock.step(30, device(ecc(uncorrectable=1)), part1)
+    assert clock.step(10 + 3600 + 300, device(ecc(uncorrectable=1)), part1).fit
