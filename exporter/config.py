@@ -343,13 +343,16 @@ OPTIONS: tuple[Option, ...] = (
         "training",
         # simulator.workload.scenario_help(), written out: importing the simulator costs the daemon
         # ~0.15 s at start (tests/unit/test_simulator.py holds the two the same)
-        "simulated workload for --demo and its options: "
-        "idle; training: period, load, xgmi_down, down_at; thermal-excursion: period, start, hot, peak, "
-        "gpus, load, xgmi_down, down_at; alternating: period, duty, swing, window, tick, load, "
-        "xgmi_down, down_at (NAME:KEY=VALUE,...: seconds for period/start/hot/window/tick/down_at, °C "
-        "for peak/swing, duty 0.05-0.95, load a power factor, gpus=GCD+GCD (an MI250X has two GCDs, an "
-        "MI300X socket is one), xgmi_down=GCD.LINK+GCD.LINK; e.g. "
-        "thermal-excursion:start=10,hot=60,gpus=0+3)",
+        "simulated workload for --demo and its options: idle; training: period, load, xgmi_down, down_at;"
+        " thermal-excursion: period, start, hot, peak, gpus, load, xgmi_down, down_at; alternating: "
+        "period, duty, swing, window, tick, load, xgmi_down, down_at; every one also: faults, fault_at, "
+        "fault_for (NAME:KEY=VALUE,...: seconds for period/start/hot/window/tick/down_at, °C for "
+        "peak/swing, duty 0.05-0.95, load a power factor, gpus=GCD+GCD (an MI250X has two GCDs, an MI300X"
+        " socket is one), xgmi_down=GCD.LINK+GCD.LINK, faults=KIND.GCD+KIND.GCD, KIND one of ecc_ce, "
+        "ecc_ue, ecc_de, bad_pages, cper_fatal, cper_nonfatal, cper_corrected, reset, aer_correctable, "
+        "aer_nonfatal, aer_fatal, xgmi_down, pcie_downtrain, throttle: from fault_at (5 s unless given) "
+        "for fault_for (30 s) seconds, then recovering; e.g. thermal-excursion:start=10,hot=60,gpus=0+3 "
+        "or training:faults=ecc_ue.0+aer_fatal.1,fault_at=5,fault_for=20)",
     ),
     Option(
         "demo.truth-file",

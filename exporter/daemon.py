@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import rules_of
+from exporter.alerting.rulefile import rule_file_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings, node_name
@@ -143,7 +143,7 @@ class Reloader:
             settings = reload_settings(self.settings)
             self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
             what = "rules"
-            rules = rules_of(settings)
+            rule_file = rule_file_of(settings)
         except Exception as error:  # nothing a file holds may end the daemon: keep what runs
             detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
             log.error("reload_failed", error=detail, kept="the running config and rules")
@@ -151,7 +151,8 @@ class Reloader:
             return
         self.counts["rules", "success"] += 1
         changed = changed_options(self.settings, settings)
-        self.pipeline.replace_rules(rules)
+        rules = rule_file.rules
+        self.pipeline.replace_rules(rules, rule_file.health)
         if settings.log_level != self.settings.log_level:
             configure_logging(settings.log_level, settings.log_format)
         self.settings = settings
@@ -182,7 +183,8 @@ async def serve(settings: Settings) -> None:
     asyncio.get_running_loop().add_signal_handler(
         signal.SIGHUP, lambda: log.warning("reload_ignored", reason="the daemon is still starting")
     )
-    rules = rules_of(settings)
+    rule_file = rule_file_of(settings)
+    rules = rule_file.rules
     # The web config first, so a bad file fails before anything else starts.
     route_library_logs()
     reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
@@ -241,6 +243,8 @@ async def serve(settings: Settings) -> None:
             clock_tool=clock_tool,
             identity_labels=settings.metrics_identity_labels,
             reloads=lambda: reload_counts,
+            health_thresholds=rule_file.health,
+            node=node_name(settings),
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None

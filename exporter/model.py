@@ -253,6 +253,62 @@ class AlertState:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """One failing health check of one GPU (pipeline/verdict.py): the evidence, in words, and its age."""
+
+    check: str  # "ecc_uncorrectable", "device_down", ... (docs/health.md)
+    severity: str  # "warning" | "critical"
+    reason: str  # the evidence, for a human: what was read and which threshold it crossed
+    since: float  # unix seconds since which it fails (the evidence's own time where it has one)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """The verdict on one GPU: fit when no check fails, with what the next cycle's verdict needs.
+
+    `counters`, `held` and `residency` are the stage's memory (pipeline/verdict.py), carried from one
+    cycle to the next and never shown: the thinned history of each counter the checks watch, since
+    when each held condition has held, and the throttle residencies of the last cycle.
+    """
+
+    gpu: int
+    device_key: tuple[str, str, int]
+    checks: tuple[HealthCheck, ...] = ()  # the failing checks, by name
+    counters: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=frozen_map)  # (monotonic, value)
+    held: Mapping[str, tuple[float, float]] = field(default_factory=frozen_map)  # condition -> (monotonic, unix) since
+    residency: Mapping[str, float] = field(default_factory=frozen_map)
+
+    @property
+    def fit(self) -> bool:
+        return not self.checks
+
+
+@dataclass(frozen=True, slots=True)
+class HealthVerdict:
+    """Every GPU's verdict of one cycle and what an operator could run about it (the daemon never does).
+
+    The commands take the node out of service while a GPU is unfit (Slurm: drain; Kubernetes: a
+    NoSchedule taint) and put it back (resume, untaint). The undo commands stay for `advice_for`
+    after the last unfit verdict, as the clock-down restore advice does.
+    """
+
+    taken_at: float = 0.0
+    node: str = ""
+    gpus: tuple[GpuHealth, ...] = ()
+    suggestion: str = ""  # one sentence: what is unfit and what to run; "" when nothing is advised
+    drain_command: str = ""  # Slurm
+    resume_command: str = ""
+    taint_command: str = ""  # Kubernetes
+    untaint_command: str = ""
+    unfit_at: float | None = None  # unix seconds of the newest verdict with an unfit GPU
+
+    @property
+    def fit(self) -> bool:
+        """Every GPU is fit, and there is at least one: a node whose GPUs are not seen is not fit."""
+        return bool(self.gpus) and all(gpu.fit for gpu in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
 class SourceStats:
     """Counters a source keeps about itself, reported as data with every snapshot."""
 
@@ -514,7 +570,7 @@ class WebStats:
     max_connections: int = 0
 
 
-STAGES = ("rules", "render", "alertmanager")  # the stages whose failures fail readiness (pipeline/health.py)
+STAGES = ("rules", "health", "render", "alertmanager")  # the stages whose failures fail readiness (pipeline/health.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,7 +591,8 @@ class ExporterStats:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """What one cycle publishes: the (enriched) snapshot, the alerts evaluated on it, the exporter's stats.
+    """What one cycle publishes: the (enriched) snapshot, the alerts and the health verdict evaluated on
+    it, the exporter's stats.
 
     Made once per cycle by exporter.pipeline.publish and only read after: by exposition and the web.
     """
@@ -543,3 +600,4 @@ class Published:
     snapshot: Snapshot
     alerts: tuple[AlertState, ...] = ()
     stats: ExporterStats = ExporterStats()
+    health: HealthVerdict = HealthVerdict()  # the health verdict on the same snapshot (beside the alerts)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write prometheusrule.yaml, the Prometheus Operator's form of the shipped Prometheus rules.
 
-deploy/prometheus/amdgpu-exporter.rules.yml is the one place the rules are written; this script
-wraps its `groups` unchanged in a PrometheusRule object. Run it after editing the rules:
+deploy/prometheus/amdgpu-exporter.rules.yml and amdgpu-health.rules.yml (the health verdict's
+alerts) are the one place the rules are written; this script wraps their `groups` unchanged, in
+that order, in one PrometheusRule object. Run it after editing the rules:
 
     python3 deploy/kubernetes/generate_prometheusrule.py            # rewrite prometheusrule.yaml
     python3 deploy/kubernetes/generate_prometheusrule.py --check    # exit 1 if it is out of date
@@ -26,6 +27,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 RULES_FILE = HERE.parent / "prometheus" / "amdgpu-exporter.rules.yml"
+RULES_FILES = (RULES_FILE, HERE.parent / "prometheus" / "amdgpu-health.rules.yml")
 OUTPUT_FILE = HERE / "prometheusrule.yaml"
 NAME = "amdgpu-exporter"
 
@@ -59,11 +61,18 @@ def with_runbook_base(groups: list[Any], base: str) -> list[Any]:
     return result
 
 
-def render_prometheusrule(rules_text: str, source_name: str, runbook_base: str | None = None) -> str:
-    """The PrometheusRule manifest (YAML text) for a Prometheus rules file's text."""
-    rules = yaml.safe_load(rules_text)
-    if not isinstance(rules, dict) or not isinstance(rules.get("groups"), list) or not rules["groups"]:
-        raise ValueError(f"{source_name}: expected a mapping with a non-empty 'groups' list")
+def render_prometheusrule(
+    rules_text: str, source_name: str, runbook_base: str | None = None, more: tuple[tuple[str, str], ...] = ()
+) -> str:
+    """The PrometheusRule manifest (YAML text) for a Prometheus rules file's text, and the groups of
+    the `more` files ((text, name) each) after its own."""
+    rules: Any = {}
+    for text, name in ((rules_text, source_name), *more):
+        found = yaml.safe_load(text)
+        if not isinstance(found, dict) or not isinstance(found.get("groups"), list) or not found["groups"]:
+            raise ValueError(f"{name}: expected a mapping with a non-empty 'groups' list")
+        rules = {"groups": [*rules.get("groups", []), *found["groups"]]}
+    source_name = " and ".join([source_name, *(name for _, name in more)])
     if runbook_base is not None:
         rules["groups"] = with_runbook_base(rules["groups"], runbook_base)
     manifest: dict[str, Any] = {
@@ -94,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.runbook_base is not None and not args.stdout:
         parser.error("--runbook-base only with --stdout: the committed prometheusrule.yaml keeps repository paths")
 
-    source_name = RULES_FILE.relative_to(HERE.parent.parent).as_posix()
+    first, *others = (
+        (path.read_text(encoding="utf-8"), path.relative_to(HERE.parent.parent).as_posix()) for path in RULES_FILES
+    )
     try:
-        rendered = render_prometheusrule(RULES_FILE.read_text(encoding="utf-8"), source_name, args.runbook_base)
+        rendered = render_prometheusrule(*first, args.runbook_base, tuple(others))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -6,10 +6,12 @@ The YAML is composed into nodes (not loaded into dicts) so each message can poin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,8 +25,13 @@ from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVE
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
 from exporter.alerting.watch import WATCHABLE, Watchable
 from exporter.config import ConfigError, Settings, parse_duration
+from exporter.model import frozen_map
+from exporter.pipeline.verdict import CHECKS, CheckThresholds, HealthThresholds
+from exporter.pipeline.verdict import SEVERITIES as HEALTH_SEVERITIES
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
+# What the shipped file's health section is read over: it names every key of every check itself.
+_GENERIC = HealthThresholds(checks=frozen_map({check: CheckThresholds() for check in CHECKS}))
 # Bounds, so a rule file cannot cost the daemon its memory or its poll loop: every rule is checked on
 # every device every cycle, and a rule file of 100,000 rules took 94 s and 1.2 GB to load.
 MAX_RULES = 1000
@@ -36,28 +43,66 @@ class RulesConfigError(ConfigError):
     """A rule file that cannot be used; the message names the file and the line."""
 
 
+@dataclass(frozen=True, slots=True)
+class RuleFile:
+    """What one rule file says: the alert rules, and the health verdict's thresholds (`health:`)."""
+
+    rules: tuple[Rule, ...]
+    health: HealthThresholds
+
+
+def _shipped_text() -> str:
+    return resources.files("exporter.alerting").joinpath(DEFAULT_RULES_RESOURCE).read_text(encoding="utf-8")
+
+
+@functools.cache
+def default_rule_file() -> RuleFile:
+    """The shipped file (exporter/alerting/default_rules.yaml, packaged with the module). Its `health:`
+    section names every check with every key, and is what a check another file leaves out takes."""
+    return parse_rule_file(_shipped_text(), DEFAULT_RULES_RESOURCE, base=_GENERIC)
+
+
 def default_rules() -> tuple[Rule, ...]:
-    """The shipped rule set (exporter/alerting/default_rules.yaml, packaged with the module)."""
-    text = resources.files("exporter.alerting").joinpath(DEFAULT_RULES_RESOURCE).read_text(encoding="utf-8")
-    return parse_rules(text, DEFAULT_RULES_RESOURCE)
+    """The shipped rule set."""
+    return default_rule_file().rules
+
+
+def default_health() -> HealthThresholds:
+    """The shipped health thresholds."""
+    return default_rule_file().health
+
+
+def rule_file_of(settings: Settings) -> RuleFile:
+    """The rule file the settings name (the shipped one without --rules.file); RulesConfigError when bad."""
+    return load_rule_file(Path(settings.rules_file)) if settings.rules_file else default_rule_file()
 
 
 def rules_of(settings: Settings) -> tuple[Rule, ...]:
     """The rules the settings name (the shipped ones without --rules.file); RulesConfigError when bad."""
-    return load_rules(Path(settings.rules_file)) if settings.rules_file else default_rules()
+    return rule_file_of(settings).rules
 
 
-def load_rules(path: Path) -> tuple[Rule, ...]:
+def load_rule_file(path: Path) -> RuleFile:
     """Read and validate a rule file; any problem is a RulesConfigError naming the file and line."""
     try:
         text = boundedfile.read_text(path, "rule file", MAX_FILE_BYTES)
     except boundedfile.FileReadError as exc:
         raise RulesConfigError(str(exc)) from None
-    return parse_rules(text, str(path))
+    return parse_rule_file(text, str(path))
+
+
+def load_rules(path: Path) -> tuple[Rule, ...]:
+    return load_rule_file(path).rules
 
 
 def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
     """Pure: YAML text -> rules. `source` is the file name used in error messages."""
+    return parse_rule_file(text, source).rules
+
+
+def parse_rule_file(text: str, source: str = "rules.yaml", base: HealthThresholds | None = None) -> RuleFile:
+    """Pure: YAML text -> rules and health thresholds; the checks the text leaves out keep `base`'s
+    values (the shipped ones by default)."""
     if len(text) > MAX_FILE_BYTES:
         raise RulesConfigError(f"{source}: the rule file is larger than {MAX_FILE_BYTES // 1024} KiB")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: 10x faster
@@ -74,7 +119,7 @@ def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
         raise RulesConfigError(f"{source}{line}: not valid YAML: {exc.problem or exc}") from exc
     except yaml.YAMLError as exc:
         raise RulesConfigError(f"{source}: not valid YAML: {exc}") from exc
-    return _RuleFileParser(source).parse(root)
+    return _RuleFileParser(source).parse(root, base if base is not None else default_health())
 
 
 def _check_rule_count(text: str, source: str, loader: Any) -> None:
@@ -147,7 +192,7 @@ class _RuleFileParser:
     def fail(self, node: Node, message: str) -> NoReturn:
         raise RulesConfigError(f"{self.source} line {node.start_mark.line + 1}: {message}")
 
-    def parse(self, root: Node | None) -> tuple[Rule, ...]:
+    def parse(self, root: Node | None, base: HealthThresholds) -> RuleFile:
         if root is None:
             raise RulesConfigError(f"{self.source}: the file is empty; expected a mapping with a 'rules' list")
         for key_node, _ in root.value if isinstance(root, MappingNode) else ():
@@ -157,7 +202,7 @@ class _RuleFileParser:
                     "this is a Prometheus rule file (top-level 'groups'): check it with `promtool check rules "
                     f"{self.source}`; the exporter reads in-daemon rule files (a 'rules' list: default_rules.yaml)",
                 )
-        top = self.mapping(root, "the file", allowed=("rules",))
+        top = self.mapping(root, "the file", allowed=("rules", "health"))
         if "rules" not in top:
             self.fail(root, "missing 'rules' (a list of rules)")
         rules_node = top["rules"][1]
@@ -172,7 +217,95 @@ class _RuleFileParser:
                 self.fail(item, f"alert {rule.alert!r} is defined twice (first on line {first_line[rule.alert]})")
             first_line[rule.alert] = item.start_mark.line + 1
             rules.append(rule)
-        return tuple(rules)
+        health = self.health(top["health"][1], base) if "health" in top else base
+        return RuleFile(tuple(rules), health)
+
+    # -- the health verdict's thresholds --
+
+    def health(self, node: Node, base: HealthThresholds) -> HealthThresholds:
+        """`health: {advice_for: 1h, checks: {ecc_uncorrectable: {threshold: 1, window: 1h}, ...}}`."""
+        fields = self.mapping(node, "'health'", allowed=("checks", "advice_for"))
+        advice_for = self.duration(fields, "advice_for", default=base.advice_for_seconds)
+        checks = dict(base.checks)
+        overrides = dict(base.asic_overrides)
+        if "checks" in fields:
+            checks_node = fields["checks"][1]
+            for key_node, value_node in self.mapping(checks_node, "'checks'", allowed=tuple(CHECKS)).values():
+                check = str(key_node.value)
+                allowed = (*self.check_keys(check), "asic_overrides")
+                one = self.mapping(value_node, f"check {check}", allowed=allowed)
+                values = self.check_values(check, one, base.of(check, ""))
+                checks[check] = values
+                # The shipped per-ASIC values of a check the file names are replaced by the file's own.
+                overrides = {key: value for key, value in overrides.items() if key[1] != check}
+                if "asic_overrides" in one:
+                    overrides.update(self.check_overrides(check, one["asic_overrides"][1], values))
+        return HealthThresholds(
+            checks=frozen_map(checks), asic_overrides=frozen_map(overrides), advice_for_seconds=advice_for
+        )
+
+    @staticmethod
+    def check_keys(check: str) -> tuple[str, ...]:
+        # device_down cannot be turned off: an unreadable GPU is never fit (/readyz names it too).
+        return ("severity", *(() if check == "device_down" else ("enabled",)), *CHECKS[check])
+
+    def check_values(self, check: str, fields: dict[str, tuple[Node, Node]], base: CheckThresholds) -> CheckThresholds:
+        severity = self.string(fields, "severity", default=base.severity)
+        if severity not in HEALTH_SEVERITIES:
+            self.fail(
+                fields["severity"][1], f"'severity' must be one of {', '.join(HEALTH_SEVERITIES)}, not {severity!r}"
+            )
+        enabled = base.enabled
+        if "enabled" in fields:
+            value = self.scalar(fields["enabled"][1])
+            if not isinstance(value, bool):
+                self.fail(fields["enabled"][1], "'enabled' must be true or false")
+            enabled = value
+        threshold = self.number(fields, "threshold", default=base.threshold)
+        if "threshold" in fields:
+            if check == "bad_pages_threshold" and not 0.0 < threshold <= 1.0:
+                self.fail(
+                    fields["threshold"][1],
+                    "'threshold' of bad_pages_threshold is a ratio of the driver's threshold, above 0 and at most 1",
+                )
+            if check != "bad_pages_threshold" and threshold < 1:
+                self.fail(fields["threshold"][1], "'threshold' must be at least 1 (a count)")
+        window = self.duration(fields, "window", default=base.window_seconds)
+        if "for" in fields:
+            value = self.scalar(fields["for"][1])
+            # `for: 0` fails at the first cycle the condition holds (a link down).
+            for_seconds = (
+                0.0 if value == 0 and not isinstance(value, bool) else self.duration(fields, "for", default=0.0)
+            )
+        else:
+            for_seconds = base.for_seconds
+        reasons = base.reasons
+        if "reasons" in fields:
+            node = fields["reasons"][1]
+            if not isinstance(node, SequenceNode) or not node.value:
+                self.fail(node, "'reasons' must be a list of throttle reasons (ppt0, temp_gpu, socket_thermal, ...)")
+            names = [self.scalar(item) for item in node.value]
+            for item, name in zip(node.value, names, strict=True):
+                if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+                    self.fail(item, f"a throttle reason is a lower-case name such as temp_gpu, not {name!r}")
+            reasons = tuple(str(name) for name in names)
+        return CheckThresholds(severity, enabled, threshold, window, for_seconds, reasons)
+
+    def check_overrides(
+        self, check: str, node: Node, values: CheckThresholds
+    ) -> dict[tuple[str, str], CheckThresholds]:
+        if not isinstance(node, MappingNode):
+            self.fail(node, f"'asic_overrides' must map ASIC names to the keys of {check}")
+        found: dict[tuple[str, str], CheckThresholds] = {}
+        for key_node, value_node in node.value:
+            asic = self.scalar(key_node)
+            if not isinstance(asic, str) or asic not in ASICS:
+                self.fail(key_node, f"unknown ASIC {asic!r} in 'asic_overrides'; known: {', '.join(ASICS)}")
+            if (asic, check) in found:
+                self.fail(key_node, f"ASIC {asic!r} appears twice in 'asic_overrides'")
+            fields = self.mapping(value_node, f"the override of {check} for {asic}", allowed=self.check_keys(check))
+            found[asic, check] = self.check_values(check, fields, values)
+        return found
 
     # -- one rule --
 

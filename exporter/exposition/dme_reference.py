@@ -70,9 +70,11 @@ DME_METRICS = (
     DmeMetric(
         "gpu_health",
         "1 healthy, 0 not",
-        "amdgpu_up",
-        "amdgpu_up",
-        "DME's verdict also weighs ECC and other checks; here it is only whether the device's last read succeeded",
+        "amdgpu_health_status",
+        "amdgpu_health_status",
+        "the health verdict (docs/health.md), 0 also while the device cannot be read; DME marks a GPU unhealthy"
+        " once an ECC count passes its threshold (0 by default) or while its newest fatal CPER is young, and"
+        " the ECC verdict stays until the counts reset; here every check clears by its own rule",
     ),
     DmeMetric("gpu_edge_temperature", "°C", "amdgpu_temperature_celsius", 'amdgpu_temperature_celsius{sensor="edge"}'),
     DmeMetric(

@@ -139,6 +139,21 @@ def device(
 
 # --- the getters that are more than one expression -------------------------------------------------
 
+
+def _cper_counts(sample: Sample) -> Pairs:
+    counts: dict[str, int] = {}
+    for record in sample.cper_records:
+        counts[record.severity] = counts.get(record.severity, 0) + 1
+    return counts.items()
+
+
+def _cper_newest(sample: Sample) -> Pairs:
+    newest: dict[str, float] = {}
+    for record in sample.cper_records:
+        newest[record.severity] = max(record.timestamp, newest.get(record.severity, record.timestamp))
+    return newest.items()
+
+
 IDENTITY_LABELS = tuple(IDENTITY_FIELDS)
 
 
@@ -181,6 +196,15 @@ def _suggested_commands(published: Published) -> Pairs:
     for alert in published.alerts:
         if alert.firing and alert.suggested_command:
             yield (alert.gpu, alert.alert, alert.suggested_command, alert.undo_command), 1
+
+
+def _health_suggestions(published: Published) -> Pairs:
+    # Only while a GPU is unfit: the forwarded health alert reads the commands from here.
+    verdict = published.health
+    if verdict.drain_command:
+        yield ("slurm", verdict.drain_command, verdict.resume_command), 1
+    if verdict.taint_command:
+        yield ("kubernetes", verdict.taint_command, verdict.untaint_command), 1
 
 
 def _reloads(published: Published) -> Pairs:
@@ -478,6 +502,45 @@ METRICS: tuple[MetricSpec, ...] = (
         kind="counter",
     ),
     device("amdgpu_ras_retired_pages", "VRAM pages retired by RAS.", "ras_retired_pages"),
+    device(
+        "amdgpu_ras_pending_pages",
+        "VRAM pages RAS found bad that are not retired yet (the driver retires them at the next GPU reset).",
+        "ras_pending_pages",
+    ),
+    device(
+        "amdgpu_ras_bad_page_threshold_pages",
+        "Retired pages at which the driver declares the board's VRAM bad (the RMA point): debugfs's "
+        "bad_page_cnt_threshold, else worked out from the bad_page_threshold module parameter as the "
+        "driver does. No series when bad page retirement is off.",
+        "ras_bad_page_threshold",
+    ),
+    device(
+        "amdgpu_cper_records",
+        "Error records (UEFI CPER) in the driver's CPER ring now, by severity (fatal, nonfatal, corrected). "
+        "Kernels 6.15+ on MI300-class, read from debugfs (root). No series for a severity with none.",
+        _cper_counts,
+        ("severity",),
+    ),
+    device(
+        "amdgpu_cper_newest_record_timestamp_seconds",
+        "Unix time of the newest CPER record of each severity in the driver's ring (its age: time() - this).",
+        _cper_newest,
+        ("severity",),
+    ),
+    device(
+        "amdgpu_last_reset_timestamp_seconds",
+        "Unix time of the GPU reset whose device coredump the driver still holds (devcoredump; the kernel "
+        "drops it after 5 minutes). No series when there is none.",
+        "last_reset_at",
+    ),
+    device(
+        "amdgpu_pcie_aer_errors",
+        "PCIe AER errors since boot (aer_dev_* TOTAL_ERR_*) of the device (port=device) and of the switch "
+        "or root port above it (port=upstream), by severity (correctable, nonfatal, fatal).",
+        "pcie_aer_errors",
+        ("port", "severity"),
+        kind="counter",
+    ),
     MetricSpec(
         "amdgpu_temperature_window_celsius",
         "Temperature of a sensor over the sliding window (amdgpu_exporter_window_seconds) of fast samples: "
@@ -595,6 +658,35 @@ METRICS: tuple[MetricSpec, ...] = (
         omit_when_empty=True,
     ),
     MetricSpec(
+        "amdgpu_health_status",
+        "1 while the GPU is fit to run a job (no health check fails), 0 while one fails or the GPU cannot be read.",
+        _cycle(lambda p: [(gpu.gpu, gpu.fit) for gpu in p.health.gpus]),
+        ("gpu",),
+    ),
+    MetricSpec(
+        "amdgpu_health_check",
+        "1 for each failing health check of a GPU (docs/health.md: what it reads, its threshold, when it clears).",
+        _cycle(lambda p: [((gpu.gpu, c.check, c.severity), 1) for gpu in p.health.gpus for c in gpu.checks]),
+        ("gpu", "check", "severity"),
+    ),
+    MetricSpec(
+        "amdgpu_health_check_since_seconds",
+        "How long a failing health check has been failing, as of the poll cycle.",
+        _cycle(
+            lambda p: [
+                ((gpu.gpu, c.check), max(0.0, p.health.taken_at - c.since)) for gpu in p.health.gpus for c in gpu.checks
+            ]
+        ),
+        ("gpu", "check"),
+    ),
+    MetricSpec(
+        "amdgpu_health_suggestion_info",
+        "What to run while a GPU is unfit: take the node out of service (Slurm, Kubernetes) and the undo.",
+        _cycle(_health_suggestions),
+        ("scheduler", "suggested_command", "undo_command"),
+        omit_when_empty=True,
+    ),
+    MetricSpec(
         "amdgpu_exporter_build_info",
         "Exporter version and the source it reads (always 1).",
         _cycle(lambda p: [((__version__, p.stats.source, p.stats.source_reason), 1)]),
@@ -670,7 +762,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "amdgpu_exporter_stage_failures",
-        "Failures of a pipeline stage (rules, render, alertmanager); /readyz is 503 while one is failing.",
+        "Failures of a pipeline stage (rules, health, render, alertmanager); /readyz is 503 while one is failing.",
         _cycle(lambda p: [(stage, p.stats.stage_failures.get(stage, 0)) for stage in STAGES]),
         ("stage",),
         kind="counter",

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.model import AlertState, Attribution, DeviceState, Sample, Snapshot
+from exporter.model import AlertState, Attribution, DeviceState, GpuHealth, HealthVerdict, Published, Sample, Snapshot
 
 GIB = 1024**3
 
@@ -106,6 +106,65 @@ def devices_document(snapshot: Snapshot, now: float, node: str) -> dict[str, Any
         "cycle": snapshot.cycle,
         "poll_duration_seconds": snapshot.poll_duration_seconds,
         "devices": [device_json(d, now, snapshot.attribution) for d in snapshot.devices],
+    }
+
+
+def health_text(gpu: GpuHealth | None) -> str:
+    """'fit', or the failing checks: 'UNFIT ecc_uncorrectable,device_down' (the table and the page)."""
+    if gpu is None:
+        return "-"
+    return "fit" if gpu.fit else "UNFIT " + ",".join(c.check for c in gpu.checks)
+
+
+def health_of(verdict: HealthVerdict, gpu: int) -> GpuHealth | None:
+    return next((g for g in verdict.gpus if g.gpu == gpu), None)
+
+
+def health_document(published: Published, node: str) -> dict[str, Any]:
+    """The /api/v1/health document (docs/api.md): one per node, every GPU's verdict and its evidence,
+    and what to run about it (the daemon never does)."""
+    verdict = published.health
+    states = {d.gpu: d for d in published.snapshot.devices}
+    gpus = []
+    for gpu in verdict.gpus:
+        state = states.get(gpu.gpu)
+        identity = state.identity if state is not None else None
+        gpus.append(
+            {
+                "gpu": gpu.gpu,
+                "pci_bus_id": identity.pci_bus_id if identity is not None else "",
+                "unique_id": identity.unique_id if identity is not None else "",
+                "serial": identity.serial if identity is not None else "",
+                "partition": identity.partition if identity is not None else 0,
+                "fit": gpu.fit,
+                "checks": [
+                    {
+                        "check": c.check,
+                        "severity": c.severity,
+                        "reason": c.reason,
+                        "since": c.since,
+                        "age_seconds": max(0.0, verdict.taken_at - c.since),
+                    }
+                    for c in gpu.checks
+                ],
+            }
+        )
+    commands = {}
+    if verdict.resume_command:
+        commands["slurm"] = {"suggested_command": verdict.drain_command or None, "undo_command": verdict.resume_command}
+        commands["kubernetes"] = {
+            "suggested_command": verdict.taint_command or None,
+            "undo_command": verdict.untaint_command,
+        }
+    return {
+        "node": node,
+        "taken_at": verdict.taken_at,
+        "fit": verdict.fit,
+        "unfit_gpus": [gpu.gpu for gpu in verdict.gpus if not gpu.fit],
+        "gpus": gpus,
+        "suggestion": verdict.suggestion or None,
+        "commands": commands,
+        "note": "A suggestion only: the exporter never drains, taints or changes anything.",
     }
 
 

@@ -25,8 +25,10 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
 
-from exporter.config import ConfigError, Settings
-from exporter.model import DeviceIdentity
+from exporter.alerting.rulefile import rule_file_of
+from exporter.config import ConfigError, Settings, node_name
+from exporter.model import DeviceIdentity, GpuHealth, frozen_map
+from exporter.pipeline.verdict import CheckThresholds, HealthThresholds, drain_command, evaluate_health, taint_command
 from exporter.sources import textfiles as tf
 from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
 from exporter.threads import run_once
@@ -65,6 +67,7 @@ class DeviceFacts:
     link_width: int | None = None
     link_max_width: int | None = None
     render_node: str = ""  # "renderD128"
+    health: GpuHealth | None = None  # the health verdict on this read (None: not judged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class Facts:
     read_timeout: float = 2.0
     dev: str = "/dev"
     access: AccessFacts = AccessFacts(is_root=False, user="", groups=())
+    node: str = ""  # what the drain and taint commands name (--node-name, else the host name)
 
 
 # -- gathering (I/O) --------------------------------------------------------------------------
@@ -120,15 +124,36 @@ def collect_devices(settings: Settings, sysfs: str) -> tuple[tuple[DeviceFacts, 
         if not found:
             return (), ""
         out = []
-        for state in asyncio.run(poller.poll_once()).devices:
+        snapshot = asyncio.run(poller.poll_once())
+        verdict = evaluate_health(None, snapshot, _one_read(rule_file_of(settings).health), node_name(settings))
+        health = {gpu.gpu: gpu for gpu in verdict.gpus}
+        for state in snapshot.devices:
             try:
                 link = run_once(partial(_link, state.identity.device_dir), "link").result(timeout=settings.read_timeout)
             except TimeoutError:
                 link = {}
-            out.append(DeviceFacts(state.gpu, state.identity, state.up, state.down_reason, **link))
+            out.append(
+                DeviceFacts(
+                    state.gpu, state.identity, state.up, state.down_reason, **link, health=health.get(state.gpu)
+                )
+            )
         return tuple(out), ""
     finally:
         poller.close()
+
+
+def _one_read(thresholds: HealthThresholds) -> HealthThresholds:
+    """The daemon's thresholds with every `for` at 0: one read cannot see how long a condition has
+    held, so doctor reports one that holds now (a counter's growth needs the daemon's history)."""
+
+    def now(values: CheckThresholds) -> CheckThresholds:
+        return replace(values, for_seconds=0.0)
+
+    return replace(
+        thresholds,
+        checks=frozen_map({k: now(v) for k, v in thresholds.checks.items()}),
+        asic_overrides=frozen_map({k: now(v) for k, v in thresholds.asic_overrides.items()}),
+    )
 
 
 def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
@@ -263,6 +288,8 @@ def _devices(facts: Facts) -> list[Finding]:
     for device in devices:
         ident = device.identity
         found = [_answers(device, facts.read_timeout)]
+        if device.health is not None:
+            found.append(_health(device.health, facts.node))
         if ident.partition == 0 and ident.deployment == "guest":
             found += [_vbios(device, []), *_guest(device)]
         elif ident.partition == 0:
@@ -285,6 +312,20 @@ def _answers(device: DeviceFacts, read_timeout: float) -> Finding:
         return Finding("answers", FAIL, f"{label}: no answer within {read_timeout:g} s", advice)
     advice = "none of its sensors could be read: see dmesg | grep amdgpu"
     return Finding("answers", FAIL, f"{label}: {device.down_reason}", advice)
+
+
+def _health(health: GpuHealth, node: str) -> Finding:
+    """What the daemon's health verdict would say now (on this one read)."""
+    if health.fit:
+        return Finding("health", OK, "fit")
+    worst = FAIL if any(c.severity == "critical" for c in health.checks) else WARN
+    value = "not fit: " + "; ".join(f"{c.check}: {c.reason}" for c in health.checks)
+    drain = drain_command(node, f"amdgpu-exporter: gpu {health.gpu} not fit")
+    advice = (
+        f"take the node out of service until it is fit: {drain} or {taint_command(node, f'gpu{health.gpu}')} "
+        "(docs/health.md says when each check clears)"
+    )
+    return Finding("health", worst, value, advice)
 
 
 def _majority(values: Sequence[str]) -> str:
@@ -454,7 +495,7 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
         host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
         devices, error = collect_devices(settings, sysfs)
         access = collect_access(args.path_dev, devices)
-    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access)
+    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access, node_name(settings))
     findings = judge(facts)
     out = out or sys.stdout
     out.write(render_json(findings, facts) if args.json else render_text(findings))

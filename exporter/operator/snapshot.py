@@ -24,14 +24,14 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
-    from exporter.alerting.rulefile import rules_of
+    from exporter.alerting.rulefile import rule_file_of
     from exporter.pipeline.poller import Poller
     from exporter.pipeline.publish import Pipeline
     from exporter.simulator.demo import sysfs_tree
     from exporter.sources.base import StartupError
     from exporter.sources.select import select_source
 
-    rules = rules_of(settings)
+    rule_file = rule_file_of(settings)
     with sysfs_tree(settings) as root:
         source, name, why = select_source(settings, root)
         log.debug("source_selected", source=name, reason=why)
@@ -51,8 +51,14 @@ def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO |
             if not devices:
                 raise StartupError(f"no AMD GPU found under {root}/class/drm (to try without a GPU: --demo)")
             # The daemon's own stages after the poller (enrich, alert rules), without an Alertmanager.
-            pipeline = Pipeline(source_name=name, source_reason=why, rules=rules)
             node = node_name(settings)
+            pipeline = Pipeline(
+                source_name=name,
+                source_reason=why,
+                rules=rule_file.rules,
+                health_thresholds=rule_file.health,
+                node=node,
+            )
             return asyncio.run(_loop(poller, pipeline, node, watch=watch, as_json=as_json, out=out or sys.stdout))
         finally:
             poller.close()
@@ -76,7 +82,9 @@ async def _loop(poller: Any, pipeline: Any, node: str, *, watch: float | None, a
         if as_json:
             text = json.dumps(devices_document(snapshot, time.time(), node), indent=None if watch else 2) + "\n"
         else:
-            text = render_table(snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at)
+            text = render_table(
+                snapshot.devices, alerts, source=snapshot.source, taken_at=snapshot.taken_at, health=published.health
+            )
             if redraw:
                 text = CLEAR + text
             elif watch is not None:

@@ -1,7 +1,8 @@
 """A snapshot as an 80-column text table: what `watch rocm-smi --showpower --showtemp --showuse`
-shows, plus VRAM, clocks, PCIe link, ECC, throttling and the in-daemon suggestions.
+shows, plus VRAM, clocks, PCIe link, ECC, the health verdict, throttling and the in-daemon
+suggestions (the clock-down advice, the drain/taint commands of an unfit GPU).
 
-Pure: (devices, alerts, when) -> str. The devices of one package or socket are listed under one
+Pure: (devices, alerts, health verdict, when) -> str. The devices of one package or socket are listed under one
 header line (exposition/views.py groups them).
 """
 
@@ -11,12 +12,12 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 
-from exporter.exposition.views import GIB, active_alerts, alert_state, group_devices, vram_used_total
-from exporter.model import AlertState, DeviceState, Sample
+from exporter.exposition.views import GIB, active_alerts, alert_state, group_devices, health_of, vram_used_total
+from exporter.model import AlertState, DeviceState, GpuHealth, HealthVerdict, Sample
 
 WIDTH = 80
-# GPU unit temps power busy vram clocks pcie ecc
-_ROW = "{gpu:>3} {unit:<4} {temps:<11} {power:<9} {busy:>4} {vram:<11} {clocks:<9} {pcie:<12} {ecc:<7}"
+# GPU unit temps power busy vram clocks pcie ecc health
+_ROW = "{gpu:>3} {unit:<3} {temps:<11} {power:<9} {busy:>4} {vram:<10} {clocks:<9} {pcie:<12} {ecc:<7} {fit:<3}"
 HEADER = _ROW.format(
     gpu="GPU",
     unit="",
@@ -27,6 +28,7 @@ HEADER = _ROW.format(
     clocks="MHz g/m",
     pcie="PCIe link",
     ecc="ECC c/u",
+    fit="fit",
 ).rstrip()
 _INDENT = " " * 8
 
@@ -81,11 +83,35 @@ def _ecc(sample: Sample) -> str:
     return f"{correctable}/{uncorrectable}"
 
 
-def _device_lines(device: DeviceState, unit: str, alerts: Sequence[AlertState], now: float) -> list[str]:
+def _age(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def _fit(health: GpuHealth | None) -> str:
+    return "-" if health is None else ("yes" if health.fit else "NO")
+
+
+def _health_lines(health: GpuHealth | None, now: float) -> list[str]:
+    lines: list[str] = []
+    for check in health.checks if health is not None else ():
+        text = f"x {check.check} ({check.severity}, {_age(now - check.since)}): {check.reason}"
+        lines += textwrap.wrap(
+            text, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ", break_on_hyphens=False
+        )
+    return lines
+
+
+def _device_lines(
+    device: DeviceState, unit: str, alerts: Sequence[AlertState], now: float, health: GpuHealth | None = None
+) -> list[str]:
     sample = device.sample
     if not device.up:
         age = f", last sample {now - sample.timestamp:.0f} s ago" if sample is not None else ""
-        lines = [f"{device.gpu:>3} {unit:<3} DOWN ({device.down_reason or 'unknown'}{age})"]
+        fit = f" fit: {_fit(health)}" if health is not None else ""
+        lines = [f"{device.gpu:>3} {unit:<3} DOWN ({device.down_reason or 'unknown'}{age}){fit}"]
     else:
         assert sample is not None
         row = _ROW.format(
@@ -99,6 +125,7 @@ def _device_lines(device: DeviceState, unit: str, alerts: Sequence[AlertState], 
             clocks=_pair(sample.clocks_hertz.get("gfx"), sample.clocks_hertz.get("memory"), 1e6),
             pcie=pcie_link(sample),
             ecc=_ecc(sample),
+            fit=_fit(health),
         )
         lines = [row.rstrip()]
         throttled = sorted(reason for reason, active in sample.throttle.items() if active)
@@ -106,6 +133,7 @@ def _device_lines(device: DeviceState, unit: str, alerts: Sequence[AlertState], 
             lines += textwrap.wrap(
                 "throttling: " + ", ".join(throttled), WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT + "  "
             )
+    lines += _health_lines(health, now)
     for alert in alerts:
         text = f"! {alert.alert} ({alert.severity}, {alert_state(alert)})"
         if alert.suggestion:
@@ -122,6 +150,7 @@ def render_table(
     *,
     source: str = "",
     taken_at: float | None = None,
+    health: HealthVerdict | None = None,
 ) -> str:
     """The whole table, every line at most 80 columns, ending in a newline."""
     now = time.time() if taken_at is None else taken_at
@@ -136,7 +165,16 @@ def render_table(
     for group in group_devices(devices):
         lines.append(f"── {group.title} "[:WIDTH].ljust(WIDTH, "─"))
         for device in group.devices:
-            lines += _device_lines(device, group.unit_label(device), active_alerts(alerts, device.gpu), now)
+            verdict = health_of(health, device.gpu) if health is not None else None
+            lines += _device_lines(device, group.unit_label(device), active_alerts(alerts, device.gpu), now, verdict)
     if not devices:
         lines.append("no devices")
+    if health is not None and health.suggestion:
+        lines += textwrap.wrap(
+            "health: " + health.suggestion,
+            WIDTH,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     return "\n".join(line[:WIDTH] for line in lines) + "\n"

@@ -48,6 +48,7 @@ COUNTERS: Mapping[str, CounterRule] = {
     "xgmi_write_bytes": CounterRule(_U64 * 1024),
     "xgmi_error_events": CounterRule(None),
     "ecc_errors": CounterRule(_U64),
+    "pcie_aer_errors": CounterRule(_U64),  # the kernel's u64 counts, since boot
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
     "throttle_residency_seconds": CounterRule(None),
 }

@@ -5,6 +5,10 @@ intervals (never less than one interval plus the read deadline, the longest a he
 take when a device has just hung), and no stage is failing: the rules, the rendering of /metrics,
 an Alertmanager sender. Each stage failure is counted (amdgpu_exporter_stage_failures_total).
 
+A GPU that cannot be read does not make the exporter unready (it is serving the truth: the GPU is
+down, amdgpu_up 0, and the pod must stay scraped to say so), but /readyz names it, from the health
+verdict's own device_down checks (pipeline/verdict.py), so the two never disagree about it.
+
 Alive (/healthz 200): the poll loop has finished a cycle within the last five intervals (never
 less than twice the read deadline plus one interval). A wedged loop is for the supervisor to restart.
 """
@@ -15,6 +19,7 @@ import threading
 import time
 
 from exporter.model import Published
+from exporter.pipeline.verdict import unreadable
 
 
 class Health:
@@ -64,6 +69,10 @@ class Health:
         if failing:
             stage, error = sorted(failing.items())[0]
             return False, f"stage {stage} is failing: {error}"
+        down = list(unreadable(published.health))
+        if down:
+            named = "; ".join(f"gpu {gpu}: {reason}" for gpu, reason in down)
+            return True, f"ready; not fit, cannot be read: {named}"
         return True, "ready"
 
     def liveness(self, now: float | None = None) -> tuple[bool, str]:

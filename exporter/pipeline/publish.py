@@ -1,7 +1,9 @@
-"""After each poll cycle: enrich, evaluate the alert rules, hand the alerts to the pusher, publish.
+"""After each poll cycle: enrich, evaluate the alert rules and the health verdict, hand the alerts to
+the pusher, publish.
 
 The one place that runs the stages after the poller, in order. Each cycle ends in one immutable
-Published (snapshot + alerts + the exporter's stats) and the lazily rendered /metrics of it, which
+Published (snapshot + alerts + health verdict + the exporter's stats) and the lazily rendered
+/metrics of it, which
 the web layer reads; nothing downstream writes back into anything upstream.
 """
 
@@ -13,16 +15,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exporter.alerting.rulefile import default_health
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.log import get_logger
-from exporter.model import AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot, WebStats, frozen_map
+from exporter.model import (
+    AlertState,
+    ExporterStats,
+    HealthVerdict,
+    Histogram,
+    HostInfo,
+    Published,
+    Snapshot,
+    WebStats,
+    frozen_map,
+)
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
 from exporter.pipeline.sampler import Sampler
+from exporter.pipeline.verdict import HealthThresholds, evaluate_health
 
 if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
     from exporter.alerting.alertmanager import AlertmanagerPusher
@@ -40,6 +54,7 @@ class PublishedState:
     published: Published | None = None  # None until the first cycle has finished
     metrics: RenderedMetrics | None = None
     rules: tuple[Rule, ...] = ()  # the alert rules evaluated from this cycle on (the status page colours by them)
+    health_thresholds: HealthThresholds | None = None  # the health verdict's, from the same rule file
 
 
 class Pipeline:
@@ -60,19 +75,26 @@ class Pipeline:
         clock_tool: str = "rocm-smi",
         identity_labels: tuple[str, ...] = (),
         reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+        health_thresholds: HealthThresholds | None = None,
+        node: str = "",
     ) -> None:
         self.identity_labels = identity_labels  # copied onto every per-GPU series (--metrics.identity-labels)
         self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
         self.host = host
         self.rules = tuple(rules)
+        self.health_thresholds = health_thresholds if health_thresholds is not None else default_health()
+        self.node = node  # the node the verdict's drain and taint commands name (--node-name)
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher  # where evaluated alerts go after each cycle; never blocks
         self.attribution = attribution  # the attribution sources' latest reports; must never block
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
-        self.state = PublishedState(source=source_name, source_reason=source_reason, rules=self.rules)
+        self.state = PublishedState(
+            source=source_name, source_reason=source_reason, rules=self.rules, health_thresholds=self.health_thresholds
+        )
         self._alerts: tuple[AlertState, ...] = ()
+        self._verdict: HealthVerdict | None = None
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
@@ -93,6 +115,7 @@ class Pipeline:
             if self.health.ok("rules"):
                 log.info("stage_recovered", stage="rules")
         self._alerts = alerts
+        verdict = self._evaluate_health(snapshot)
         log.debug(
             "cycle",
             cycle=snapshot.cycle,
@@ -129,14 +152,36 @@ class Pipeline:
             web=self.web_stats() if self.web_stats is not None else None,
             reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
         )
-        published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
+        published = Published(snapshot=snapshot, alerts=alerts, stats=stats, health=verdict)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
         self.state = dataclasses.replace(
-            self.state, published=published, metrics=render(published, self.identity_labels), rules=self.rules
+            self.state,
+            published=published,
+            metrics=render(published, self.identity_labels),
+            rules=self.rules,
+            health_thresholds=self.health_thresholds,
         )
 
-    def replace_rules(self, rules: Sequence[Rule]) -> None:
-        """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
+    def _evaluate_health(self, snapshot: Snapshot) -> HealthVerdict:
+        """The verdict on this snapshot; a bug in the stage keeps the last verdict and fails readiness."""
+        previous = self._verdict
+        try:
+            verdict = evaluate_health(previous, snapshot, self.health_thresholds, self.node)
+        except Exception as error:
+            if self.health.failed("health", f"{type(error).__name__}: {error}"):
+                log.exception("stage_failed", stage="health")
+            return previous if previous is not None else HealthVerdict(taken_at=snapshot.taken_at, node=self.node)
+        if self.health.ok("health"):
+            log.info("stage_recovered", stage="health")
+        _log_changes(previous, verdict)
+        self._verdict = verdict
+        return verdict
+
+    def replace_rules(self, rules: Sequence[Rule], health_thresholds: HealthThresholds | None = None) -> None:
+        """New rules (and health thresholds) from the next cycle on (SIGHUP): alerts of rules that are
+        gone go with them; the checks' histories stay, judged by the new thresholds."""
+        if health_thresholds is not None:
+            self.health_thresholds = health_thresholds
         self.rules = tuple(rules)
         if self.pusher is not None:
             self.pusher.set_rules(self.rules)
@@ -145,3 +190,21 @@ class Pipeline:
         """Render the current cycle as a Prometheus scrape would ask for it (benchmarks)."""
         if self.state.metrics is not None:
             self.state.metrics.body(openmetrics=True, gzipped=True)
+
+
+def _log_changes(previous: HealthVerdict | None, verdict: HealthVerdict) -> None:
+    """One log event per check that starts or stops failing, never one per cycle."""
+    before = {(gpu.gpu, c.check): c for gpu in previous.gpus for c in gpu.checks} if previous is not None else {}
+    now = {(gpu.gpu, c.check): c for gpu in verdict.gpus for c in gpu.checks}
+    for (gpu, name), check in now.items():
+        if (gpu, name) not in before:
+            log.warning("health_check_failing", gpu=gpu, check=name, severity=check.severity, reason=check.reason)
+    for gpu, name in before.keys() - now.keys():
+        log.info("health_check_cleared", gpu=gpu, check=name)
+    if verdict.drain_command and (previous is None or previous.drain_command != verdict.drain_command):
+        log.warning(
+            "health_suggestion",
+            suggestion=verdict.suggestion,
+            slurm=verdict.drain_command,
+            kubernetes=verdict.taint_command,
+        )

@@ -8,6 +8,7 @@ unchanged files, which keeps a 64-GCD tree ticking at 1 Hz cheap.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -65,3 +66,18 @@ class AtomicTree:
                 return
             link.unlink()
         os.symlink(relative, link)
+
+    def remove(self, rel: str) -> None:
+        """Remove root/rel (a file, a link, or a folder with everything in it) if it is there."""
+        path = self.root / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        else:
+            return
+        prefix = f"{rel}/"
+        self._written = {
+            name: data for name, data in self._written.items() if name != rel and not name.startswith(prefix)
+        }
+        self._made_dirs = {name for name in self._made_dirs if name != rel and not name.startswith(prefix)}

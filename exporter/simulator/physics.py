@@ -9,6 +9,7 @@ sequence of ticks that led to it. Readings are quantised exactly as the driver w
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -27,6 +28,18 @@ BOOT_NS = 1_735_000_000_000  # boottime of the simulated host when t=0 (about 20
 FIRMWARE_TS0 = 173_400_000_000  # PMFW timestamp at t=0, 10 ns units
 PCIE_MPS = 256
 NUM_XGMI_LINKS = 8
+
+# Faults (workload.FAULT_KINDS): how fast each count grows while its fault lasts
+ECC_CE_PER_S = 5.0  # correctable errors per second (a storm: the correctable-rate check's case)
+ECC_UE_EVERY_S = 2.0  # one uncorrectable (or deferred) error at the start, then one every this many seconds
+AER_CORRECTABLE_PER_S = 3.0
+AER_NONFATAL_EVERY_S = 2.0
+AER_FATAL_EVERY_S = 5.0
+CPER_EVERY_S = 5.0  # a CPER record at the start of a cper_* fault, then one every this many seconds
+PENDING_S = 2.0  # a bad page found is pending this long before it is retired
+DEVCOREDUMP_LIFETIME_S = 300.0  # the kernel drops an unread device coredump after 5 minutes
+BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's default threshold: one retired page per 100 MiB of VRAM
+FIRST_BAD_PAGE = 0x000123AB
 
 # ASIC-specific throttler bits (smu13_driver_if_aldebaran.h) and the ASIC-independent
 # SMU_THROTTLER_* bits they map to (amdgpu_smu.h).
@@ -92,6 +105,14 @@ class DieReading:
     residency_ticks: dict[str, int] = field(default_factory=dict)
     below_host_limit_ppt_ticks: int = 0  # ms with gfxclk held below the host limit by PPT
     below_host_limit_thm_ticks: int = 0  # ... by a thermal limit
+    # faults (workload.FAULT_KINDS)
+    ecc_deferred: dict[str, int] = field(default_factory=dict)  # block -> deferred count (the "de:" line)
+    pending_pages: tuple[int, ...] = ()  # page frame numbers found bad, not yet retired
+    cper_records: tuple[tuple[float, str], ...] = ()  # (elapsed s, "fatal"|"nonfatal"|"corrected"), oldest first
+    reset_at: float | None = None  # elapsed s of the GPU reset whose device coredump is still there
+    aer: dict[tuple[str, str], int] = field(default_factory=dict)  # (port, severity) -> AER errors since boot
+    pcie_gts: float = 0.0  # the link as trained now (a pcie_downtrain fault: below its maximum)
+    pcie_width: int = 0
 
 
 @dataclass(slots=True)
@@ -216,7 +237,7 @@ class PackageModel:
             die.memory += (inst.target_memory - die.memory) * km
             die.gfx_acc += inst.demand.gfx * dt
             die.mem_acc += inst.demand.mem * dt
-            if inst.ppt:
+            if inst.ppt or self.scenario.fault_active("throttle", self.dies[i].index, state.t):
                 die.ppt_s += dt
             if inst.thermal:
                 die.thermal_s += dt
@@ -371,7 +392,8 @@ class PackageModel:
         throttlers: dict[str, bool] = {}
         status = indep = 0
         if v1_3:
-            active_reasons = {"ppt0": inst.ppt, "temp_gpu": inst.thermal}
+            held = self.scenario.fault_active("throttle", g, t)
+            active_reasons = {"ppt0": inst.ppt or held, "temp_gpu": inst.thermal}
             for reason, (bit, indep_bit) in ALDEBARAN_THROTTLERS.items():
                 on = active_reasons.get(reason, False)
                 throttlers[reason] = on
@@ -416,7 +438,16 @@ class PackageModel:
         retired: tuple[int, ...] = ()
         if g == self.ecc_gcd:
             ecc["umc"] = (0, 2 + (int((t + 37.0) // 240) if trains else 0))
-            retired = (0x000123AB,)
+            retired = (FIRST_BAD_PAGE,)
+        faults = _FaultReading.at(self.scenario, die, t)
+        if faults.ecc_ue or faults.ecc_ce:
+            ue, ce = ecc.get("umc", (0, 0))
+            ecc["umc"] = (ue + faults.ecc_ue, ce + faults.ecc_ce)
+        if "xgmi_wafl" in ecc and self.scenario.fault_active("xgmi_down", g, t):
+            ecc["xgmi_wafl"] = (0, 1)  # the link's training errors, read while it is down
+        if faults.retired:  # the driver stops retiring at its threshold
+            retired = tuple(sorted({*retired, *faults.retired}))[: bad_page_threshold(m)]
+        downtrained = self.scenario.fault_active("pcie_downtrain", g, t)
 
         return DieReading(
             t=t,
@@ -466,7 +497,93 @@ class PackageModel:
             },
             below_host_limit_ppt_ticks=_ticks(st.ppt_s),
             below_host_limit_thm_ticks=_ticks(st.thermal_s),
+            ecc_deferred={"umc": faults.ecc_de} if self.scenario.has_fault("ecc_de", g) else {},
+            pending_pages=faults.pending,
+            cper_records=faults.cper if m.compute_partitions else (),  # the CPER ring: MI300-class only
+            reset_at=faults.reset_at,
+            aer=faults.aer,
+            pcie_gts=m.pcie_gts / 2 if downtrained else m.pcie_gts,
+            pcie_width=m.pcie_width // 2 if downtrained else m.pcie_width,
         )
+
+
+def bad_page_threshold(model: AsicModel) -> int:
+    """The retired-page count the driver stops at by default (bad_page_threshold=-1 or -2): one page per
+    100 MiB of the device's VRAM (its EEPROM table holds ~10900 records, far more for any Instinct)."""
+    return model.vram_bytes // BAD_PAGE_COVER_BYTES
+
+
+def _every(seconds: float | None, period: float) -> int:
+    """Events of a fault that writes one at its start and one every `period` seconds (0 before it starts)."""
+    return 0 if seconds is None else 1 + int(seconds // period)
+
+
+@dataclass(frozen=True, slots=True)
+class _FaultReading:
+    """What a GCD's injected faults add to its files at one instant (all 0 / empty without faults)."""
+
+    ecc_ce: int = 0
+    ecc_ue: int = 0
+    ecc_de: int = 0
+    retired: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()
+    cper: tuple[tuple[float, str], ...] = ()
+    reset_at: float | None = None
+    aer: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @classmethod
+    def at(cls, scenario: Scenario, die: GcdLayout, t: float) -> _FaultReading:
+        g = die.index
+        if not any(gcd == g for _kind, gcd in scenario.faults):
+            return _NO_FAULTS
+        lasted = functools.partial(scenario.fault_seconds, gcd=g, t=t)
+        ce = lasted("ecc_ce")
+        retired, pending = _bad_pages(scenario, die.model, lasted("bad_pages"))
+        cper: list[tuple[float, str]] = []
+        for severity in ("fatal", "nonfatal", "corrected"):
+            count = _every(lasted(f"cper_{severity}"), CPER_EVERY_S)
+            cper += [(scenario.fault_at + k * CPER_EVERY_S, severity) for k in range(count)]
+        cper.sort()
+        reset = lasted("reset")
+        dump_kept = min(scenario.fault_for, DEVCOREDUMP_LIFETIME_S)
+        aer_c, aer_n, aer_f = (lasted(f"aer_{kind}") for kind in ("correctable", "nonfatal", "fatal"))
+        aer = {
+            ("device", "correctable"): int(AER_CORRECTABLE_PER_S * aer_c) if aer_c is not None else 0,
+            ("device", "nonfatal"): _every(aer_n, AER_NONFATAL_EVERY_S),
+            ("device", "fatal"): _every(aer_f, AER_FATAL_EVERY_S),
+            ("upstream", "fatal"): _every(aer_f, AER_FATAL_EVERY_S),  # the port sees the link go down with it
+        }
+        return cls(
+            ecc_ce=int(ECC_CE_PER_S * ce) if ce is not None else 0,
+            ecc_ue=_every(lasted("ecc_ue"), ECC_UE_EVERY_S),
+            ecc_de=_every(lasted("ecc_de"), ECC_UE_EVERY_S),
+            retired=retired,
+            pending=pending,
+            cper=tuple(cper),
+            reset_at=scenario.fault_at if reset is not None and t < scenario.fault_at + dump_kept else None,
+            aer={key: count for key, count in aer.items() if count},
+        )
+
+
+_NO_FAULTS = _FaultReading()
+
+
+def _bad_pages(scenario: Scenario, model: AsicModel, lasted: float | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(retired, pending) page frames of a bad_pages fault `lasted` seconds in: pages are found at a steady
+    rate, each pending PENDING_S before it is retired, so that the retired count reaches the driver's
+    threshold as the fault ends; retired pages stay retired (the board's VRAM does not heal)."""
+    if lasted is None:
+        return (), ()
+    threshold = bad_page_threshold(model)
+    lag = min(PENDING_S, scenario.fault_for / 2)
+    span = scenario.fault_for - lag
+
+    def found(seconds: float) -> int:
+        return 0 if seconds < 0 else min(threshold, math.ceil(threshold * min(seconds, span) / span) or 1)
+
+    retired_count = found(lasted - lag) if lasted < scenario.fault_for else threshold
+    pages = [FIRST_BAD_PAGE + 0x1000 + 0x37 * k for k in range(found(lasted))]
+    return tuple(pages[:retired_count]), tuple(pages[retired_count:])
 
 
 def _ticks(seconds: float) -> int:

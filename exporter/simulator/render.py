@@ -2,15 +2,17 @@
 
 Formats follow the driver's sysfs_emit calls (amdgpu_pm.c, aldebaran_ppt.c, smu_v13_0_6_ppt.c,
 amdgpu_ras.c): "%d: %uMhz %s\n" DPM lines with a trailing space on unselected levels, hwmon in
-milli-units, "ue: N\nce: N\n" RAS counts (never a third "de:" line — Debian's librocm_smi
-aborts on one).
+milli-units, "ue: N\nce: N\n" RAS counts (a third "de:" line only on the UMC block of a GCD given an
+ecc_de fault, as newer kernels print it: Debian's librocm_smi aborts on one), PCIe AER counters as
+drivers/pci/pcie/aer.c prints them ("<name> <count>" per error bit, then TOTAL_ERR_<severity>).
+Debugfs files (kernel/debug/dri/<minor>/...) sit under the same root, as /sys/kernel/debug does.
 """
 
 from __future__ import annotations
 
-from exporter.simulator import gpu_metrics_writer
+from exporter.simulator import cper_writer, gpu_metrics_writer
 from exporter.simulator.fleet import GcdLayout
-from exporter.simulator.physics import DieReading
+from exporter.simulator.physics import DieReading, bad_page_threshold
 
 _EPSILON_MHZ = 1  # the driver's "same level" tolerance
 
@@ -34,12 +36,65 @@ def pp_dpm_pcie(gts: float, width: int) -> str:
     return f"0: 2.5GT/s, x{width} 619Mhz \n1: {gts:.1f}GT/s, x{width} 619Mhz *\n"
 
 
-def ras_count(uncorrectable: int, correctable: int) -> str:
-    return f"ue: {uncorrectable}\nce: {correctable}\n"
+def ras_count(uncorrectable: int, correctable: int, deferred: int | None = None) -> str:
+    text = f"ue: {uncorrectable}\nce: {correctable}\n"
+    return text if deferred is None else f"{text}de: {deferred}\n"
 
 
-def bad_pages(pages: tuple[int, ...]) -> str:
-    return "".join(f"0x{page:08x} : 0x{4096:08x} : R\n" for page in pages)
+def bad_pages(pages: tuple[int, ...], pending: tuple[int, ...] = ()) -> str:
+    """ras/gpu_vram_bad_pages: page frame, size, status (R retired, P pending retirement), by page."""
+    status = {**dict.fromkeys(pending, "P"), **dict.fromkeys(pages, "R")}
+    return "".join(f"0x{page:08x} : 0x{4096:08x} : {status[page]}\n" for page in sorted(status))
+
+
+# The error bits drivers/pci/pcie/aer.c lists in each file, in its order; the simulated errors go to one.
+AER_NAMES = {
+    "correctable": (
+        "RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF",
+    ),
+    "nonfatal": (
+        "Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
+        "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+        "PoisonTLPBlocked",
+    ),
+}  # fmt: skip
+AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
+AER_TOTALS = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+_AER_BIT = {"correctable": "BadTLP", "nonfatal": "CmpltTO", "fatal": "SDES"}
+
+
+def aer_counts(severity: str, total: int) -> str:
+    """One aer_dev_* file with `total` errors, all on the bit a simulated fault of that severity sets."""
+    names = AER_NAMES["correctable" if severity == "correctable" else "nonfatal"]
+    bit = _AER_BIT[severity]
+    lines = "".join(f"{name} {total if name == bit else 0}\n" for name in names)
+    return f"{lines}{AER_TOTALS[severity]} {total}\n"
+
+
+def aer_files(folder: str, port: str, r: DieReading) -> dict[str, str]:
+    return {f"{folder}/{file}": aer_counts(sev, r.aer.get((port, sev), 0)) for sev, file in AER_FILES.items()}
+
+
+def debugfs_dir(gcd: GcdLayout) -> str:
+    """The device's debugfs folder (dri/<primary minor>), below the root as /sys/kernel/debug is below /sys."""
+    return f"kernel/debug/dri/{gcd.partitions[0].card_minor}"
+
+
+def cper_ring(gcd: GcdLayout, r: DieReading, started_wall: float) -> bytes:
+    """amdgpu_ring_cper: the records of the GCD's cper_* faults (socket = its XGMI physical id)."""
+    socket = gcd.xgmi_physical_id or 0
+    records = [
+        cper_writer.record(
+            cper_unix_seconds(started_wall, at), severity, f"{socket}:{n:X}", gcd.model.device_id, socket
+        )
+        for n, (at, severity) in enumerate(r.cper_records, start=1)
+    ]
+    return cper_writer.ring(records)
+
+
+def cper_unix_seconds(started_wall: float, elapsed: float) -> int:
+    """The whole second a record logged `elapsed` s after the tree was written carries (UTC)."""
+    return int(started_wall + elapsed)
 
 
 def hwmon_dir(gcd: GcdLayout) -> str:
@@ -50,8 +105,9 @@ _HWMON_TEMP_INDEX = {"edge": 1, "junction": 2, "memory": 3}
 _DPM_CLOCKS = ("mclk", "fclk", "socclk", "vclk", "dclk")  # discrete levels: AsicModel `<clock>_levels`
 
 
-def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
-    """Path (relative to the sysfs root) -> content for every workload-dependent file of a GCD."""
+def dynamic_files(gcd: GcdLayout, r: DieReading, started_wall: float = 0.0) -> dict[str, bytes]:
+    """Path (relative to the sysfs root) -> content for every workload-dependent file of a GCD
+    (`started_wall`: unix time of the tree's t=0, for the times the driver writes into records)."""
     m = gcd.model
     dev = gcd.device_relpath
     hw = hwmon_dir(gcd)
@@ -65,15 +121,24 @@ def dynamic_files(gcd: GcdLayout, r: DieReading) -> dict[str, bytes]:
         f"{dev}/pp_dpm_sclk": sclk_text,
         **{f"{dev}/pp_dpm_{c}": pp_dpm_levels(getattr(m, f"{c}_levels"), getattr(r, c)) for c in _DPM_CLOCKS},
         f"{dev}/pcie_replay_count": f"{r.pcie_replays}\n",
-        f"{dev}/ras/gpu_vram_bad_pages": bad_pages(r.retired_pages),
+        f"{dev}/ras/gpu_vram_bad_pages": bad_pages(r.retired_pages, r.pending_pages),
+        f"{dev}/current_link_speed": f"{r.pcie_gts:.1f} GT/s PCIe\n",
+        f"{dev}/current_link_width": f"{r.pcie_width}\n",
+        **aer_files(dev, "device", r),
+        **aer_files(dev.rpartition("/")[0], "upstream", r),
+        f"{debugfs_dir(gcd)}/ras/bad_page_cnt_threshold": f"{bad_page_threshold(m)}\n",
         f"{dev}/gpu_metrics": gpu_metrics_blob(gcd, r),
         f"{hw}/freq1_input": f"{r.sclk * 1_000_000}\n",
         f"{hw}/freq2_input": f"{r.mclk * 1_000_000}\n",
     }
     if r.pcie_bw is not None:
         files[f"{dev}/pcie_bw"] = "{} {} {}\n".format(*r.pcie_bw)
+    if m.pp_dpm_pcie:
+        files[f"{dev}/pp_dpm_pcie"] = pp_dpm_pcie(r.pcie_gts, r.pcie_width)
+    if m.compute_partitions:  # the CPER ring (kernel 6.15+): MI300-class, whose RAS goes through ACA
+        files[f"{debugfs_dir(gcd)}/amdgpu_ring_cper"] = cper_ring(gcd, r, started_wall)
     for block, (ue, ce) in r.ecc.items():
-        files[f"{dev}/ras/{block}_err_count"] = ras_count(ue, ce)
+        files[f"{dev}/ras/{block}_err_count"] = ras_count(ue, ce, r.ecc_deferred.get(block))
     for sensor, index in _HWMON_TEMP_INDEX.items():
         if sensor in r.temps:
             files[f"{hw}/temp{index}_input"] = f"{r.temps[sensor] * 1000}\n"
@@ -98,7 +163,6 @@ def gpu_metrics_blob(gcd: GcdLayout, r: DieReading) -> bytes:
 def gpu_metrics_values(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_writer.Value]:
     """Every field the driver sets in this GCD's table, in the table's own units (the rest stays
     all-ones). Fixed layouts take `xcp_stats` as a list of per-partition dicts; v1.9 is flat."""
-    m = gcd.model
     # the fields every version has; power and energy read 0 on an MI250X secondary die
     values: dict[str, gpu_metrics_writer.Value] = {
         "temperature_hotspot": r.temps["junction"],
@@ -108,8 +172,8 @@ def gpu_metrics_values(gcd: GcdLayout, r: DieReading) -> dict[str, gpu_metrics_w
         "average_umc_activity": r.mem_busy,
         "energy_accumulator": r.energy_ticks or 0,
         "system_clock_counter": r.system_clock_ns,
-        "pcie_link_width": m.pcie_width,
-        "pcie_link_speed": round(m.pcie_gts * 10),
+        "pcie_link_width": r.pcie_width,
+        "pcie_link_speed": round(r.pcie_gts * 10),
         "gfx_activity_acc": r.gfx_activity_acc,
         "mem_activity_acc": r.mem_activity_acc,
         "firmware_timestamp": r.firmware_timestamp,

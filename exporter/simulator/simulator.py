@@ -16,7 +16,7 @@ from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
 from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
 from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
-from exporter.simulator.tree import write_static
+from exporter.simulator.tree import remove_devcoredump, write_devcoredump, write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
     identity,
@@ -58,6 +58,12 @@ class Simulator:
         self._elapsed = 0.0
         self._written_at = 0.0
         self._started_wall: float | None = None
+        self._started_monotonic = 0.0
+        self._dumps: set[int] = set()  # GCD indices whose device coredump is in the tree
+        # a reset fault's dump is devcdN, N its place among the GCDs given one
+        self._dump_index = {
+            gcd: n for n, gcd in enumerate(sorted({g for kind, g in self.scenario.faults if kind == "reset"}))
+        }
         self._identities: list | None = None
         self._truth_cache: tuple[list[DieReading], tuple[SimulatedDevice, ...]] | None = None
         self.history: WindowHistory | None = WindowHistory(self.scenario.window) if self.scenario.fast else None
@@ -76,6 +82,7 @@ class Simulator:
         self.root.mkdir(parents=True, exist_ok=True)
         write_static(self._tree, self.gcds)
         self._started_wall = time.time()
+        self._started_monotonic = time.monotonic()
         self.tick(0.0)
 
     def tick(self, elapsed: float) -> None:
@@ -87,11 +94,12 @@ class Simulator:
             readings.extend(package.readings(float(elapsed)))
         boards = board_readings(self.gcds, readings)
         for gcd, reading, board in zip(self.gcds, readings, boards, strict=True):
-            for rel, content in dynamic_files(gcd, reading).items():
+            for rel, content in dynamic_files(gcd, reading, self._started_wall).items():
                 self._tree.write(rel, content)
             if board is not None:
                 for rel, content in board_files(gcd, board, round(reading.t * 1000)).items():
                     self._tree.write(rel, content)
+            self._write_devcoredump(gcd, reading)
         if self.kfd_proc is not None:
             self.kfd_proc.write(float(elapsed))
         with self._lock:
@@ -102,6 +110,17 @@ class Simulator:
         if self.history is not None:
             points = [window_point(d, self._readings_by_gpu[d.gpu]) for d in self.truth()]
             self.history.add(float(elapsed), self._written_at, points)
+
+    def _write_devcoredump(self, gcd: GcdLayout, reading: DieReading) -> None:
+        index = self._dump_index.get(gcd.index)
+        if index is None:
+            return
+        if reading.reset_at is not None and gcd.index not in self._dumps:
+            write_devcoredump(self._tree, index, gcd, self._started_monotonic + reading.reset_at)
+            self._dumps.add(gcd.index)
+        elif reading.reset_at is None and gcd.index in self._dumps:
+            remove_devcoredump(self._tree, index, gcd)
+            self._dumps.discard(gcd.index)
 
     def truth(self) -> list[SimulatedDevice]:
         """Per GCD in BDF order: identity as discovery should find it and the current sample."""
@@ -129,7 +148,7 @@ class Simulator:
                     )
         devices: list[SimulatedDevice] = []
         for gcd, reading, board in zip(self.gcds, readings, boards, strict=True):
-            socket_sample = sample(gcd, reading, written_at, board)
+            socket_sample = sample(gcd, reading, written_at, board, self._started_wall or 0.0)
             mi300 = bool(gcd.model.compute_partitions)
             metrics = gpu_metrics_values(gcd, reading) if mi300 else None
             socket_gpu = len(devices)

@@ -38,6 +38,7 @@ def write_static(tree: AtomicTree, gcds: list[GcdLayout]) -> None:
     tree.write("module/amdgpu/initstate", "live\n")
     tree.write("module/amdgpu/version", f"{DRIVER_VERSION}\n")
     tree.write("module/amdgpu/parameters/ppfeaturemask", "0xfff7bfff\n")  # the kernel's default
+    tree.write("module/amdgpu/parameters/bad_page_threshold", "-1\n")  # the default: the driver's formula
     tree.mkdir("bus/pci/drivers/amdgpu")
     _write_cpu_hwmons(tree)
     for root in sorted({g.pci_root for g in gcds}):
@@ -150,6 +151,37 @@ def _write_amdgpu_attributes(tree: AtomicTree, gcd: GcdLayout, gcds: list[GcdLay
             tree.write(f"{dev}/xgmi_hive_info/xgmi_hive_id", f"{gcd.hive_id}\n")
         else:
             tree.symlink(f"{dev}/xgmi_hive_info", f"{first.device_relpath}/xgmi_hive_info")
+
+
+DEVCOREDUMP_DIR = "devices/virtual/devcoredump"
+
+
+def devcoredump_text(monotonic_seconds: float) -> str:
+    """The head of amdgpu's device coredump (amdgpu_dev_coredump.c): `time:` is CLOCK_MONOTONIC at the reset."""
+    return (
+        "**** AMDGPU Device Coredump ****\nversion: 1\nkernel: 6.8.0-simulated\nmodule: amdgpu\n"
+        f"time: {monotonic_seconds:.9f}\nprocess_name: python3 PID: 4242\n\n"
+        "Ring timed out details\nIP Type: 0 Ring Name: gfx_0.0.0\n\nVRAM is lost due to GPU reset!\n"
+    )
+
+
+def write_devcoredump(tree: AtomicTree, index: int, gcd: GcdLayout, monotonic_seconds: float) -> None:
+    """devcdN: the dump (data), the device it came from (failing_device) and the device's link back to it."""
+    name = f"devcd{index}"
+    folder = f"{DEVCOREDUMP_DIR}/{name}"
+    tree.write(f"{folder}/data", devcoredump_text(monotonic_seconds))
+    tree.write(f"{folder}/uevent", "")
+    tree.symlink(f"{folder}/failing_device", gcd.device_relpath)
+    tree.symlink(f"class/devcoredump/{name}", folder)
+    tree.symlink(f"{gcd.device_relpath}/devcoredump", folder)
+
+
+def remove_devcoredump(tree: AtomicTree, index: int, gcd: GcdLayout) -> None:
+    """What the kernel does 5 minutes after a dump was made (or when one writes to its data)."""
+    name = f"devcd{index}"
+    tree.remove(f"{gcd.device_relpath}/devcoredump")
+    tree.remove(f"class/devcoredump/{name}")
+    tree.remove(f"{DEVCOREDUMP_DIR}/{name}")
 
 
 def available_compute_modes(gcd: GcdLayout) -> str:

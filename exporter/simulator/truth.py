@@ -40,11 +40,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
+from exporter.model import CperRecord, DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.asics import AsicModel
 from exporter.simulator.board import BoardReading
 from exporter.simulator.fleet import GcdLayout
-from exporter.simulator.physics import ENERGY_TICK_J, DieReading
+from exporter.simulator.physics import ENERGY_TICK_J, DieReading, bad_page_threshold
+from exporter.simulator.render import cper_unix_seconds
 from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
 
 MHZ = 1_000_000.0
@@ -211,7 +212,10 @@ def _top_mhz(m: AsicModel, clock: str) -> int:
     return (m.sclk_range if clock == "sclk" else getattr(m, f"{clock}_levels"))[-1]
 
 
-def sample(gcd: GcdLayout, r: DieReading, timestamp: float, board: BoardReading | None = None) -> Sample:
+def sample(
+    gcd: GcdLayout, r: DieReading, timestamp: float, board: BoardReading | None = None, started_wall: float = 0.0
+) -> Sample:
+    """What the GCD's files say (`started_wall`: unix time of the tree's t=0, behind the records' times)."""
     m = gcd.model
     primary = gcd.die == 0
     thresholds = {}
@@ -250,9 +254,9 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float, board: BoardReading 
             if gcd.metrics_version >= (1, 6)
             else {}
         ),
-        pcie_link_transfers_per_second=m.pcie_gts * 1e9,
+        pcie_link_transfers_per_second=r.pcie_gts * 1e9,
         pcie_max_link_transfers_per_second=m.pcie_gts * 1e9,
-        pcie_link_width=m.pcie_width,
+        pcie_link_width=r.pcie_width,
         pcie_max_link_width=m.pcie_width,
         pcie_bandwidth_bytes_per_second=pcie_bw,
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bw_bound,
@@ -272,14 +276,30 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float, board: BoardReading 
         xgmi_error_events=0,
         ecc_errors=frozen_map(
             {
-                (block, kind): count
-                for block, (ue, ce) in r.ecc.items()
-                for kind, count in (("uncorrectable", ue), ("correctable", ce))
+                **{
+                    (block, kind): count
+                    for block, (ue, ce) in r.ecc.items()
+                    for kind, count in (("uncorrectable", ue), ("correctable", ce))
+                },
+                **{(block, "deferred"): count for block, count in r.ecc_deferred.items()},
             }
         ),
         ras_retired_pages=len(r.retired_pages),
+        ras_pending_pages=len(r.pending_pages),
+        ras_bad_page_threshold=bad_page_threshold(m),
+        cper_records=tuple(
+            CperRecord(float(cper_unix_seconds(started_wall, at)), severity, (), f"{gcd.xgmi_physical_id or 0}:{n:X}")
+            for n, (at, severity) in enumerate(r.cper_records, start=1)
+        ),
+        last_reset_at=started_wall + r.reset_at if r.reset_at is not None else None,
+        pcie_aer_errors=frozen_map(
+            {(port, severity): r.aer.get((port, severity), 0) for port in ("device", "upstream") for severity in _AER}
+        ),
         **(_board_fields(board) if board is not None else {}),
     )
+
+
+_AER = ("correctable", "nonfatal", "fatal")
 
 
 def _board_fields(board: BoardReading) -> dict[str, Any]:
@@ -297,7 +317,7 @@ def _board_fields(board: BoardReading) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ JSON
-_TUPLE_KEYED = {"temperature_thresholds", "ecc_errors"}
+_TUPLE_KEYED = {"temperature_thresholds", "ecc_errors", "pcie_aer_errors"}
 _INT_KEYED = {"xgmi_link_up", "xgmi_read_bytes", "xgmi_write_bytes"}
 
 
@@ -306,8 +326,8 @@ def _plain(value: Any, name: str = "") -> Any:
         if name in _TUPLE_KEYED:
             return {"/".join(k): v for k, v in value.items()}
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, TopologyLink):
-        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if isinstance(value, TopologyLink | CperRecord):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
@@ -342,6 +362,8 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
             value = frozen_map({int(k): v for k, v in value.items()})
         elif f.name == "topology":
             value = tuple(TopologyLink(**link) for link in value)
+        elif f.name == "cper_records":
+            value = tuple(CperRecord(**{**rec, "afids": tuple(rec["afids"])}) for rec in value)
         elif isinstance(value, list):
             value = tuple(value)
         elif isinstance(value, dict):

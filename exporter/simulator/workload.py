@@ -12,6 +12,15 @@ from functools import lru_cache
 
 SCENARIOS: tuple[str, ...] = ("idle", "training", "thermal-excursion", "alternating")
 
+# The faults a scenario can inject, each on one GCD (faults=KIND.GCD+...), active from fault_at for
+# fault_for seconds and then recovering: what each one writes is in physics.py and render.py.
+FAULT_KINDS: tuple[str, ...] = (
+    "ecc_ce", "ecc_ue", "ecc_de", "bad_pages", "cper_fatal", "cper_nonfatal", "cper_corrected", "reset",
+    "aer_correctable", "aer_nonfatal", "aer_fatal", "xgmi_down", "pcie_downtrain", "throttle",
+)  # fmt: skip
+FAULT_AT_S = 5.0  # default start of the faults
+FAULT_FOR_S = 30.0  # default duration of the faults
+
 TRAINING_WARMUP_S = 3.0  # model load before the first step
 COMPUTE_FRACTION = 0.72  # share of a training step spent computing; the rest is all-reduce
 ALTERNATING_WARMUP_S = 1.0
@@ -68,6 +77,9 @@ class Scenario:
     load: float = 1.0  # training kinds: dynamic power x load (above ~1.07 an MI300X runs into its PPT limit)
     xgmi_down: tuple[tuple[int, int], ...] = ()  # (GCD, link) XGMI links that go down at `down_at`
     down_at: float = 0.0
+    faults: tuple[tuple[str, int], ...] = ()  # (kind, GCD): injected from fault_at for fault_for seconds
+    fault_at: float = FAULT_AT_S
+    fault_for: float = FAULT_FOR_S
 
     @property
     def trains(self) -> bool:
@@ -94,9 +106,7 @@ class Scenario:
         return self.tick if self.tick > 0 else self.period / 20.0
 
     def __str__(self) -> str:
-        if self.name == "idle":
-            return "idle"
-        opts = [f"period={self.period:g}"]
+        opts = [] if self.name == "idle" else [f"period={self.period:g}"]
         if self.name == "thermal-excursion":
             opts += [f"start={self.start:g}", f"hot={self.hot:g}", f"peak={self.peak:g}"]
             opts.append("gpus=" + "+".join(str(g) for g in self.gpus))
@@ -109,10 +119,29 @@ class Scenario:
         if self.xgmi_down:
             opts.append("xgmi_down=" + "+".join(f"{g}.{link}" for g, link in self.xgmi_down))
             opts.append(f"down_at={self.down_at:g}")
-        return f"{self.name}:{','.join(opts)}"
+        if self.faults:
+            opts.append("faults=" + "+".join(f"{kind}.{g}" for kind, g in self.faults))
+            opts += [f"fault_at={self.fault_at:g}", f"fault_for={self.fault_for:g}"]
+        return f"{self.name}:{','.join(opts)}" if opts else self.name
 
     def xgmi_link_down(self, gcd: int, link: int, t: float) -> bool:
+        if link == 0 and self.fault_active("xgmi_down", gcd, t):
+            return True
         return t >= self.down_at and (gcd, link) in self.xgmi_down
+
+    def has_fault(self, kind: str, gcd: int) -> bool:
+        return (kind, gcd) in self.faults
+
+    def fault_active(self, kind: str, gcd: int, t: float) -> bool:
+        """The fault is under way at t (from fault_at, for fault_for seconds)."""
+        return (kind, gcd) in self.faults and self.fault_at <= t < self.fault_at + self.fault_for
+
+    def fault_seconds(self, kind: str, gcd: int, t: float) -> float | None:
+        """Seconds the fault has lasted by t (fault_for once it is over); None before it starts or
+        when this GCD has no such fault. Counts that grow with it stop growing when it ends."""
+        if (kind, gcd) not in self.faults or t < self.fault_at:
+            return None
+        return min(t - self.fault_at, self.fault_for)
 
     def step_phase(self, seed: int, gcd: int, t: float) -> float | None:
         """0..1 position within the current training step (None before the first step)."""
@@ -167,21 +196,27 @@ def _smoothstep(x: float) -> float:
     return x * x * (3.0 - 2.0 * x)
 
 
+_FAULT_OPTIONS = ("faults", "fault_at", "fault_for")
 _OPTIONS = {
-    "idle": (),
-    "training": ("period", "load", "xgmi_down", "down_at"),
-    "thermal-excursion": ("period", "start", "hot", "peak", "gpus", "load", "xgmi_down", "down_at"),
-    "alternating": ("period", "duty", "swing", "window", "tick", "load", "xgmi_down", "down_at"),
+    "idle": _FAULT_OPTIONS,
+    "training": ("period", "load", "xgmi_down", "down_at", *_FAULT_OPTIONS),
+    "thermal-excursion": ("period", "start", "hot", "peak", "gpus", "load", "xgmi_down", "down_at", *_FAULT_OPTIONS),
+    "alternating": ("period", "duty", "swing", "window", "tick", "load", "xgmi_down", "down_at", *_FAULT_OPTIONS),
 }
 
 
 def scenario_help() -> str:
     """The scenarios and each one's options, for --help (from _OPTIONS: nothing to keep in step)."""
-    kinds = "; ".join(f"{name}: {', '.join(options)}" if options else name for name, options in _OPTIONS.items())
+    own = {name: [o for o in options if o not in _FAULT_OPTIONS] for name, options in _OPTIONS.items()}
+    kinds = "; ".join(f"{name}: {', '.join(options)}" if options else name for name, options in own.items())
+    kinds += f"; every one also: {', '.join(_FAULT_OPTIONS)}"
     return (
         f"{kinds} (NAME:KEY=VALUE,...: seconds for period/start/hot/window/tick/down_at, °C for peak/swing, "
         "duty 0.05-0.95, load a power factor, gpus=GCD+GCD (an MI250X has two GCDs, an MI300X socket is one), "
-        "xgmi_down=GCD.LINK+GCD.LINK; e.g. thermal-excursion:start=10,hot=60,gpus=0+3)"
+        f"xgmi_down=GCD.LINK+GCD.LINK, faults=KIND.GCD+KIND.GCD, KIND one of {', '.join(FAULT_KINDS)}: "
+        f"from fault_at ({FAULT_AT_S:g} s unless given) for fault_for ({FAULT_FOR_S:g} s) seconds, then recovering; "
+        "e.g. thermal-excursion:start=10,hot=60,gpus=0+3 or "
+        "training:faults=ecc_ue.0+aer_fatal.1,fault_at=5,fault_for=20)"
     )
 
 
@@ -219,11 +254,14 @@ def parse_scenario(spec: str) -> Scenario:
                 raise ValueError(f"bad xgmi_down={raw}: GCD 0 or more, link 0..7")
             values[key] = links
             continue
+        if key == "faults":
+            values[key] = _parse_faults(raw)
+            continue
         try:
             number = float(raw)
         except ValueError:
             raise ValueError(f"bad {key}={raw} for scenario {name!r}: expected a number") from None
-        if not math.isfinite(number) or number < 0 or (key in ("period", "hot", "window") and number <= 0):
+        if not math.isfinite(number) or number < 0 or (key in ("period", "hot", "window", "fault_for") and number <= 0):
             raise ValueError(f"bad {key}={raw} for scenario {name!r}: out of range")
         if key == "duty" and not 0.05 <= number <= 0.95:
             raise ValueError(f"bad duty={raw}: the compute share of a step must be between 0.05 and 0.95")
@@ -242,6 +280,20 @@ def parse_scenario(spec: str) -> Scenario:
     if scenario.peak <= 60 or scenario.peak >= 105:
         raise ValueError(f"bad peak={scenario.peak:g}: a junction peak must be between 60 and 105 °C")
     return scenario
+
+
+def _parse_faults(raw: str) -> tuple[tuple[str, int], ...]:
+    """faults=KIND.GCD+KIND.GCD -> ((kind, gcd), ...); ValueError if bad."""
+    faults = []
+    for item in raw.split("+"):
+        kind, sep, gcd = item.strip().rpartition(".")
+        if not sep or kind not in FAULT_KINDS or not gcd.isdigit():
+            raise ValueError(
+                f"bad faults={raw}: expected KIND.GCD joined by '+', e.g. ecc_ue.0+aer_fatal.1, "
+                f"KIND one of {', '.join(FAULT_KINDS)}"
+            )
+        faults.append((kind, int(gcd)))
+    return tuple(dict.fromkeys(faults))
 
 
 @dataclass(frozen=True, slots=True)

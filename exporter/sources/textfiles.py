@@ -293,12 +293,60 @@ def parse_ras_err_count(text: str | bytes) -> RasCounts:
 _BAD_PAGE = re.compile(r"0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*0[xX]([0-9a-fA-F]{1,16})[ \t]*:[ \t]*([RPF])")
 
 
-def count_bad_pages(text: str | bytes) -> int:
+@dataclass(frozen=True, slots=True)
+class BadPages:
+    retired: int  # R: reserved, never used again
+    pending: int  # P: found bad, to be reserved (at the next reset)
+
+
+def parse_bad_pages(text: str | bytes) -> BadPages:
     """`0x%08x : 0x%08x : %1s\\n` per record (page frame, size, status; an empty file means no bad
-    pages) -> the number of retired (R) pages; pending (P) and faulted (F) records are valid but
-    not counted."""
+    pages) -> how many are retired (R) and pending (P); faulted (F) records, whose reservation
+    failed, are valid but counted in neither."""
     records = [_match(_BAD_PAGE, line, "not a bad page record") for line in _lines(_stripped(text))]
-    return sum(1 for record in records if record.group(3) == "R")
+    statuses = [record.group(3) for record in records]
+    return BadPages(retired=statuses.count("R"), pending=statuses.count("P"))
+
+
+def count_bad_pages(text: str | bytes) -> int:
+    """The retired (R) pages of ras/gpu_vram_bad_pages (parse_bad_pages)."""
+    return parse_bad_pages(text).retired
+
+
+# ---- PCIe AER counters (drivers/pci/pcie/aer.c) -----------------------------------------------------
+
+_AER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)[ \t]+([0-9]+)")
+AER_TOTALS = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+
+
+def parse_aer_total(text: str | bytes, severity: str) -> int:
+    """aer_dev_correctable / _nonfatal / _fatal: `<error bit> %llu\\n` lines, then `TOTAL_ERR_<sev> %llu`
+    -> that total (the errors of `severity` since boot; the total counts every bit, named or not)."""
+    counts = _keyed_lines(_stripped(text), _AER_LINE, "not an 'error count' line", "AER counter", _counter("count"))
+    total = AER_TOTALS[severity]
+    if total not in counts:
+        raise _fail(f"no {total} line", _stripped(text))
+    return counts[total]
+
+
+# ---- a device coredump's head (amdgpu_dev_coredump.c) ----------------------------------------------
+
+_COREDUMP_TITLE = "**** AMDGPU Device Coredump ****"
+_COREDUMP_TIME = re.compile(r"time:[ \t]*([0-9]{1,12})\.([0-9]{9})")
+
+
+def parse_devcoredump_time(text: str | bytes) -> float:
+    """The head of an amdgpu devcoredump `data` -> its `time: %lld.%09ld` (CLOCK_MONOTONIC seconds of
+    the reset: seconds since boot, not a date). Another driver's dump is not ours to read."""
+    # the header ends at the first blank line; a read of the file's head may end mid-line after it
+    lines = _lines(_stripped(text).split("\n\n", 1)[0])
+    if not lines or lines[0] != _COREDUMP_TITLE:
+        raise _fail("not an amdgpu device coredump", lines[0] if lines else "")
+    for line in lines[1:8]:  # the header: version, kernel, module, time
+        match = _COREDUMP_TIME.fullmatch(line)
+        if match is not None:
+            return int(match.group(1)) + int(match.group(2)) / 1e9
+    raise _fail("no time: line in the coredump header", " | ".join(lines[:8]))
 
 
 # ---- identity: firmware, unique_id, PCI ids --------------------------------------------------------

@@ -1,4 +1,5 @@
-"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/waveform, / (status page).
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/health,
+/api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
 (exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
@@ -20,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
-from exporter.exposition.views import alert_json, devices_document
+from exporter.exposition.views import alert_json, devices_document, health_document
 from exporter.log import get_logger
 from exporter.model import Published
 from exporter.pipeline.health import Health
@@ -194,6 +195,10 @@ def create_app(
     async def alerts() -> JSONResponse:
         return published_json(lambda p: {"taken_at": p.snapshot.taken_at, "alerts": [alert_json(a) for a in p.alerts]})
 
+    @app.get("/api/v1/health")
+    async def health_route() -> JSONResponse:
+        return published_json(lambda p: health_document(p, shown_node))
+
     @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:
         status, body = waveform_response(waveform, request.query_params)
@@ -208,6 +213,7 @@ def create_app(
         return render_status_page(
             published.snapshot if published is not None else None,
             published.alerts if published is not None else (),
+            health=published.health if published is not None else None,
             version=__version__,
             source=state.source,
             telemetry_path=telemetry_path,

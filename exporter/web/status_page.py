@@ -30,10 +30,12 @@ from exporter.exposition.views import (
     active_alerts,
     alert_state,
     group_devices,
+    health_of,
+    health_text,
     unreported,
     vram_used_total,
 )
-from exporter.model import AlertState, DeviceState, Snapshot
+from exporter.model import AlertState, DeviceState, GpuHealth, HealthVerdict, Snapshot
 
 TEMPLATE = "status_page.html"
 
@@ -151,6 +153,7 @@ def _tile(
     alerts: Sequence[AlertState],
     sampled: bool,
     limits: Mapping[str, Sequence[Limit]],
+    health: GpuHealth | None = None,
 ) -> str:
     ident = device.identity
     sample = device.sample
@@ -216,9 +219,21 @@ def _tile(
         f'<div class="head"><span>{html.escape(title)}</span>'
         f'<span class="state{"" if device.up else " down"}">{html.escape(state)}</span></div>'
         f'<div class="where">{html.escape(" · ".join(where))}</div>'
+        f"{_health_line(health)}"
         f'<div class="rows">{body}</div>'
         f'<ul class="alerts">{_alert_items(mine)}</ul></article>'
     )
+
+
+def _health_line(health: GpuHealth | None) -> str:
+    """The verdict on the tile (the page's script keeps it current from /api/v1/health); the reasons
+    are its tooltip."""
+    if health is None:
+        return '<div class="health" data-field="health">health: –</div>'
+    reasons = html.escape("\n".join(f"{c.check}: {c.reason}" for c in health.checks))
+    unfit = "" if health.fit else " unfit"
+    text = html.escape(health_text(health))
+    return f'<div class="health{unfit}" data-field="health" title="{reasons}">health: {text}</div>'
 
 
 def render_status_page(
@@ -234,6 +249,7 @@ def render_status_page(
     waveform_seconds: float = 60.0,
     node: str | None = None,
     rules: Sequence[Rule] = (),
+    health: HealthVerdict | None = None,
 ) -> str:
     """The whole page. waveform_url: a relative URL with '{gpu}' in it for the recent fast samples of
     the devices in waveform_gpus (the sampled ones: asking for another would be a 404), or "".
@@ -246,7 +262,12 @@ def render_status_page(
     for group in group_devices(devices):
         tiles = "".join(
             _tile(
-                group, device, alerts, bool(waveform_url) and device.gpu in waveform_gpus, limits[device.identity.asic]
+                group,
+                device,
+                alerts,
+                bool(waveform_url) and device.gpu in waveform_gpus,
+                limits[device.identity.asic],
+                health_of(health, device.gpu) if health is not None else None,
             )
             for device in group.devices
         )
@@ -263,7 +284,7 @@ def render_status_page(
     )
     tone, banner = _banner(alerts, units)
     # Relative links: right behind a reverse proxy that mounts the exporter under a prefix.
-    links = (telemetry_path, "/api/v1/devices", "/api/v1/alerts", "/healthz", "/readyz")
+    links = (telemetry_path, "/api/v1/devices", "/api/v1/alerts", "/api/v1/health", "/healthz", "/readyz")
     refresh_ms = max(250, round(refresh_seconds * 1000))
     values = {
         "NODE": html.escape(node if node is not None else socket.gethostname()),

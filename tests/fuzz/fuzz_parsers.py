@@ -1,10 +1,10 @@
-"""Coverage-guided fuzz target (atheris, libFuzzer) for the gpu_metrics decoder, the board/
-temperature tables and the text parsers.
+"""Coverage-guided fuzz target (atheris, libFuzzer) for the gpu_metrics and CPER ring decoders, the
+board/ temperature tables and the text parsers.
 
     python -m tests.fuzz.fuzz_parsers -max_total_time=60 [corpus_dir]
 
 The contract under fuzzing: whatever bytes a sysfs file holds, a parser returns a value or raises
-its own error type (GpuMetricsError, TextParseError), never anything else, and what it returns is
+its own error type (GpuMetricsError, CperParseError, TextParseError), never anything else, and what it returns is
 finite (no NaN or inf can reach a Sample). Any other exception is a crash libFuzzer reports with the
 input that caused it. The seeds are real tables from the simulator, so mutation starts from what
 the driver writes.
@@ -20,6 +20,7 @@ import atheris
 
 with atheris.instrument_imports():
     from exporter.sources import textfiles as tf
+    from exporter.sources.cper import CperParseError, parse_cper_ring
     from exporter.sources.gpu_metrics import GpuMetricsError, decode_gpu_metrics
     from exporter.sources.gpu_metrics.board_layouts import BASEBOARD_TEMP, GPUBOARD_TEMP
     from exporter.sources.sysfs import board
@@ -42,6 +43,10 @@ TEXT_PARSERS = (
     tf.parse_uevent,
     tf.parse_word,
     board.parse_npm_status,
+    tf.parse_bad_pages,
+    lambda text: tf.parse_aer_total(text, "fatal"),
+    lambda text: tf.parse_aer_total(text, "correctable"),
+    tf.parse_devcoredump_time,
 )
 
 
@@ -57,6 +62,15 @@ def test_one_input(data: bytes) -> None:
     if not data:
         return
     selector, payload = data[0], data[1:]
+    if selector % 4 == 2:
+        try:
+            records = parse_cper_ring(payload)
+        except CperParseError:
+            return
+        for record in records:
+            _finite(record.timestamp)
+            assert record.severity in ("fatal", "nonfatal", "corrected"), record
+        return
     if selector % 2 == 0:
         try:
             metrics = decode_gpu_metrics(payload)

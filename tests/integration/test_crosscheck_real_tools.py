@@ -9,8 +9,10 @@ conversion: if they disagree, we are wrong until shown otherwise.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +188,74 @@ def test_node_exporter_reports_our_values(ours: tuple[Series, dict], node_export
         )
         checked += 1
     assert checked == 5
+
+
+# --- the health signals rocm-smi 5.2.3 reads: RAS counts per block, retired and pending pages ------
+
+# `rocm-smi --showrasinfo all` rows of an enabled block: name, status, correctable, uncorrectable
+RAS_ROW = re.compile(r"^\s*([A-Z0-9_]+)\s+ENABLED\s+([0-9]+)\s+([0-9]+)\s*$")
+# `--showretiredpages` / `--showpendingpages` rows: address, size, status
+PAGE_ROW = re.compile(r"^\s*0x[0-9a-f]+\s+0x[0-9a-f]+\s+(reserved|pending|unreservable)\s*$")
+
+
+def per_gpu(text: str) -> dict[str, list[str]]:
+    """rocm-smi's text output cut into its GPU[N] sections (N is rocm-smi's index, which is our `gpu`)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        match = re.match(r"^GPU\[([0-9]+)\]", line)
+        if match:
+            current = match.group(1)
+        if current is not None:
+            sections.setdefault(current, []).append(line)
+    return sections
+
+
+def page_statuses(lines: list[str]) -> Counter[str]:
+    return Counter(m.group(1) for line in lines if (m := PAGE_ROW.match(line)))
+
+
+@pytest.fixture(scope="module")
+def faulted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Series]]:
+    """A tree frozen mid-fault (ECC errors, pages pending and retired; no "de:" line, which this
+    librocm_smi refuses), and our /metrics of it."""
+    root = tmp_path_factory.mktemp("crosscheck-faults") / "sys"
+    faults = "ecc_ue.0+ecc_ce.1+bad_pages.0+bad_pages.2,fault_at=2,fault_for=10"
+    simulator = Simulator(root, fleet="1xMI210,1xMI250X", scenario=f"training:faults={faults}", seed=11)
+    simulator.write_tree()
+    simulator.tick(8.0)
+    proc, port = start_exporter(f"--path.sysfs={root}", "--source=sysfs", "--interval=200ms")
+    try:
+        wait_ready(port, proc)
+        yield root, scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_rocm_smi_reads_our_ras_counts_and_bad_pages(faulted: tuple[Path, Series]) -> None:
+    root, series = faulted
+    tool = require_tool("rocm-smi")
+    result = run_in_sysfs_namespace(root, [tool, "--showrasinfo", "all"], timeout=60)
+    rows = 0
+    for gpu, lines in per_gpu(result.stdout).items():
+        for line in lines:
+            if match := RAS_ROW.match(line):
+                block = match.group(1).lower()
+                assert get(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="correctable") == int(
+                    match.group(2)
+                ), (gpu, block)
+                assert get(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="uncorrectable") == int(
+                    match.group(3)
+                ), (gpu, block)
+                rows += 1
+    assert rows >= 21  # the seven enabled blocks of three GCDs
+    result = run_in_sysfs_namespace(root, [tool, "--showretiredpages", "--showpendingpages"], timeout=60)
+    sections = per_gpu(result.stdout)
+    moved = 0
+    for gpu in _gpu_of(series).values():
+        statuses = page_statuses(sections.get(gpu, []))
+        assert statuses["reserved"] == get(series, "amdgpu_ras_retired_pages", gpu=gpu), gpu
+        assert statuses["pending"] == get(series, "amdgpu_ras_pending_pages", gpu=gpu), gpu
+        moved += statuses["pending"]
+    assert moved > 0

@@ -109,6 +109,15 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
         "type": frozenset({"correctable", "uncorrectable", "deferred"}),
     },
     "amdgpu_ras_retired_pages": _GPU,
+    # MI350-class board/ (node-wide families carry no gpu label: shown once per node)
+    "amdgpu_board_temperature_celsius": {**_GPU, "sensor": None},
+    "amdgpu_baseboard_temperature_celsius": {"sensor": None},
+    "amdgpu_node_power_watts": {},
+    "amdgpu_node_power_limit_watts": {},
+    "amdgpu_node_power_limit_max_watts": {},
+    "amdgpu_node_power_management_active": {},
+    "amdgpu_baseboard_power_watts": {},
+    "amdgpu_baseboard_power_limit_watts": {},
     # issue 13: the fast sampler's sliding windows (min / max / mean over --window)
     "amdgpu_temperature_window_celsius": {**_GPU, "sensor": _SENSORS, "stat": _STATS},
     "amdgpu_power_window_watts": {**_GPU, "stat": _STATS},
@@ -119,6 +128,15 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_clock_down_suggested_ratio": _GPU,
     "amdgpu_suggested_gfx_clock_max_hertz": _GPU,
     "amdgpu_alert_suggestion_info": {**_GPU, "alert": None, "suggested_command": None, "undo_command": None},
+    # The health verdict (docs/health.md); its alerts are in amdgpu-health.rules.yml.
+    "amdgpu_health_status": _GPU,
+    "amdgpu_health_check": {**_GPU, "check": None, "severity": frozenset({"warning", "critical"})},
+    "amdgpu_health_check_since_seconds": {**_GPU, "check": None},
+    "amdgpu_health_suggestion_info": {
+        "scheduler": frozenset({"slurm", "kubernetes"}),
+        "suggested_command": None,
+        "undo_command": None,
+    },
     # Only with --alertmanager.url: whether the daemon pages itself (the forwarded copy stands back).
     "amdgpu_exporter_alertmanager_notifications_total": {"result": frozenset({"sent", "failed"})},
     "amdgpu_exporter_build_info": {"version": None, "source": frozenset({"sysfs", "rocm-smi"})},
@@ -171,11 +189,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
 # Series the rules read that the exporter does not export yet, planned by open issues (DESIGN.md's
 # metric contract): each rule reading one stays quiet while it is absent (a promtool case shows it).
 # When the exporter exports one, move it into CONTRACT (test_planned_metrics_are_not_exported_yet).
-PLANNED: dict[str, dict[str, frozenset[str] | None]] = {
-    # The health verdict (issue 25): 1 fit / 0 unfit per device, and 1 per failing check.
-    "amdgpu_health_status": _GPU,
-    "amdgpu_health_check": {**_GPU, "check": None, "severity": frozenset({"info", "warning", "critical"})},
-}
+PLANNED: dict[str, dict[str, frozenset[str] | None]] = {}
 # Series Prometheus itself writes for every target.
 PROMETHEUS_SERIES: dict[str, dict[str, frozenset[str] | None]] = {"up": {}}
 TARGET_LABELS = frozenset({"instance", "job", "node"})
@@ -477,7 +491,9 @@ def test_every_alert_has_severity_summary_description_and_runbook_url() -> None:
         # One configurable prefix (docs/runbooks.md explains it) and a section that exists.
         assert annotations["runbook_url"] == RUNBOOK_PREFIX + name.lower(), name
         assert name in headings, f"docs/runbooks.md has no section '## {name}'"
-    assert headings == {rule["alert"] for _, rule in alerting_rules()}, "runbook sections without an alert"
+    # docs/runbooks.md also holds the health alerts' sections (amdgpu-health.rules.yml, tested in test_health_rules)
+    health = {r["alert"] for g in load_yaml(RULES.with_name("amdgpu-health.rules.yml"))["groups"] for r in g["rules"]}
+    assert headings == {rule["alert"] for _, rule in alerting_rules()} | health, "runbook sections without an alert"
 
 
 def test_every_firing_case_carries_the_identifying_labels() -> None:

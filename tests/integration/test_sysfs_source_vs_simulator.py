@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
+from exporter.simulator.workload import FAULT_KINDS
 from exporter.sources.sysfs import SysfsSource
 from tests.realtools import start_exporter
 
@@ -38,8 +39,19 @@ FLEETS = [
 ]
 
 
+# every fault on the first two GCDs, read while they last (the CPER records, pending pages, the
+# coredump, the downtrained link ...)
+ALL_FAULTS = "+".join(f"{kind}.{gcd}" for gcd in (0, 1) for kind in FAULT_KINDS)
+SCENARIOS = [
+    ("idle", 0.0),
+    ("training", 17.0),
+    ("thermal-excursion", 40.0),
+    (f"training:faults={ALL_FAULTS},fault_at=5,fault_for=20", 16.0),
+]
+
+
 @pytest.mark.parametrize("fleet", FLEETS)
-@pytest.mark.parametrize(("scenario", "elapsed"), [("idle", 0.0), ("training", 17.0), ("thermal-excursion", 40.0)])
+@pytest.mark.parametrize(("scenario", "elapsed"), SCENARIOS)
 def test_every_field_equals_the_truth(tmp_path: Path, fleet: str, scenario: str, elapsed: float) -> None:
     try:
         simulator = Simulator(tmp_path / "sys", fleet=fleet, scenario=scenario, seed=5)

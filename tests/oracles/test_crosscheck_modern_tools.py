@@ -448,6 +448,13 @@ def compare_amd_smi_static(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
             ours_limit = ours.value("amdgpu_temperature_threshold_celsius", sensor=sensor, threshold=threshold)
             c.check(f"limit.{kind}_{key}_temperature", ours_limit, unit="C")
     c.check("vram.size", _mib_floor(ours.value("amdgpu_memory_total_bytes", pool="vram")), int, unit="MB")
+    # from debugfs (amdsmi reads ras/bad_page_cnt_threshold, root only), as we do; amd-smi calls it
+    # exceeded only when the retired pages are more than the threshold
+    threshold = ours.value("amdgpu_ras_bad_page_threshold_pages")
+    c.check("ras.bad_page_threshold", threshold, int)
+    retired = ours.value("amdgpu_ras_retired_pages")
+    exceeded = str(retired > threshold) if retired is not None and threshold is not None else None
+    c.check("ras.bad_page_threshold_exceeded", exceeded, str)
     for key, domain in AMD_SMI_STATIC_CLOCKS.items():
         table = gpu["clock"].get(key)
         if not isinstance(table, dict):

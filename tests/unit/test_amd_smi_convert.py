@@ -76,3 +76,14 @@ def test_a_sample_in_si_units() -> None:
     assert dict(sample.throttle_residency_seconds) == {"ppt": 1.5}
     assert dict(sample.ecc_errors) == {("umc", "correctable"): 2, ("umc", "uncorrectable"): 0}
     assert dict(sample.voltages_volts) == {"gfx": 0.94} and sample.pcie_replays == 5
+
+
+def test_bad_pages_by_status_and_the_threshold() -> None:
+    readings, slow = _readings()
+    pages = [{"page_address": a, "page_size": 4096, "status": s} for a, s in ((1, 0), (2, 0), (3, 1), (4, 2))]
+    sample = convert.sample_from_readings(readings, {**slow, "bad_pages": pages, "bad_page_threshold": 655}, 1.0)
+    assert (sample.ras_retired_pages, sample.ras_pending_pages, sample.ras_bad_page_threshold) == (2, 1, 655)
+    # not read (the call failed) or not root ("N/A", already None): not supplied
+    unread = convert.sample_from_readings(readings, {**slow, "bad_pages": None, "bad_page_threshold": None}, 1.0)
+    assert (unread.ras_retired_pages, unread.ras_pending_pages, unread.ras_bad_page_threshold) == (None, None, None)
+    assert convert.bad_pages([]) == (0, 0)

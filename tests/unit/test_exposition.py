@@ -147,11 +147,14 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_total",
         "_info",
         "_pages",
+        "_records",  # a count of error records held by the driver, unitless like _pages
         "_firing",  # a 0/1 state, unitless like _up and _active
         "_present",  # a 0/1 state: amdgpu_device_present
         "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
         "_connections",  # a count of open HTTP connections, unitless like _fds
         "_successful",  # a 0/1 state, as Prometheus' own prometheus_config_last_reload_successful
+        "_status",  # the 0/1 health verdict, amdgpu_health_status (1 = fit), as DCGM's _HEALTH_STATUS
+        "_check",  # 1 per failing health check, amdgpu_health_check{check, severity}
     )
     # Every family of the one table: the per-device ones and the exporter's own (identity, alerts, self-metrics).
     assert len(METRICS) > len(DEVICE_METRICS) > 20

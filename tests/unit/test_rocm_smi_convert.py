@@ -157,6 +157,7 @@ def test_ecc_and_retired_pages() -> None:
     sample = make()
     assert dict(sample.ecc_errors) == {("umc", "correctable"): 7, ("umc", "uncorrectable"): 1}
     assert sample.ras_retired_pages == 3  # reserved only, as the sysfs source counts R pages
+    assert sample.ras_pending_pages == 2  # status 1, the P lines
 
 
 def test_pcie_bandwidth_only_from_a_throughput_reading() -> None:
@@ -280,3 +281,13 @@ def test_identity_merge_keeps_the_fallbacks_links_when_the_library_reports_none(
         peer_bus_ids={},
     )
     assert convert.merge_identity(fallback, library).topology == fallback.topology
+
+
+def test_the_overlay_keeps_the_fallbacks_cper_records() -> None:
+    """Neither library reads the CPER ring: its empty tuple must not hide what sysfs read."""
+    from exporter.model import CperRecord, Sample
+    from exporter.sources.rocm_smi.convert import overlay
+
+    record = CperRecord(1.0, "fatal", (), "0:1")
+    merged = overlay(Sample(1.0, cper_records=(record,), last_reset_at=5.0), Sample(2.0, ras_pending_pages=3))
+    assert merged.cper_records == (record,) and merged.last_reset_at == 5.0 and merged.ras_pending_pages == 3

@@ -103,6 +103,19 @@ def xgmi(readings: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+# amdsmi_memory_page_status_t, as the module gives it (an int) or as the CLI prints it
+_PAGE_STATUS = {0: "retired", 1: "pending", "RESERVED": "retired", "PENDING": "pending"}
+
+
+def bad_pages(pages: Any) -> tuple[int | None, int | None]:
+    """(retired, pending) of amdsmi_get_gpu_bad_page_info's records (status 0 reserved, 1 pending;
+    2, unreservable, whose retirement failed, in neither); (None, None) when not read."""
+    if not isinstance(pages, list):
+        return None, None
+    statuses = [_PAGE_STATUS.get(page.get("status")) for page in pages if isinstance(page, Mapping)]
+    return statuses.count("retired"), statuses.count("pending")
+
+
 def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
     """One Sample from an every-cycle read plus the latest slow read of the same device."""
     current_clocks, max_clocks = clocks(readings, slow)
@@ -119,6 +132,7 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         if (count := _int((counts or {}).get(f"{kind}_count"))) is not None
     }
     voltage = number(readings.get("vddgfx_mv"))
+    retired, pending = bad_pages(slow.get("bad_pages"))
     return Sample(
         timestamp=timestamp,
         temperatures=frozen_map(temperatures(readings)),
@@ -135,6 +149,9 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
         throttle_residency_seconds=frozen_map({k: ticks * RESIDENCY_TICK_SECONDS for k, ticks in residency.items()}),
         ecc_errors=frozen_map(ecc),
+        ras_retired_pages=retired,
+        ras_pending_pages=pending,
+        ras_bad_page_threshold=_int(slow.get("bad_page_threshold")),
         **pcie(readings, slow),
         **xgmi(readings),
     )

@@ -197,6 +197,9 @@ class AmdSmiDeviceReader:
             "pcie": calls.get("pcie_info", smi.amdsmi_get_pcie_info, h),
             "pcie_replays": calls.get("pcie_replays", smi.amdsmi_get_gpu_pci_replay_counter, h),
             "ecc": calls.each("ecc", ECC_BLOCKS, smi.amdsmi_get_gpu_ecc_count, h, smi.AmdSmiGpuBlock),
+            "bad_pages": calls.get("bad_pages", smi.amdsmi_get_gpu_bad_page_info, h),
+            # debugfs's ras/bad_page_cnt_threshold: "N/A" (None) unless root
+            "bad_page_threshold": calls.get("bad_page_threshold", smi.amdsmi_get_gpu_bad_page_threshold, h),
         }
 
 

@@ -36,6 +36,7 @@ _METRICS_CLOCKS = {
     "decode": "current_dclk0",
 }
 _RETIRED = "0"  # rsmi_memory_page_status_t RSMI_MEM_PAGE_STATUS_RESERVED
+_PENDING = "1"  # RSMI_MEM_PAGE_STATUS_PENDING
 
 
 def gpu_metrics_table(readings: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,12 +196,13 @@ def ecc(slow: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     }
 
 
-def retired_pages(slow: Mapping[str, Any]) -> int | None:
-    """Pages retired for good (status reserved); pending and unreservable ones are not counted."""
+def retired_pages(slow: Mapping[str, Any], status: str = "0") -> int | None:
+    """Pages retired for good (status reserved); pending and unreservable ones are not counted (or, with
+    `status`, the pages of that rsmi_memory_page_status_t)."""
     by_status = slow.get("retired_pages")
     if by_status is None:
         return None
-    return int(by_status.get(_RETIRED, 0))
+    return int(by_status.get(status, 0))
 
 
 def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], timestamp: float) -> Sample:
@@ -227,7 +229,8 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),
         pcie_replays=slow.get("pcie_replays"),
         ecc_errors=frozen_map(ecc(slow)),
-        ras_retired_pages=retired_pages(slow),
+        ras_retired_pages=retired_pages(slow, _RETIRED),
+        ras_pending_pages=retired_pages(slow, _PENDING),
         **pcie_link(metrics, slow),
     )
 
@@ -258,12 +261,13 @@ _SCALAR_FIELDS = tuple(
 def overlay(fallback: Sample, library: Sample) -> Sample:
     """The library's values, with the fallback's for whatever the library did not supply.
 
-    Mappings merge per key (a library reading wins over the fallback's for the same key).
+    Mappings merge per key (a library reading wins over the fallback's for the same key); an empty
+    tuple (cper_records: neither library reads the CPER ring) is not supplied, like None.
     """
     changes: dict[str, Any] = {"timestamp": library.timestamp}
     for name in _SCALAR_FIELDS:
         value = getattr(library, name)
-        changes[name] = value if value is not None else getattr(fallback, name)
+        changes[name] = value if value is not None and value != () else getattr(fallback, name)
     for name in _MAPPING_FIELDS:
         merged = {**getattr(fallback, name), **getattr(library, name)}
         changes[name] = frozen_map(merged)

@@ -27,14 +27,30 @@ MAX_FILE_BYTES = 65536
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-def read_file_bytes(path: str) -> bytes | None:
-    """Read a whole sysfs file (at most MAX_FILE_BYTES); None when absent, refused or too large.
+def read_file_bytes(path: str, max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
+    """Read a whole sysfs file (at most `max_bytes`); None when absent, refused or too large.
 
     os.open/os.read: a sysfs attribute is one read, and this is several times cheaper than
     the buffered file object on the hot path. ENODEV/ENXIO mean the device itself is gone.
     """
     fd = _open(path)
-    return None if fd is None else _read_and_close(fd, path)
+    return None if fd is None else _read_and_close(fd, path, max_bytes=max_bytes)
+
+
+def read_file_head(path: str, size: int) -> bytes | None:
+    """The first `size` bytes of a file (a device coredump's header: the rest may be megabytes)."""
+    fd = _open(path)
+    if fd is None:
+        return None
+    try:
+        data = os.read(fd, size)
+    except OSError as error:
+        _read_failed(path, error)
+        return None
+    finally:
+        os.close(fd)
+    note_ok(path)
+    return data
 
 
 def _open(path: str) -> int | None:
@@ -46,18 +62,18 @@ def _open(path: str) -> int | None:
         return None
 
 
-def _read_and_close(fd: int, path: str, first: bytes = b"") -> bytes | None:
+def _read_and_close(fd: int, path: str, first: bytes = b"", max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
     """The file to its end (after `first`, what a read from offset 0 already gave), then the descriptor closed."""
     try:
         chunks = [first]
         size = len(first)
         if size:
             os.lseek(fd, size, os.SEEK_SET)
-        while chunk := os.read(fd, min(65536, MAX_FILE_BYTES + 1 - size)):
+        while chunk := os.read(fd, min(65536, max_bytes + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_FILE_BYTES:
-                record(path, "too_large", f"longer than {MAX_FILE_BYTES} bytes")
+            if size > max_bytes:
+                record(path, "too_large", f"longer than {max_bytes} bytes")
                 return None
         note_ok(path)
         return b"".join(chunks)

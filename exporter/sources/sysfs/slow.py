@@ -1,23 +1,32 @@
-"""Values read off the poll path: the slow layer (caps, thresholds, DPM tables, RAS counts) and pcie_bw.
+"""Values read off the poll path: the slow layer (caps, thresholds, DPM tables, RAS counts, the
+health signals) and pcie_bw.
 
 The slow layer is re-read every --slow-interval and merged into every sample until the next
 refresh. pcie_bw sleeps ~1 s in the kernel and resets its counters on read, so one background
 thread per device reads it and the poll path only picks up its latest figure.
+
+The health signals (docs/health-signals.md) are slow too: a RAS count read asks the firmware and
+clears hardware status, the bad-page list can be tens of KB, the CPER ring up to 1 MiB. Two of them
+live in debugfs (<root>/kernel/debug, root only): the CPER ring and the driver's bad-page threshold;
+without them the threshold is worked out from the module parameter as the driver does.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
 
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
+from exporter.sources.cper import CperParseError, parse_cper_ring
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.board import read_board
-from exporter.sources.sysfs.files import listdir, read_parsed
+from exporter.sources.sysfs.files import listdir, parse_read, read_file_bytes, read_file_head, read_parsed
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
 
 # clock domain -> its DPM table: the highest level is the domain's max, the starred one its current clock
@@ -31,13 +40,21 @@ DPM_FILES = {
 }
 
 
+AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
+CPER_RING_MAX_BYTES = 12 + (1 << 20)  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
+COREDUMP_HEAD_BYTES = 4096
+BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's formula: one retired page per 100 MiB of VRAM
+
+
 def read_slow_layer(
-    device: DeviceIdentity, previous: SampleValues | None, *, board_temperatures: bool = True
+    device: DeviceIdentity, previous: SampleValues | None, root: str = "/sys", *, board_temperatures: bool = True
 ) -> SampleValues:
-    """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a sum)."""
+    """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a
+    sum, a binary ring); `root` is the sysfs root (debugfs and the module parameters are under it)."""
     dev = device.device_dir
     values = SampleValues()
     read_rows(SLOW_FILES, device, values)
+    _read_health_signals(device, values, root)
     for domain, name in DPM_FILES.items():
         levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm)
         if levels is not None and levels.levels_hertz:
@@ -71,6 +88,73 @@ def read_slow_layer(
     values.set("xgmi_error_events", None, total, "xgmi_error")
     read_board(dev, values, gpu_board=board_temperatures)
     return values
+
+
+def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str) -> None:
+    dev = device.device_dir
+    pages = read_parsed(f"{dev}/ras/gpu_vram_bad_pages", tf.parse_bad_pages)
+    if pages is not None:
+        values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
+        values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
+    debugfs = _debugfs_dir(device, root)
+    threshold = bad_page_threshold(device, values, root, debugfs)
+    values.set("ras_bad_page_threshold", None, threshold, "bad_page_threshold")
+    # the device's own AER counters, then those of the port above it (a switch or root port: the
+    # folder the device's folder is in, when that is a PCI device with AER)
+    for port, folder in (("device", dev), ("upstream", os.path.dirname(dev))):
+        for severity, name in AER_FILES.items():
+            path = f"{folder}/{name}"
+            count = read_parsed(path, functools.partial(tf.parse_aer_total, severity=severity))
+            if count is not None:
+                values.set("pcie_aer_errors", (port, severity), count, name)
+    if debugfs:
+        ring_path = f"{debugfs}/amdgpu_ring_cper"
+        ring = read_file_bytes(ring_path, CPER_RING_MAX_BYTES)
+        if ring is not None:
+            try:
+                values.set("cper_records", None, parse_cper_ring(ring), "amdgpu_ring_cper")
+            except CperParseError as error:
+                record(ring_path, "parse", str(error))
+    values.set("last_reset_at", None, _last_reset_at(dev), "devcoredump/data")
+
+
+def _debugfs_dir(device: DeviceIdentity, root: str) -> str:
+    """dri/<primary minor> under the root's kernel/debug (debugfs mounted at /sys/kernel/debug); "" when
+    not there (not mounted, or not root: its top folder is mode 0700)."""
+    minor = device.card.removeprefix("card")
+    path = os.path.join(root, "kernel", "debug", "dri", minor)
+    return path if minor.isdigit() and os.path.isdir(path) else ""
+
+
+def bad_page_threshold(device: DeviceIdentity, values: SampleValues, root: str, debugfs: str) -> int | None:
+    """The retired-page count at which the driver calls the board's VRAM bad. Debugfs has the driver's
+    own figure (ras/bad_page_cnt_threshold); else it follows from the module parameter bad_page_threshold
+    as the driver works it out: below 0 (the default -1, or -2) one page per 100 MiB of VRAM, 0 (bad
+    page retirement off) none, above 0 that count. The driver also caps it at its EEPROM table's ~10900
+    records, more than any Instinct's VRAM gives."""
+    if debugfs:
+        exact = read_parsed(f"{debugfs}/ras/bad_page_cnt_threshold", tf.parse_unsigned)
+        if exact is not None:
+            return exact
+    parameter = read_parsed(os.path.join(root, "module", "amdgpu", "parameters", "bad_page_threshold"), tf.parse_signed)
+    if parameter is None or parameter == 0:
+        return None
+    if parameter > 0:
+        return parameter
+    vram = values.mappings.get("memory_total_bytes", {}).get("vram")
+    return int(vram) // BAD_PAGE_COVER_BYTES if vram else None
+
+
+def _last_reset_at(dev: str) -> float | None:
+    """Unix seconds of the reset whose device coredump the driver left on this device (the kernel drops
+    it 5 minutes on, or when someone writes to it). Its time is CLOCK_MONOTONIC, put on the wall clock
+    with this host's offset between the two."""
+    path = f"{dev}/devcoredump/data"
+    head = read_file_head(path, COREDUMP_HEAD_BYTES)
+    if head is None:
+        return None
+    monotonic = parse_read(path, head, tf.parse_devcoredump_time)
+    return None if monotonic is None else time.time() - time.monotonic() + monotonic
 
 
 class PcieBandwidthReader(threading.Thread):

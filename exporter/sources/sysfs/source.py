@@ -334,7 +334,7 @@ class SysfsSource(Source):
         now = time.monotonic()
         if state.slow is not None and now < state.slow_due:
             return state.slow
-        fresh = read_slow_layer(device, state.slow, board_temperatures=self.board_temperatures)
+        fresh = read_slow_layer(device, state.slow, self.root, board_temperatures=self.board_temperatures)
         if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
             # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
             log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)

@@ -2,7 +2,7 @@
 
 A device's Sample is assembled in layers:
 
-1. the slow layer: SLOW_FILES plus the DPM, RAS and xgmi_error readers in slow.py, re-read every
+1. the slow layer: SLOW_FILES plus the DPM, RAS, health-signal and xgmi_error readers in slow.py, re-read every
    --slow-interval (caps, thresholds, DPM tables and RAS counts change rarely or cost a firmware trip);
 2. gpu_metrics: the fields of GPU_METRICS_FIELDS, from one binary table (one SMU round trip), win
    over the slow layer wherever they are supplied (current clocks, PCIe link state);
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from exporter.model import SAMPLE_MAPPINGS, DeviceIdentity, Sample, frozen_map
+from exporter.model import SAMPLE_MAPPINGS, CperRecord, DeviceIdentity, Sample, frozen_map
 from exporter.sources import textfiles as tf
 from exporter.sources.errors import record
 from exporter.sources.gpu_metrics import GpuMetrics
@@ -109,7 +109,6 @@ SLOW_FILES: tuple[FileField, ...] = (
     FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", _gigatransfers),
     FileField("pcie_link_width", None, "device", "current_link_width", _lanes),
     FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned),
-    FileField("ras_retired_pages", None, "device", "ras/gpu_vram_bad_pages", tf.count_bad_pages),
 )
 
 _SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
@@ -130,7 +129,7 @@ class SampleValues:
     """
 
     def __init__(self) -> None:
-        self.scalars: dict[str, float | int | tuple[float, ...] | None] = {}
+        self.scalars: dict[str, float | int | tuple[float, ...] | tuple[CperRecord, ...] | None] = {}
         self.mappings: dict[str, dict[Any, Any]] = {}
 
     def mapping(self, field: str) -> dict[Any, Any]:
