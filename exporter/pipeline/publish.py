@@ -17,6 +17,7 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
+from exporter.exposition.selection import DEFAULTS, ExpositionOptions
 from exporter.log import get_logger
 from exporter.model import AlertState, ExporterStats, Histogram, HostInfo, Published, Snapshot, WebStats, frozen_map
 from exporter.pipeline.enrich import enrich
@@ -58,10 +59,10 @@ class Pipeline:
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
-        identity_labels: tuple[str, ...] = (),
+        exposition: ExpositionOptions = DEFAULTS,
         reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
-        self.identity_labels = identity_labels  # copied onto every per-GPU series (--metrics.identity-labels)
+        self.exposition = exposition  # what is rendered: families, window detail, extra labels (SIGHUP replaces it)
         self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
         self.host = host
         self.rules = tuple(rules)
@@ -132,8 +133,12 @@ class Pipeline:
         published = Published(snapshot=snapshot, alerts=alerts, stats=stats)
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
         self.state = dataclasses.replace(
-            self.state, published=published, metrics=render(published, self.identity_labels), rules=self.rules
+            self.state, published=published, metrics=render(published, self.exposition), rules=self.rules
         )
+
+    def replace_exposition(self, exposition: ExpositionOptions) -> None:
+        """What is rendered from the next cycle on (SIGHUP)."""
+        self.exposition = exposition
 
     def replace_rules(self, rules: Sequence[Rule]) -> None:
         """New rules from the next cycle on (SIGHUP): alerts of rules that are gone go with them."""
