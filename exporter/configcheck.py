@@ -84,8 +84,7 @@ def exposition_of(settings: Settings) -> ExpositionOptions:
     try:
         return exposition_options(settings)
     except ValueError as error:
-        where = f"config file {settings.config_file}: " if settings.config_file else ""
-        raise ConfigError(f"{where}{error}") from error
+        raise ConfigError(str(error)) from error
 
 
 def changed_options(before: Settings, after: Settings) -> list[str]:

@@ -109,7 +109,7 @@ def slurm(script: str, state: Path, job: str, gpus: str = "") -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work: Path) -> None:
+def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing_behind(work: Path) -> None:
     kubelet = FakeKubelet(str(work / "kubelet.sock")).start()
     state = work / "slurm"
     process, port = start_exporter(
@@ -124,6 +124,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
         f"--slurm.state-dir={state}",
         "--collector.processes",
         "--collector.processes.top=2",
+        "--attribution.series-labels",  # by default only amdgpu_allocation_info / amdgpu_job_info carry them
     )
     log = Log(process)
     try:
