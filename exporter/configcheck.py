@@ -28,7 +28,8 @@ from exporter.config import (
     resolve,
     unknown_environment,
 )
-from exporter.exposition.selection import ExpositionOptions, exposition_options
+from exporter.exposition.metrics import METRICS
+from exporter.exposition.selection import ExpositionOptions, Selection, exposition_options, selection_of
 from exporter.log import configure_logging
 from exporter.web.webconfig_reload import WebConfigReloader
 
@@ -115,9 +116,11 @@ def check_config(path: str, environ: Mapping[str, str]) -> str:
 
 
 def _check_settings(settings: Settings) -> str:
-    exposition_of(settings)
+    families = exposition_of(settings).families
     rules = rules_of(settings)
     summary = f"; rules.file {settings.rules_file}: {len(rules)} rule(s)" if settings.rules_file else ""
+    if selection_of(settings) != Selection():
+        summary += f"; {len(families)} of {len(METRICS)} metric families rendered"
     if settings.web_config_file:
         web = WebConfigReloader(settings.web_config_file).load()
         tls, users = "on" if web.ssl_context else "off", len(web.config.basic_auth_users)

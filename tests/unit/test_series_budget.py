@@ -155,4 +155,7 @@ def test_check_config_rejects_a_name_that_matches_nothing_with_the_nearest(tmp_p
             check_config(str(config_file), dict(os.environ))
         assert message in str(error.value), str(error.value)
     config_file.write_text("families:\n  include: ['amdgpu_xgmi_*_bytes_total']\n")
-    assert check_config(str(config_file), {}).startswith(f"{config_file}: OK, 1 option(s)")
+    rendered = len(METRICS) - len(OFF_BY_DEFAULT) + 2  # the two xgmi traffic families on
+    assert check_config(str(config_file), {}) == (
+        f"{config_file}: OK, 1 option(s); {rendered} of {len(METRICS)} metric families rendered"
+    )
