@@ -11,13 +11,13 @@ import difflib
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from exporter import boundedfile, safeyaml
 from exporter.model import IDENTITY_FIELDS
@@ -177,6 +177,14 @@ def _identity_labels(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _glob(text: str) -> str:
+    """A name or a glob (*, ?, [...]) on collector or family names; checked against them by the exposition."""
+    text = str(text).strip()
+    if not text or any(c.isspace() or c in ",{}" for c in text):
+        raise ValueError(f"{text!r} is not a name or a glob (examples: pcie, amdgpu_xgmi_*)")
+    return text
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # "web.listen-address": flag --web.listen-address, env AMDGPU_EXPORTER_WEB_LISTEN_ADDRESS
@@ -256,6 +264,45 @@ OPTIONS: tuple[Option, ...] = (
         "labels of amdgpu_device_info to copy onto every per-GPU series, comma-separated (e.g. serial,product,"
         "pci_bus_id), for tooling that cannot join on gpu; each adds its value to every series' size",
         default_text="none",
+    ),
+    Option(
+        "collectors.include",
+        _glob,
+        (),
+        "collectors (groups of metric families: pcie, xgmi, windows, firmware, topology, ...; see docs/design.md) "
+        "whose families are rendered even if off by default; globs, repeatable; in a config file also "
+        "`collectors: {include: [...]}`",
+        repeatable=True,
+    ),
+    Option(
+        "collectors.exclude",
+        _glob,
+        (),
+        "collectors whose families are not rendered; globs, repeatable (the families lists win over these)",
+        repeatable=True,
+    ),
+    Option(
+        "families.include",
+        _glob,
+        (),
+        "metric families rendered even if off by default (amdgpu_firmware_info, amdgpu_xgmi_*_bytes, ...); globs on "
+        "the family name with or without _total, repeatable",
+        repeatable=True,
+    ),
+    Option(
+        "families.exclude",
+        _glob,
+        (),
+        "metric families not rendered; globs, repeatable (an exclude wins over an include)",
+        repeatable=True,
+    ),
+    Option(
+        "window.all-series",
+        parse_bool,
+        False,
+        "render every sensor, engine, domain and stat of the *_window_* families, not only those the shipped "
+        "dashboards and rules read (junction min/max, power, gfx busy, gfx clock min/max)",
+        is_flag=True,
     ),
     Option("path.sysfs", str, "/sys", "the folder that stands for /sys, e.g. a simulator's tree"),
     Option("interval", bounded_duration(0.01, 3600), "1s", "time between poll cycles"),
@@ -364,7 +411,7 @@ OPTIONS: tuple[Option, ...] = (
         "kubernetes",
         parse_bool,
         False,
-        "label every per-GPU series with the pod holding the GPU (pod, namespace, container), from the kubelet",
+        "amdgpu_allocation_info{gpu, pod, namespace, container, resource}: the pods holding each GPU, from the kubelet",
         is_flag=True,
     ),
     Option(
@@ -396,7 +443,7 @@ OPTIONS: tuple[Option, ...] = (
         "slurm.state-dir",
         str,
         "",
-        "label every per-GPU series with the Slurm job holding it (job_id, job_user, job_partition), from the "
+        "amdgpu_job_info{gpu, job_id, job_user, job_partition}: the Slurm jobs holding each GPU, from the "
         "files deploy/slurm/prolog.sh writes here (default folder: /run/amdgpu-exporter/slurm; AMD exporter's "
         "/var/run/exporter works too), read every --interval; off when empty",
         default_text="off",
@@ -419,6 +466,14 @@ OPTIONS: tuple[Option, ...] = (
         "and node power are always read",
         is_flag=True,
     ),
+    Option(
+        "attribution.series-labels",
+        parse_bool,
+        False,
+        "with --kubernetes / --slurm.state-dir: the pod and job labels on every per-GPU series too, not only on "
+        "amdgpu_allocation_info / amdgpu_job_info (every job then starts a new set of each GPU's series)",
+        is_flag=True,
+    ),
 )
 OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -431,6 +486,11 @@ class Settings:
     web_max_connections: int
     web_telemetry_path: str
     metrics_identity_labels: tuple[str, ...]
+    collectors_include: tuple[str, ...]
+    collectors_exclude: tuple[str, ...]
+    families_include: tuple[str, ...]
+    families_exclude: tuple[str, ...]
+    window_all_series: bool
     path_sysfs: str
     interval: float
     read_timeout: float
@@ -459,6 +519,7 @@ class Settings:
     collector_processes: bool
     collector_processes_top: int
     collector_board_temperatures: bool
+    attribution_series_labels: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 
@@ -519,7 +580,7 @@ def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
     known = {option.name for option in OPTIONS}
     values: dict[str, tuple[Any, str]] = {}
     first_line: dict[str, int] = {}
-    for key_node, value_node in root.value:
+    for key_node, value_node in _flattened(constructor, root, path, known):
         number = key_node.start_mark.line + 1
         line = f"config file {path} line {number}"
         key = _construct_node(constructor, key_node, line)
@@ -530,6 +591,22 @@ def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
         values[key] = (_construct_node(constructor, value_node, line), line)
         first_line[key] = number
     return values
+
+
+def _flattened(
+    constructor: SafeConstructor, root: MappingNode, path: str, known: set[str]
+) -> Iterator[tuple[Node, Node]]:
+    """The (key, value) nodes of the file, where a key that is no option but a group of them
+    (`families: {include: [...]}`) stands for its dotted options (`families.include`)."""
+    for key_node, value_node in root.value:
+        key = key_node.value if isinstance(key_node, ScalarNode) else None
+        if key in known or not isinstance(value_node, MappingNode) or not any(o.startswith(f"{key}.") for o in known):
+            yield key_node, value_node
+            continue
+        for sub_node, sub_value in value_node.value:
+            sub = sub_node.value if isinstance(sub_node, ScalarNode) else sub_node
+            dotted = ScalarNode("tag:yaml.org,2002:str", f"{key}.{sub}", sub_node.start_mark, sub_node.end_mark)
+            yield dotted, sub_value
 
 
 def _construct_node(constructor: SafeConstructor, node: Node, line: str) -> Any:

@@ -28,11 +28,23 @@ from exporter.config import (
     resolve,
     unknown_environment,
 )
+from exporter.exposition.metrics import METRICS
+from exporter.exposition.selection import ExpositionOptions, Selection, exposition_options, selection_of
 from exporter.log import configure_logging
 from exporter.web.webconfig_reload import WebConfigReloader
 
 # What a reload applies at once; every other option needs a restart (the listener, the source, ...).
-RELOADABLE = ("rules.file", "log.level")
+RELOADABLE = (
+    "rules.file",
+    "log.level",
+    "collectors.include",
+    "collectors.exclude",
+    "families.include",
+    "families.exclude",
+    "window.all-series",
+    "metrics.identity-labels",
+    "attribution.series-labels",
+)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -67,6 +79,15 @@ def reload_settings(settings: Settings) -> Settings:
     return dataclasses.replace(settings, **changes, origins=origins)
 
 
+def exposition_of(settings: Settings) -> ExpositionOptions:
+    """What /metrics renders under these settings; ConfigError naming a collector or family glob that
+    matches nothing (with the nearest name), as start-up, check-config and SIGHUP say it."""
+    try:
+        return exposition_options(settings)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
 def changed_options(before: Settings, after: Settings) -> list[str]:
     return [option.name for option in OPTIONS if getattr(before, option.dest) != getattr(after, option.dest)]
 
@@ -95,8 +116,11 @@ def check_config(path: str, environ: Mapping[str, str]) -> str:
 
 
 def _check_settings(settings: Settings) -> str:
+    families = exposition_of(settings).families
     rules = rules_of(settings)
     summary = f"; rules.file {settings.rules_file}: {len(rules)} rule(s)" if settings.rules_file else ""
+    if selection_of(settings) != Selection():
+        summary += f"; {len(families)} of {len(METRICS)} metric families rendered"
     if settings.web_config_file:
         web = WebConfigReloader(settings.web_config_file).load()
         tls, users = "on" if web.ssl_context else "off", len(web.config.basic_auth_users)

@@ -23,7 +23,7 @@ from exporter.alerting.rulefile import rule_file_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings, node_name
-from exporter.configcheck import RELOADABLE, changed_options, reload_settings
+from exporter.configcheck import RELOADABLE, changed_options, exposition_of, reload_settings
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.health import Health
@@ -129,8 +129,9 @@ def fast_sampler(settings: Settings) -> Sampler | None:
 
 
 class Reloader:
-    """SIGHUP: read the config file and the rule file again. New rules apply from the next cycle; an
-    invalid file keeps what runs and says why; an option that needs a restart is named in the log."""
+    """SIGHUP: read the config file and the rule file again. New rules and what /metrics renders
+    (collectors, families, window detail, extra labels) apply from the next cycle; an invalid file
+    keeps what runs and says why; an option that needs a restart is named in the log."""
 
     def __init__(self, settings: Settings, pipeline: Pipeline, counts: Counter[tuple[str, str]]) -> None:
         self.settings = settings
@@ -141,6 +142,7 @@ class Reloader:
         what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
         try:
             settings = reload_settings(self.settings)
+            exposition = exposition_of(settings)  # a collector or family that matches nothing: a config failure
             self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
             what = "rules"
             rule_file = rule_file_of(settings)
@@ -153,6 +155,7 @@ class Reloader:
         changed = changed_options(self.settings, settings)
         rules = rule_file.rules
         self.pipeline.replace_rules(rules, rule_file.health)
+        self.pipeline.replace_exposition(exposition)
         if settings.log_level != self.settings.log_level:
             configure_logging(settings.log_level, settings.log_format)
         self.settings = settings
@@ -185,6 +188,7 @@ async def serve(settings: Settings) -> None:
     )
     rule_file = rule_file_of(settings)
     rules = rule_file.rules
+    exposition = exposition_of(settings)
     # The web config first, so a bad file fails before anything else starts.
     route_library_logs()
     reloader = webconfig_reload.WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
@@ -241,7 +245,7 @@ async def serve(settings: Settings) -> None:
             health=health,
             fast=fast,
             clock_tool=clock_tool,
-            identity_labels=settings.metrics_identity_labels,
+            exposition=exposition,
             reloads=lambda: reload_counts,
             health_thresholds=rule_file.health,
             node=node_name(settings),

@@ -12,7 +12,7 @@ The table is in /metrics order.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -170,6 +170,21 @@ def _topology(published: Published) -> Pairs:
                 continue
             peer = gpu_by_device.get((link.peer_pci_bus_id, link.peer_partition), link.peer_pci_bus_id or "cpu")
             yield (state.gpu, peer, link.link_type, link.hops, link.weight), 1
+
+
+def _firmware(published: Published) -> Pairs:
+    # The dies of a package and the partitions of a socket run the same firmware: 14 series a GCD,
+    # repeated on every partition of a CPX socket (64 x 9 on a node), are said once per package.
+    first_of_package: dict[str, Mapping[str, str]] = {}
+    for state in published.snapshot.devices:
+        identity = state.identity
+        package = identity.package or identity.pci_bus_id
+        first = first_of_package.get(package)
+        if first is None:
+            first_of_package[package] = identity.firmware
+        for block, version in sorted(identity.firmware.items()):
+            if first is None or first.get(block) != version:
+                yield (state.gpu, block, version), 1
 
 
 def _clock_down_ratio(published: Published) -> Pairs:
@@ -601,11 +616,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Unix time of the device's latest good sample.",
         lambda state: [((), state.sample.timestamp if state.sample is not None else None)],
     ),
-    per_device(
+    MetricSpec(
         "amdgpu_firmware_info",
-        "Firmware version of a block (always 1).",
-        lambda state: [(block_version, 1) for block_version in sorted(state.identity.firmware.items())],
-        ("block", "version"),
+        "Firmware version of a block (always 1), once per package: on its first device (die 0, partition 0); "
+        "another device of the package has a series only for a block whose version differs. Join on package "
+        "through amdgpu_device_info.",
+        _cycle(_firmware),
+        ("gpu", "block", "version"),
     ),
     MetricSpec(
         "amdgpu_topology_link_info",

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from exporter.exposition.metrics import METRICS, MetricSpec
+from exporter.exposition.selection import DEFAULT_WINDOW_SERIES, DEFAULTS, ExpositionOptions
 from exporter.exposition.textformat import format_families
 from exporter.model import IDENTITY_FIELDS, Histogram, Published
 
@@ -28,9 +29,9 @@ class RenderedMetrics:
     asks for a format, and every later scrape of that snapshot gets the same bytes.
     """
 
-    def __init__(self, published: Published, identity_labels: tuple[str, ...] = ()) -> None:
+    def __init__(self, published: Published, options: ExpositionOptions = DEFAULTS) -> None:
         self._published = published  # immutable, so two cycles can be rendered on different threads
-        self._identity_labels = identity_labels
+        self._options = options
         self._lock = threading.Lock()
         self._cache: dict[tuple[bool, bool], bytes] = {}
 
@@ -49,7 +50,7 @@ class RenderedMetrics:
                 return found
             plain = self._cache.get((openmetrics, False))
             if plain is None:
-                plain = format_families(families(self._published, self._identity_labels), openmetrics)
+                plain = format_families(families(self._published, self._options), openmetrics)
                 self._cache[(openmetrics, False)] = plain
             if gzipped:
                 # Level 5: most of the size win at a fraction of level 9's CPU.
@@ -75,17 +76,22 @@ def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
     return HistogramMetricFamily(spec.name, spec.help, buckets=buckets, sum_value=histogram.total)
 
 
-def families(published: Published, identity_labels: tuple[str, ...] = ()) -> Iterator[Metric]:
-    """The families of the metric table for one Published, in table order.
+def families(published: Published, options: ExpositionOptions = DEFAULTS) -> Iterator[Metric]:
+    """The chosen families of the metric table for one Published, in table order.
 
-    Every per-GPU family (first label `gpu`) also carries the chosen `identity_labels` it does not
-    have itself (--metrics.identity-labels), then, with attribution on, the attribution labels: with
-    the values of the snapshot they are rendered from ("" for a device nobody holds or not known).
+    A window family renders the series of DEFAULT_WINDOW_SERIES only, unless all are asked for. Every
+    per-GPU family (first label `gpu`) also carries the chosen identity labels it does not have
+    itself (--metrics.identity-labels), then, with attribution on and asked for on every series
+    (--attribution.series-labels), the attribution labels: with the values of the snapshot they are
+    rendered from ("" for a device nobody holds or not known).
     """
+    identity_labels = options.identity_labels
     attribution = published.snapshot.attribution
     identities = {str(state.gpu): state.identity for state in published.snapshot.devices}
     by_gpu: dict[tuple[str, tuple[str, ...], bool], tuple[str, ...]] = {}
     for spec in METRICS:
+        if spec.name not in options.families:
+            continue
         if spec.kind == "histogram":
             assert spec.histogram is not None
             yield _histogram_family(spec, spec.histogram(published))
@@ -93,10 +99,13 @@ def families(published: Published, identity_labels: tuple[str, ...] = ()) -> Ite
         family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
         per_gpu = spec.labels[:1] == ("gpu",)
         identity = tuple(name for name in identity_labels if name not in spec.labels) if per_gpu else ()
-        attributed = bool(attribution.label_names) and spec.attributed and per_gpu
+        attributed = options.attribution_labels and bool(attribution.label_names) and spec.attributed and per_gpu
+        window_series = None if options.all_window_series else DEFAULT_WINDOW_SERIES.get(spec.name)
         extra = (*identity, *(attribution.label_names if attributed else ()))
         family = family_type(spec.name, spec.help, labels=(*spec.labels, *extra))
         for labels, value in spec.values(published):
+            if window_series is not None and labels[1:] not in window_series:
+                continue
             if extra:
                 key = (labels[0], identity, attributed)
                 if key not in by_gpu:
@@ -109,6 +118,6 @@ def families(published: Published, identity_labels: tuple[str, ...] = ()) -> Ite
             yield family
 
 
-def render(published: Published, identity_labels: tuple[str, ...] = ()) -> RenderedMetrics:
+def render(published: Published, options: ExpositionOptions = DEFAULTS) -> RenderedMetrics:
     """Cheap: the bytes are made on first request (RenderedMetrics)."""
-    return RenderedMetrics(published, identity_labels)
+    return RenderedMetrics(published, options)

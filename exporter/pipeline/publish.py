@@ -20,6 +20,7 @@ from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
+from exporter.exposition.selection import DEFAULTS, ExpositionOptions
 from exporter.log import get_logger
 from exporter.model import (
     AlertState,
@@ -73,12 +74,12 @@ class Pipeline:
         web_stats: Callable[[], WebStats | None] | None = None,
         health: Health | None = None,
         clock_tool: str = "rocm-smi",
-        identity_labels: tuple[str, ...] = (),
+        exposition: ExpositionOptions = DEFAULTS,
         reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
         health_thresholds: HealthThresholds | None = None,
         node: str = "",
     ) -> None:
-        self.identity_labels = identity_labels  # copied onto every per-GPU series (--metrics.identity-labels)
+        self.exposition = exposition  # what is rendered: families, window detail, extra labels (SIGHUP replaces it)
         self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
         self.host = host
         self.rules = tuple(rules)
@@ -157,7 +158,7 @@ class Pipeline:
         self.state = dataclasses.replace(
             self.state,
             published=published,
-            metrics=render(published, self.identity_labels),
+            metrics=render(published, self.exposition),
             rules=self.rules,
             health_thresholds=self.health_thresholds,
         )
@@ -176,6 +177,10 @@ class Pipeline:
         _log_changes(previous, verdict)
         self._verdict = verdict
         return verdict
+
+    def replace_exposition(self, exposition: ExpositionOptions) -> None:
+        """What is rendered from the next cycle on (SIGHUP)."""
+        self.exposition = exposition
 
     def replace_rules(self, rules: Sequence[Rule], health_thresholds: HealthThresholds | None = None) -> None:
         """New rules (and health thresholds) from the next cycle on (SIGHUP): alerts of rules that are

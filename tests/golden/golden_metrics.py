@@ -28,6 +28,7 @@ from pathlib import Path
 from exporter import config
 from exporter.alerting.rulefile import parse_rules
 from exporter.alerting.rules import Rule
+from exporter.exposition.selection import EVERYTHING, ExpositionOptions
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
@@ -111,8 +112,9 @@ async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> Non
             await asyncio.sleep(max(0.0, snapshot.taken_at + FOR_SECONDS + 0.05 - time.time()))
 
 
-def render_golden(identity_labels: tuple[str, ...] = ()) -> dict[bool, str]:
-    """{openmetrics: normalised /metrics body} for the frozen tree (with --metrics.identity-labels)."""
+def render_golden(exposition: ExpositionOptions = EVERYTHING) -> dict[bool, str]:
+    """{openmetrics: normalised /metrics body} for the frozen tree, every family on (the families off by
+    default included: the golden covers every family's rendering; tests/unit/test_series_budget.py the defaults)."""
     with tempfile.TemporaryDirectory(prefix="amdgpu-golden-") as tmp:
         root = Path(tmp) / "sys"
         simulator = Simulator(root, FLEET, SCENARIO, seed=SEED)
@@ -120,9 +122,7 @@ def render_golden(identity_labels: tuple[str, ...] = ()) -> dict[bool, str]:
         settings = _settings(root)
         source, name, reason = select_source(settings, str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
-        pipeline = Pipeline(
-            source_name=name, source_reason=reason, rules=golden_rules(), identity_labels=identity_labels
-        )
+        pipeline = Pipeline(source_name=name, source_reason=reason, rules=golden_rules(), exposition=exposition)
         try:
             asyncio.run(_poll(poller, simulator, pipeline))
         finally:

@@ -109,7 +109,7 @@ def slurm(script: str, state: Path, job: str, gpus: str = "") -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work: Path) -> None:
+def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing_behind(work: Path) -> None:
     kubelet = FakeKubelet(str(work / "kubelet.sock")).start()
     state = work / "slurm"
     process, port = start_exporter(
@@ -124,6 +124,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_and_leave_nothing_behind(work:
         f"--slurm.state-dir={state}",
         "--collector.processes",
         "--collector.processes.top=2",
+        "--attribution.series-labels",  # by default only amdgpu_allocation_info / amdgpu_job_info carry them
     )
     log = Log(process)
     try:
@@ -289,7 +290,7 @@ def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(
             "both sources down",
         )
         (up,) = series["amdgpu_up"]
-        assert up == ({"gpu": "0", **dict.fromkeys((*POD_LABELS, *JOB_LABELS), "")}, 1.0)
+        assert up == ({"gpu": "0"}, 1.0)  # who holds it is on the _info series only (none here)
         assert "amdgpu_allocation_info" not in series and "amdgpu_job_info" not in series
         assert holders(port) == {0: []}  # attribution on, nobody holds it (both sources down)
         time.sleep(1.0)

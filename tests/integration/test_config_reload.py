@@ -224,3 +224,41 @@ def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemo
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
+
+
+def families_served(port: int) -> set[str]:
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    return set(re.findall(r"^# TYPE (\S+) ", body, re.MULTILINE))
+
+
+def test_sighup_changes_the_families_served_and_a_name_that_matches_nothing_keeps_them(daemon: Daemon) -> None:
+    daemon.config.write_text("families:\n  exclude: [amdgpu_voltage_volts]\n")
+    process = daemon.start()
+    served = wait_until(lambda: families_served(daemon.port), 30, "the first /metrics", process)
+    assert "amdgpu_voltage_volts" not in served and "amdgpu_firmware_info" not in served  # off by default
+    assert "amdgpu_temperature_celsius" in served
+
+    daemon.config.write_text("collectors:\n  include: [firmware]\n  exclude: [pcie]\n")
+    process.send_signal(signal.SIGHUP)
+    served = wait_until(
+        lambda: (found := families_served(daemon.port)) and "amdgpu_firmware_info" in found and found,
+        10,
+        "the firmware families after the reload",
+        process,
+    )
+    assert "amdgpu_voltage_volts" in served and not [name for name in served if name.startswith("amdgpu_pcie_")]
+    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), 5, "the reloaded log line", process)
+    assert set(reloaded["changed"]) == {"collectors.include", "collectors.exclude", "families.exclude"}
+    assert reloaded["restart_needed"] == []
+
+    daemon.config.write_text("collectors:\n  include: [firmwre]\n")
+    process.send_signal(signal.SIGHUP)
+    (failed,) = wait_until(lambda: daemon.events("reload_failed"), 5, "the reload_failed log line", process)
+    assert "collectors.include: 'firmwre' matches no collector; did you mean firmware?" in failed["error"]
+    wait_for_cycles(daemon.port, poll_cycles(daemon.port) + 2)
+    assert "amdgpu_firmware_info" in families_served(daemon.port)
+    expected = {("config", "success"): 1, ("config", "failure"): 1, ("rules", "success"): 1}
+    assert {k: v for k, v in daemon.reload_counts().items() if v} == expected
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0

@@ -61,6 +61,8 @@ def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         f"--demo.fleet={request.param}",
         "--demo.scenario=training",
         f"--demo.truth-file={truth}",
+        "--collectors.include=*",  # every family, the ones off by default too: each is held to the truth
+        "--window.all-series",
         "--interval=1s",
         "--slow-interval=1s",
     )

@@ -506,7 +506,17 @@ def scrape_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapeTa
     log = tmp_path_factory.mktemp("exporter") / "exporter.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(EXPORTER), "--demo", f"--web.listen-address=127.0.0.1:{port}", "--interval", "1s"],
+            # Every family and window series on, the opt-in ones included (docs/design.md, "The series
+            # budget"), so that every panel's query meets data; at defaults those panels are empty.
+            [
+                str(EXPORTER),
+                "--demo",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--interval",
+                "1s",
+                "--collectors.include=*",
+                "--window.all-series",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -94,7 +94,7 @@ def test_daemon_exports_mi300x_fields(tmp_path: Path) -> None:
     simulator = Simulator(tmp_path / "sys", fleet="2xMI300X", scenario="training", seed=1)
     simulator.write_tree()
     simulator.tick(9.0)
-    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=200ms")
+    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=200ms", "--collectors.include=*")
     try:
         text = ""
         deadline = time.monotonic() + 20

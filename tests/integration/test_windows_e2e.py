@@ -115,7 +115,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Truth
         fleet=FLEET,
         scenario=SCENARIO,
         push=False,
-        exporter_args=(f"--demo.truth-file={truth_file}", "--fast.interval=100ms", f"--window={WINDOW_S:g}s"),
+        # every window series, not only those rendered at defaults: each is held to the truth
+        exporter_args=(
+            f"--demo.truth-file={truth_file}",
+            "--fast.interval=100ms",
+            f"--window={WINDOW_S:g}s",
+            "--window.all-series",
+        ),
     )
     with demo.Stack(config) as running, TruthLog(truth_file) as truth:
         time.sleep(SETTLE_S)

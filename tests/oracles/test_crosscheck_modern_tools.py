@@ -63,7 +63,8 @@ def tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="module")
 def ours(tree: Path) -> Iterator[dict[str, OurDevice]]:
     """Our devices by PCI bus id, as the daemon serves them on the frozen tree."""
-    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms")
+    # every family: amdgpu_clock_max_hertz (off by default) is held to the tools' DPM tables
+    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collectors.include=*")
     try:
         wait_ready(port, proc)
         time.sleep(0.3)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import render
+from exporter.exposition.selection import DEFAULTS, ExpositionOptions
 from exporter.model import (
     AttributionReport,
     ByBdf,
@@ -34,8 +37,12 @@ def _job(gpu: int, job: str) -> Claim:
     return Claim(ByGpuIndex(gpu), str(gpu), (("job_id", job), ("job_user", "u"), ("job_partition", "p")), "slurm")
 
 
-def _series(snapshot: Snapshot) -> dict[str, list[dict[str, str]]]:
-    text = render(Published(snapshot)).text.decode()
+# --attribution.series-labels: the holders' labels on every per-GPU series, not only on the _info series.
+ON_EVERY_SERIES = replace(DEFAULTS, attribution_labels=True)
+
+
+def _series(snapshot: Snapshot, options: ExpositionOptions = ON_EVERY_SERIES) -> dict[str, list[dict[str, str]]]:
+    text = render(Published(snapshot), options).text.decode()
     result: dict[str, list[dict[str, str]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -56,7 +63,14 @@ def _enriched(*claims: Claim, kubelet_up: bool = True) -> Snapshot:
     return enrich(Snapshot(taken_at=2.0, devices=DEVICES), AttributionInputs(LABELS, (pods, jobs)))
 
 
-def test_every_per_gpu_series_carries_the_holder_and_a_gone_pod_leaves_nothing() -> None:
+def test_by_default_only_the_info_series_name_the_holders() -> None:
+    series = _series(_enriched(_pod("0000:19:00.0", "a"), _job(1, "7")), DEFAULTS)
+    assert series["amdgpu_power_watts"] == [{"gpu": "0"}, {"gpu": "1"}]
+    labelled = {name for name, found in series.items() if any(set(LABELS) & set(labels) for labels in found)}
+    assert labelled == {"amdgpu_allocation_info", "amdgpu_job_info"}
+
+
+def test_as_an_option_every_per_gpu_series_carries_the_holder_and_a_gone_pod_leaves_nothing() -> None:
     first = _series(_enriched(_pod("0000:19:00.0", "a"), _job(1, "7")))
     assert first["amdgpu_power_watts"] == [
         {"gpu": "0", **dict(zip(LABELS, ("a", "ml", "c", "", "", ""), strict=True))},
@@ -97,7 +111,8 @@ def test_enrich_without_inputs_changes_nothing() -> None:
 
 def test_identity_labels_go_with_the_attribution_labels() -> None:
     snapshot = _enriched(_pod("0000:19:00.0", "a"))
-    text = render(Published(snapshot), ("pci_bus_id", "card")).text.decode()
+    options = replace(ON_EVERY_SERIES, identity_labels=("pci_bus_id", "card"))
+    text = render(Published(snapshot), options).text.decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
     (first, _) = families["amdgpu_power_watts"].samples
     assert set(first.labels) == {"gpu", "pci_bus_id", "card", *LABELS}

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from exporter.exposition.metrics import DEVICE_METRICS, METRICS, all_metric_names
 from exporter.exposition.render import render
+from exporter.exposition.selection import EVERYTHING
 from exporter.model import (
     AlertState,
     DeviceIdentity,
@@ -75,7 +76,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_values_labels_and_absence() -> None:
-    rendered = render(_snapshot())
+    rendered = render(_snapshot(), EVERYTHING)
     samples = _samples(rendered.text.decode())
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] == 71.0
     assert samples[("amdgpu_temperature_celsius", (("gpu", "0"), ("sensor", "hbm0")))] == 60.0
@@ -235,7 +236,7 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
     # the link's bandwidth is computed when the snapshot is made (pipeline/pcie.py); render only reads it
     with_link = dataclasses.replace(published.snapshot.devices[0], pcie_link_max_bytes_per_second=31.5077e9)
     snapshot = dataclasses.replace(published.snapshot, windows=windows, devices=(with_link,))
-    values = _samples(render(dataclasses.replace(published, snapshot=snapshot)).text.decode())
+    values = _samples(render(dataclasses.replace(published, snapshot=snapshot), EVERYTHING).text.decode())
     assert values[("amdgpu_temperature_window_celsius", (("gpu", "0"), ("sensor", "junction"), ("stat", "max")))] == 91
     assert values[("amdgpu_power_window_watts", (("gpu", "0"), ("stat", "mean")))] == 421.25
     assert values[("amdgpu_busy_window_ratio", (("engine", "gfx"), ("gpu", "0"), ("stat", "min")))] == 0.18
@@ -247,5 +248,5 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
     assert values[("amdgpu_exporter_fast_cycle_duration_seconds_bucket", (("le", "0.0005"),))] == 1
     assert values[("amdgpu_pcie_link_max_bytes_per_second", (("gpu", "0"),))] == pytest.approx(31.5077e9, rel=1e-5)
     # Without the fast sampler: no window series at all, never zeros.
-    plain = _samples(render(published).text.decode())
+    plain = _samples(render(published, EVERYTHING).text.decode())
     assert not [k for k in plain if "_window_" in k[0] or k[0].startswith("amdgpu_exporter_fast_samples")]

@@ -11,10 +11,12 @@ import difflib
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from exporter.exposition.selection import EVERYTHING
 from tests.golden.golden_metrics import GOLDEN_FILES, WALL_CLOCK, normalise, render_golden
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +117,10 @@ def test_identity_labels_are_on_every_per_gpu_series_and_change_nothing_else(ren
             found += [(sample.name, dict(sample.labels), sample.value) for sample in family.samples]
         return found
 
-    golden, labelled = samples(rendered[False]), samples(render_golden(chosen)[False])
+    golden, labelled = (
+        samples(rendered[False]),
+        samples(render_golden(replace(EVERYTHING, identity_labels=chosen))[False]),
+    )
     identity = {
         labels["gpu"]: {name: labels[name] for name in chosen}
         for name, labels, _ in golden
