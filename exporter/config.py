@@ -406,6 +406,14 @@ OPTIONS: tuple[Option, ...] = (
         is_flag=True,
     ),
     Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
+    Option(
+        "collector.xcc",
+        parse_bool,
+        False,
+        "per-XCC clock-below-host-limit seconds (power, thermal, low utilisation, total) and per-engine VCN/JPEG "
+        "busy on MI300-class GPUs (up to 76 series per GPU); per-XCC busy is always on",
+        is_flag=True,
+    ),
 )
 OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -445,6 +453,7 @@ class Settings:
     slurm_state_dir: str
     collector_processes: bool
     collector_processes_top: int
+    collector_xcc: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 

@@ -18,7 +18,12 @@ def select_source(
     host paths or library messages; the full explanation goes into `details` (for the log).
     """
     details = {} if details is None else details
-    sysfs = SysfsSource(sysfs_root, slow_interval=settings.slow_interval, read_timeout=settings.read_timeout)
+    sysfs = SysfsSource(
+        sysfs_root,
+        slow_interval=settings.slow_interval,
+        read_timeout=settings.read_timeout,
+        xcc_detail=settings.collector_xcc,
+    )
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"
     if settings.source == "amd-smi":
