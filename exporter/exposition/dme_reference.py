@@ -101,9 +101,9 @@ DME_METRICS = (
     DmeMetric(
         "gpu_gfx_busy_instantaneous",
         "%",
-        "amdgpu_busy_ratio",
-        'amdgpu_busy_ratio{engine="gfx"} * 100',
-        "one series per device (DME: one per compute core of a partition)",
+        "amdgpu_xcc_busy_ratio",
+        'label_replace(amdgpu_xcc_busy_ratio, "xcc_index", "$1", "xcc", "(.*)") * 100',
+        "one series per XCC of a device (MI300-class), label xcc_index",
     ),
     DmeMetric("gpu_used_vram", "MB", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'),
     DmeMetric(
@@ -111,6 +111,20 @@ DME_METRICS = (
         "MB",
         "amdgpu_memory_total_bytes",
         'amdgpu_memory_total_bytes{pool="vram"} / 1048576',
+    ),
+    DmeMetric(
+        "gpu_vram_max_bandwidth",
+        "GB/s",
+        "amdgpu_memory_max_bandwidth_bytes_per_second",
+        "amdgpu_memory_max_bandwidth_bytes_per_second / 1e9",
+        "MI300-class (gpu_metrics v1_7+), partition 0 of a partitioned socket",
+    ),
+    DmeMetric(
+        "gpu_min_clock",
+        "MHz",
+        "amdgpu_clock_min_hertz",
+        "amdgpu_clock_min_hertz / 1e6",
+        "label domain (gfx, memory, fabric, soc, video, decode) where DME has clock_type",
     ),
     DmeMetric(
         "gpu_ecc_correct_total",

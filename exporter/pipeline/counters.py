@@ -50,6 +50,7 @@ COUNTERS: Mapping[str, CounterRule] = {
     "ecc_errors": CounterRule(_U64),
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
     "throttle_residency_seconds": CounterRule(None),
+    "xcc_below_host_limit_seconds": CounterRule(None),  # u64 tick accumulators, in seconds
 }
 _V1_0_ENERGY_WIDTH = _U32 * _TICK  # gpu_metrics v1_0's energy accumulator is a u32
 # The rules split once: mapping counters, and scalar ones with their track key.

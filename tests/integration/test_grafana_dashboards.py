@@ -45,6 +45,13 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     # The command and undo of a firing suggestion: AMDGPUDaemonAlert copies them into its annotations;
     # the dashboards show the alerts themselves (amdgpu_alert_firing).
     "amdgpu_alert_suggestion_info": "read by AMDGPUDaemonAlert for its annotations",
+    # Per-XCC and per-decoder detail, the floor of each clock and the VRAM's peak bandwidth: new
+    # families the dashboards' rewrite is to draw (a per-XCC busy heatmap of MI300-class devices).
+    "amdgpu_xcc_busy_ratio": "new; per-XCC detail of amdgpu_busy_ratio{engine=gfx}, not drawn yet",
+    "amdgpu_media_engine_busy_ratio": "opt-in (--collector.xcc); amdgpu_busy_ratio{engine=media} is drawn",
+    "amdgpu_xcc_below_host_limit_seconds_total": "opt-in (--collector.xcc); throttle residency is drawn",
+    "amdgpu_clock_min_hertz": "new; a static floor beside amdgpu_clock_max_hertz, not drawn yet",
+    "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

@@ -525,7 +525,7 @@ def test_v1_6_final_layout_every_field() -> None:
 def test_v1_7_every_field() -> None:
     blob = table(2208, 7)
     _mi300_top(blob)
-    put(blob, 16, "Q", 5300)  # mem_max_bandwidth (not exported)
+    put(blob, 16, "Q", 5300)  # mem_max_bandwidth, GB/s
     put(blob, 128, "II", 17, 18)  # naks
     _mi300_links_and_clocks(blob, energy=24, pcie=68, acc=76, bandwidth=88, xgmi=136, fw=288, clocks=296)
     # xgmi_link_status: 1 up, 0 down, all-ones not supplied, anything else not trusted.
@@ -538,6 +538,7 @@ def test_v1_7_every_field() -> None:
         content_revision=7,
         structure_size=2208,
         busy={"gfx": 0.8, "memory": 0.3, "media": 0.3},
+        memory_max_bandwidth_bytes_per_second=5300e9,
         pcie_naks_sent=17,
         pcie_naks_received=18,
         xgmi_link_up={0: True, 1: False, 2: True, 5: False},
