@@ -132,6 +132,13 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
+        clocks_min_hertz=frozen_map(
+            {
+                d: float(i["min_clk"]) * 1e6
+                for d, i in (slow.get("clocks") or {}).items()
+                if number((i or {}).get("min_clk")) is not None
+            }
+        ),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
         throttle_residency_seconds=frozen_map({k: ticks * RESIDENCY_TICK_SECONDS for k, ticks in residency.items()}),
         ecc_errors=frozen_map(ecc),
