@@ -52,10 +52,6 @@ class DmeMetric:
     per_gpu: bool = True  # False: a node-level figure, no identity join
 
 
-_NO_ROLLOVER = (
-    "no family yet: the gpu_metrics table has the count (pcie_replay_rover_count_acc, MI300-class), which"
-    " this exporter does not export"
-)
 _PROFILER = "a profiler counter: DME reads it through rocprofiler, which this exporter does not run (sysfs has none)"
 
 DME_METRICS = (
@@ -156,7 +152,13 @@ DME_METRICS = (
     DmeMetric("pcie_recovery_count", "count", "amdgpu_pcie_recoveries", "amdgpu_pcie_recoveries_total"),
     DmeMetric("pcie_nack_sent_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="sent"}'),
     DmeMetric("pcie_nack_received_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="received"}'),
-    DmeMetric("pcie_replay_rollover_count", "count", None, None, _NO_ROLLOVER),
+    DmeMetric(
+        "pcie_replay_rollover_count",
+        "count",
+        "amdgpu_pcie_replay_rollovers",
+        "amdgpu_pcie_replay_rollovers_total",
+        "MI300-class",
+    ),
     DmeMetric("gpu_prof_sm_active", "%", None, None, _PROFILER),
     DmeMetric("gpu_prof_occupancy_per_cu", "waves per CU", None, None, _PROFILER),
     DmeMetric("gpu_prof_occupancy_per_active_cu", "waves per CU", None, None, _PROFILER),

@@ -414,6 +414,18 @@ METRICS: tuple[MetricSpec, ...] = (
     device("amdgpu_pcie_replays", "PCIe replays (NAKs sent + received).", "pcie_replays", kind="counter"),
     device("amdgpu_pcie_recoveries", "PCIe link transitions from L0 to recovery.", "pcie_recoveries", kind="counter"),
     device(
+        "amdgpu_pcie_other_end_recoveries",
+        "PCIe link recoveries the link partner started (MI300-class, gpu_metrics v1_6+).",
+        "pcie_other_end_recoveries",
+        kind="counter",
+    ),
+    device(
+        "amdgpu_pcie_replay_rollovers",
+        "Times the firmware's PCIe replay counter rolled over (MI300-class).",
+        "pcie_replay_rollovers",
+        kind="counter",
+    ),
+    device(
         "amdgpu_pcie_naks",
         "PCIe NAKs by direction.",
         lambda sample: [("sent", sample.pcie_naks_sent), ("received", sample.pcie_naks_received)],

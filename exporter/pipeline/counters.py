@@ -42,6 +42,8 @@ COUNTERS: Mapping[str, CounterRule] = {
     "energy_joules": CounterRule(_U64 * _TICK, max_rate_per_second=5000.0),  # v1_1+ (and rocm_smi's): u64
     "pcie_replays": CounterRule(_U64),
     "pcie_recoveries": CounterRule(_U64),
+    "pcie_replay_rollovers": CounterRule(_U64),
+    "pcie_other_end_recoveries": CounterRule(_U32),
     "pcie_naks_sent": CounterRule(_U32),
     "pcie_naks_received": CounterRule(_U32),
     "xgmi_read_bytes": CounterRule(_U64 * 1024),  # KB registers

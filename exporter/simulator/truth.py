@@ -276,6 +276,8 @@ def sample(gcd: GcdLayout, r: DieReading, timestamp: float) -> Sample:
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bw_bound,
         pcie_replays=r.pcie_replays,
         pcie_recoveries=r.pcie_recoveries,
+        pcie_replay_rollovers=0 if mi300 else None,
+        pcie_other_end_recoveries=0 if gcd.metrics_version >= (1, 6) else None,
         pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,
         pcie_naks_received=r.pcie_naks_received if gcd.metrics_version >= (1, 5) else None,
         xgmi_link_width=m.xgmi_link_width if mi300 else None,

@@ -52,6 +52,8 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "amdgpu_xcc_below_host_limit_seconds_total": "opt-in (--collector.xcc); throttle residency is drawn",
     "amdgpu_clock_min_hertz": "new; a static floor beside amdgpu_clock_max_hertz, not drawn yet",
     "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
+    "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
+    "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
 }
 
 # Series suffixes a family's samples can carry (histograms; the _created of prometheus-client).

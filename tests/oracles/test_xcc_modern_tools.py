@@ -1,7 +1,8 @@
 """Per-XCC figures as amd-smi 10.1 reads them and as we serve them (with --collector.xcc): every XCC's
 busy, every VCN and JPEG ring's busy, the four clock-below-host-limit counters per XCC, each clock
-domain's lowest level and the VRAM's peak bandwidth, on an MI300X whose load holds it at its power
-limit (so the power counters move).
+domain's lowest level, the VRAM's peak bandwidth and the PCIe replay rollovers and link-partner
+recoveries, on an MI300X whose load holds it at its power limit (so the power counters move; the
+simulator's PCIe counters read 0).
 
 Trees: an SPX socket (one device, 8 XCCs, gpu_metrics v1_8) and a CPX socket with per-partition
 xcp_metrics, whose partition 0 amd-smi shows from the socket table's first block. amd-smi shows no
@@ -128,3 +129,9 @@ def test_amd_smi_shows_our_minimum_clocks(reports: dict[str, Any], ours: OurDevi
 def test_amdsmi_gives_our_vram_max_bandwidth(reports: dict[str, Any], ours: OurDevice) -> None:
     bandwidth = ours.value("amdgpu_memory_max_bandwidth_bytes_per_second")
     assert bandwidth is not None and reports["vram_max_bandwidth"] * 1e9 == bandwidth
+
+
+def test_amd_smi_shows_our_pcie_rollovers_and_other_end_recoveries(reports: dict[str, Any], ours: OurDevice) -> None:
+    pcie = reports["metric"]["pcie"]
+    assert pcie["replay_roll_over_count"] == ours.value("amdgpu_pcie_replay_rollovers_total")
+    assert pcie["lc_perf_other_end_recovery_count"] == ours.value("amdgpu_pcie_other_end_recoveries_total")

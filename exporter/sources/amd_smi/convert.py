@@ -71,6 +71,8 @@ def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]
         "pcie_recoveries": metrics.get("pcie_l0_to_recov_count_acc"),
         "pcie_naks_sent": metrics.get("pcie_nak_sent_count_acc"),
         "pcie_naks_received": metrics.get("pcie_nak_rcvd_count_acc"),
+        "pcie_replay_rollovers": metrics.get("pcie_replay_rover_count_acc"),
+        "pcie_other_end_recoveries": metrics.get("pcie_lc_perf_other_end_recovery"),
         "pcie_replays": slow.get("pcie_replays"),
     }
     rates_mts = {

@@ -130,6 +130,7 @@ class GpuMetrics(NamedTuple):
     pcie_replays: int | None = None
     pcie_recoveries: int | None = None
     pcie_replay_rollovers: int | None = None
+    pcie_other_end_recoveries: int | None = None  # v1_6+: recoveries the link partner started
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
@@ -252,6 +253,7 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("pcie_replays", None, "pcie_replay_count_acc", "first", _AS_STORED),
     ("pcie_recoveries", None, "pcie_l0_to_recov_count_acc", "first", _AS_STORED),
     ("pcie_replay_rollovers", None, "pcie_replay_rover_count_acc", "first", _AS_STORED),
+    ("pcie_other_end_recoveries", None, "pcie_lc_perf_other_end_recovery", "first", _AS_STORED),
     ("pcie_naks_sent", None, "pcie_nak_sent_count_acc", "first", _AS_STORED),
     ("pcie_naks_received", None, "pcie_nak_rcvd_count_acc", "first", _AS_STORED),
     ("xgmi_link_width", None, "xgmi_link_width", "first", _AS_STORED),
