@@ -474,6 +474,14 @@ OPTIONS: tuple[Option, ...] = (
         "amdgpu_allocation_info / amdgpu_job_info (every job then starts a new set of each GPU's series)",
         is_flag=True,
     ),
+    Option(
+        "collector.xcc",
+        parse_bool,
+        False,
+        "per-XCC clock-below-host-limit seconds (power, thermal, low utilisation, total) and per-engine VCN/JPEG "
+        "busy on MI300-class GPUs (up to 76 series per GPU); per-XCC busy is always on",
+        is_flag=True,
+    ),
 )
 OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -520,6 +528,7 @@ class Settings:
     collector_processes_top: int
     collector_board_temperatures: bool
     attribution_series_labels: bool
+    collector_xcc: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
 

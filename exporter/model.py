@@ -140,10 +140,18 @@ class Sample:
     # hardware accumulator, monotonic until driver reload (all-ones is already "not supplied")
     energy_joules: float | None = within(0.0, math.inf)
     busy: Mapping[str, float] = each_within(0.0, 1.0)  # engine -> ratio 0..1
+    # MI300-class: XCC index within the device (a partition's own XCCs, from 0) -> instantaneous gfx busy
+    xcc_busy: Mapping[int, float] = each_within(0.0, 1.0)
+    # (engine, instance) -> busy ratio, engine "vcn" | "jpeg" (a partition's own decoders, from 0)
+    media_engine_busy: Mapping[tuple[str, int], float] = each_within(0.0, 1.0)
+    # (XCC, reason) -> seconds the XCC's gfx clock sat below the host's limit, cumulative; reason
+    # "power" | "thermal" | "low_utilization" | "total" (any cause; causes may overlap)
+    xcc_below_host_limit_seconds: Mapping[tuple[int, str], float] = each_within(0.0, math.inf)
     memory_used_bytes: Mapping[str, float] = each_within(0.0, _POOL)  # pool -> bytes
     memory_total_bytes: Mapping[str, float] = each_within(0.0, _POOL, low_exclusive=True)
     clocks_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)  # domain -> Hz
     clocks_max_hertz: Mapping[str, float] = each_within(0.0, _CLOCK, low_exclusive=True)
+    clocks_min_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)  # domain -> lowest DPM level, Hz
     # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. A fine-grained
     # table (Aldebaran, MI300: min, the current clock when between, max) is held as its range (min, max).
     gfx_dpm_levels_hertz: tuple[float, ...] | None = None
@@ -151,6 +159,7 @@ class Sample:
     throttle: Mapping[str, bool] = field(default_factory=frozen_map)  # reason -> active
     # MI300 (gpu_metrics v1_6+): reason -> seconds the firmware held the clocks back, cumulative
     throttle_residency_seconds: Mapping[str, float] = each_within(0.0, math.inf)
+    memory_max_bandwidth_bytes_per_second: float | None = within(0.0, 1e14)  # the VRAM's peak (MI300: 5.3 TB/s)
     pcie_link_transfers_per_second: float | None = within(0.0, _PCIE_RATE)  # current, e.g. 16e9
     pcie_max_link_transfers_per_second: float | None = within(0.0, _PCIE_RATE)
     pcie_link_width: int | None = within(0.0, 32.0)
@@ -161,6 +170,9 @@ class Sample:
     pcie_bandwidth_upper_bound_bytes_per_second: float | None = within(0.0, 1e12)
     pcie_replays: int | None = within(0.0, _COUNT)
     pcie_recoveries: int | None = within(0.0, _COUNT)
+    # MI300-class: how often the replay counter rolled over; recoveries the link partner started (u32)
+    pcie_replay_rollovers: int | None = within(0.0, _COUNT)
+    pcie_other_end_recoveries: int | None = within(0.0, 2.0**32)
     pcie_naks_sent: int | None = within(0.0, 2.0**32)
     pcie_naks_received: int | None = within(0.0, 2.0**32)
     xgmi_link_width: int | None = within(0.0, 64.0)

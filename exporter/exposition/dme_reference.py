@@ -52,10 +52,6 @@ class DmeMetric:
     per_gpu: bool = True  # False: a node-level figure, no identity join
 
 
-_NO_ROLLOVER = (
-    "no family yet: the gpu_metrics table has the count (pcie_replay_rover_count_acc, MI300-class), which"
-    " this exporter does not export"
-)
 _PROFILER = "a profiler counter: DME reads it through rocprofiler, which this exporter does not run (sysfs has none)"
 
 DME_METRICS = (
@@ -103,9 +99,9 @@ DME_METRICS = (
     DmeMetric(
         "gpu_gfx_busy_instantaneous",
         "%",
-        "amdgpu_busy_ratio",
-        'amdgpu_busy_ratio{engine="gfx"} * 100',
-        "one series per device (DME: one per compute core of a partition)",
+        "amdgpu_xcc_busy_ratio",
+        'label_replace(amdgpu_xcc_busy_ratio, "xcc_index", "$1", "xcc", "(.*)") * 100',
+        "one series per XCC of a device (MI300-class), label xcc_index",
     ),
     DmeMetric("gpu_used_vram", "MB", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'),
     DmeMetric(
@@ -113,6 +109,20 @@ DME_METRICS = (
         "MB",
         "amdgpu_memory_total_bytes",
         'amdgpu_memory_total_bytes{pool="vram"} / 1048576',
+    ),
+    DmeMetric(
+        "gpu_vram_max_bandwidth",
+        "GB/s",
+        "amdgpu_memory_max_bandwidth_bytes_per_second",
+        "amdgpu_memory_max_bandwidth_bytes_per_second / 1e9",
+        "MI300-class (gpu_metrics v1_7+), partition 0 of a partitioned socket",
+    ),
+    DmeMetric(
+        "gpu_min_clock",
+        "MHz",
+        "amdgpu_clock_min_hertz",
+        "amdgpu_clock_min_hertz / 1e6",
+        "label domain (gfx, memory, fabric, soc, video, decode) where DME has clock_type",
     ),
     DmeMetric(
         "gpu_ecc_correct_total",
@@ -144,7 +154,13 @@ DME_METRICS = (
     DmeMetric("pcie_recovery_count", "count", "amdgpu_pcie_recoveries", "amdgpu_pcie_recoveries_total"),
     DmeMetric("pcie_nack_sent_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="sent"}'),
     DmeMetric("pcie_nack_received_count", "count", "amdgpu_pcie_naks", 'amdgpu_pcie_naks_total{direction="received"}'),
-    DmeMetric("pcie_replay_rollover_count", "count", None, None, _NO_ROLLOVER),
+    DmeMetric(
+        "pcie_replay_rollover_count",
+        "count",
+        "amdgpu_pcie_replay_rollovers",
+        "amdgpu_pcie_replay_rollovers_total",
+        "MI300-class",
+    ),
     DmeMetric("gpu_prof_sm_active", "%", None, None, _PROFILER),
     DmeMetric("gpu_prof_occupancy_per_cu", "waves per CU", None, None, _PROFILER),
     DmeMetric("gpu_prof_occupancy_per_active_cu", "waves per CU", None, None, _PROFILER),

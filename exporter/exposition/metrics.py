@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 from exporter import __version__
@@ -409,6 +409,37 @@ METRICS: tuple[MetricSpec, ...] = (
         ("engine",),
     ),
     device(
+        "amdgpu_xcc_busy_ratio",
+        "Instantaneous gfx busy (0..1) of each XCC (accelerator complex die) of an MI300-class device, "
+        "numbered from 0 within the device (a compute partition's own XCCs); the mean over a device's XCCs "
+        'is its amdgpu_busy_ratio{engine="gfx"}.',
+        "xcc_busy",
+        ("xcc",),
+    ),
+    replace(
+        device(
+            "amdgpu_media_engine_busy_ratio",
+            "Busy (0..1) of each video decoder (engine vcn) and JPEG decoder ring (engine jpeg) of an "
+            "MI300-class device, numbered from 0 within the device (a compute partition's own). "
+            "With --collector.xcc.",
+            "media_engine_busy",
+            ("engine", "instance"),
+        ),
+        omit_when_empty=True,
+    ),
+    replace(
+        device(
+            "amdgpu_xcc_below_host_limit_seconds",
+            "Time each XCC's gfx clock sat below the host's limit, by reason: power (PPT), thermal, "
+            "low_utilization, and total (any reason; reasons overlap, do not sum them). MI300-class, "
+            "gpu_metrics v1_8+ or xcp_metrics, counters at 1 ms per accumulation tick. With --collector.xcc.",
+            "xcc_below_host_limit_seconds",
+            ("xcc", "reason"),
+            kind="counter",
+        ),
+        omit_when_empty=True,
+    ),
+    device(
         "amdgpu_memory_used_bytes", "Memory in use by pool: vram, visible_vram, gtt.", "memory_used_bytes", ("pool",)
     ),
     device(
@@ -430,6 +461,17 @@ METRICS: tuple[MetricSpec, ...] = (
         "Highest DPM level of a clock domain (the ceiling a clock-down suggestion lowers).",
         "clocks_max_hertz",
         ("domain",),
+    ),
+    device(
+        "amdgpu_clock_min_hertz",
+        "Lowest DPM level of a clock domain (the floor the power management can take it to).",
+        "clocks_min_hertz",
+        ("domain",),
+    ),
+    device(
+        "amdgpu_memory_max_bandwidth_bytes_per_second",
+        "Peak VRAM bandwidth the firmware states (MI300-class, gpu_metrics v1_7+). Socket-wide: partition 0 only.",
+        "memory_max_bandwidth_bytes_per_second",
     ),
     device("amdgpu_voltage_volts", "Voltage by rail: gfx, soc, memory.", "voltages_volts", ("rail",)),
     device(
@@ -481,6 +523,18 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     device("amdgpu_pcie_replays", "PCIe replays (NAKs sent + received).", "pcie_replays", kind="counter"),
     device("amdgpu_pcie_recoveries", "PCIe link transitions from L0 to recovery.", "pcie_recoveries", kind="counter"),
+    device(
+        "amdgpu_pcie_other_end_recoveries",
+        "PCIe link recoveries the link partner started (MI300-class, gpu_metrics v1_6+).",
+        "pcie_other_end_recoveries",
+        kind="counter",
+    ),
+    device(
+        "amdgpu_pcie_replay_rollovers",
+        "Times the firmware's PCIe replay counter rolled over (MI300-class).",
+        "pcie_replay_rollovers",
+        kind="counter",
+    ),
     device(
         "amdgpu_pcie_naks",
         "PCIe NAKs by direction.",

@@ -51,7 +51,8 @@ The table each upstream kernel release's driver writes, read from the drm source
 `drivers/gpu/drm/amd/include/kgd_pp_interface.h`). The first release named is the oldest checked
 that has the ASIC's driver file (`doctor` holds an MI210 to 5.15 or later). No release checked
 writes v1_4 or v1_6: they appeared between releases. From 6.16 a partitioned socket also has a per-partition
-`xcp/xcp_metrics` (v1.0; v1.1 from 6.19), which the exporter does not need. The demo writes a
+`xcp/xcp_metrics` (v1.0; v1.1 from 6.19), read for each partition's own per-XCC figures where it is
+there (the socket table's per-partition blocks otherwise). The demo writes a
 current kernel's table; the older ones are fleet options (`--demo.fleet=2xMI300X:CPX:gpu_metrics=1.5`).
 
 """
@@ -189,7 +190,13 @@ def render() -> str:
             *partitions,
             "",
             "v1.9 carries one device-wide per-XCC busy array; a partition's share is its XCCs, by the KFD's",
-            "`num_xcc` of each partition.",
+            "`num_xcc` of each partition. A partition's own `xcp/xcp_metrics`, where the driver has it, is",
+            "read instead of its share of the socket's table.",
+            "",
+            "Opt-in, with `--collector.xcc` (off in the tables above): `amdgpu_xcc_below_host_limit_seconds_total`",
+            "(v1_8, v1.9, or a partition's xcp_metrics) and `amdgpu_media_engine_busy_ratio` (v1_6 to v1_8; on",
+            "v1.9 an unpartitioned socket, or a partition's xcp_metrics: the socket's decoder arrays cannot be",
+            "split between partitions).",
             "",
             *_board_and_guest(),
             "## Sources",

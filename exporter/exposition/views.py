@@ -85,7 +85,7 @@ def device_json(state: DeviceState, now: float, attribution: Attribution | None 
         for f in dataclasses.fields(sample):
             value = getattr(sample, f.name)
             if hasattr(value, "items"):
-                value = {"/".join(k) if isinstance(k, tuple) else str(k): v for k, v in value.items()}
+                value = {"/".join(map(str, k)) if isinstance(k, tuple) else str(k): v for k, v in value.items()}
             elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
                 value = [dataclasses.asdict(item) for item in value]
             out[f.name] = value

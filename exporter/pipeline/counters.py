@@ -42,6 +42,8 @@ COUNTERS: Mapping[str, CounterRule] = {
     "energy_joules": CounterRule(_U64 * _TICK, max_rate_per_second=5000.0),  # v1_1+ (and rocm_smi's): u64
     "pcie_replays": CounterRule(_U64),
     "pcie_recoveries": CounterRule(_U64),
+    "pcie_replay_rollovers": CounterRule(_U64),
+    "pcie_other_end_recoveries": CounterRule(_U32),
     "pcie_naks_sent": CounterRule(_U32),
     "pcie_naks_received": CounterRule(_U32),
     "xgmi_read_bytes": CounterRule(_U64 * 1024),  # KB registers
@@ -51,6 +53,7 @@ COUNTERS: Mapping[str, CounterRule] = {
     "pcie_aer_errors": CounterRule(_U64),  # the kernel's u64 counts, since boot
     # u32 tick accumulators converted to seconds by the decoder: a drop is treated as a reset
     "throttle_residency_seconds": CounterRule(None),
+    "xcc_below_host_limit_seconds": CounterRule(None),  # u64 tick accumulators, in seconds
 }
 _V1_0_ENERGY_WIDTH = _U32 * _TICK  # gpu_metrics v1_0's energy accumulator is a u32
 # The rules split once: mapping counters, and scalar ones with their track key.

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
-from exporter.sources.gpu_metrics.layouts import ATTR_NAMES, FIXED_LAYOUTS, BlockLayout, Field
+from exporter.sources.gpu_metrics.layouts import ATTR_NAMES, FIXED_LAYOUTS, PARTITION_V1_0, Field, Layout
 
 Value = int | Sequence[int] | Sequence[Mapping[str, "Value"]]
 
@@ -50,6 +49,7 @@ _UNITS: dict[int, tuple[str, ...]] = {
 }  # fmt: skip
 _UNIT_OF = {name: unit for unit, names in _UNITS.items() for name in names}
 _V1_8_FIELDS = {f.name: f for f in (*_V1_8.fields, *_XCP.fields)}
+_XCP_NAMES = frozenset(f.name for f in _XCP.fields)
 
 
 def _attribute(name: str) -> tuple[str, int, str, int]:
@@ -62,22 +62,11 @@ def _attribute(name: str) -> tuple[str, int, str, int]:
 V1_9_FIELDS = tuple(_attribute(name) for name in ATTR_NAMES if name != "num_partition")
 V1_9_SIZE = 8 + sum(8 + struct.calcsize(kind) * n for _name, _unit, kind, n in V1_9_FIELDS)
 
-# xcp/xcp_metrics of one partition (newer drivers). amdgpu_partition_metrics_v1_0 is fixed: the
-# header, the partition's clocks, then the fields of v1_8's per-partition block; v1_1 is
-# attribute-encoded exactly like gpu_metrics v1.9 (same attribute ids), with the same subset.
-_PARTITION_CLOCKS = (
-    Field("current_gfxclk", "u16", 4, 8),
-    Field("current_socclk", "u16", 20, 4),
-    Field("current_vclk0", "u16", 28, 4),
-    Field("current_dclk0", "u16", 36, 4),
-    Field("current_uclk", "u16", 44),
-)
-PARTITION_V1_0 = BlockLayout(
-    "amdgpu_partition_metrics_v1_0",
-    48 + _XCP.size,
-    (*_PARTITION_CLOCKS, *(replace(f, offset=48 + f.offset) for f in _XCP.fields)),
-)
-_PARTITION_NAMES = {f.name for f in PARTITION_V1_0.fields}
+# xcp/xcp_metrics of one partition (newer drivers): amdgpu_partition_metrics_v1_0 is the exporter's
+# PARTITION_V1_0 layout (the partition's clocks, then v1_8's per-partition block, written as its one
+# xcp_stats entry); v1_1 is attribute-encoded like gpu_metrics v1.9 (same attribute ids) with the
+# fields of SMU_13_0_6_PARTITION_METRICS_FIELDS (smu_v13_0_6_ppt.h), in attribute-id order.
+_PARTITION_NAMES = {f.name for f in (*PARTITION_V1_0.fields, *_XCP.fields)} - {"padding"}
 PARTITION_V1_1_FIELDS = tuple(f for f in V1_9_FIELDS if f[0] in _PARTITION_NAMES)
 
 
@@ -144,6 +133,11 @@ def encode(version: tuple[int, int], values: Mapping[str, Value]) -> bytes:
     if layout is None:
         known = ", ".join(f"{a}.{b}" for a, b in LAYOUTS)
         raise ValueError(f"no gpu_metrics layout for version {version[0]}.{version[1]}; known: {known}, 1.9")
+    return encode_layout(layout, version, values)
+
+
+def encode_layout(layout: Layout, version: tuple[int, int], values: Mapping[str, Value]) -> bytes:
+    """A fixed layout's blob: its fields from `values`, its xcp_stats[] blocks from values["xcp_stats"]."""
     buf = _blank(layout.size, version)
     _fill(buf, 0, layout.fields, {k: v for k, v in values.items() if k != "xcp_stats"}, layout.name)
     blocks: Sequence[Mapping[str, Value]] = values.get("xcp_stats", ())  # type: ignore[assignment]
@@ -162,6 +156,6 @@ def encode_partition_metrics(version: tuple[int, int], values: Mapping[str, Valu
         return _encode_attributes(PARTITION_V1_1_FIELDS, version, values, "partition metrics v1.1")
     if version != (1, 0):
         raise ValueError(f"no partition metrics layout for version {version[0]}.{version[1]}; known: 1.0, 1.1")
-    buf = _blank(PARTITION_V1_0.size, version)
-    _fill(buf, 0, PARTITION_V1_0.fields, values, PARTITION_V1_0.name)
-    return bytes(buf)
+    fixed = {name: value for name, value in values.items() if name not in _XCP_NAMES}
+    block = {name: value for name, value in values.items() if name in _XCP_NAMES}
+    return encode_layout(PARTITION_V1_0, version, {**fixed, "xcp_stats": [block]})

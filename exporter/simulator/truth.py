@@ -86,6 +86,9 @@ class PartitionTruth:
     gfx_busy: float | None  # ratio, from xcp_stats; None when the table has no partition blocks
     gfx_busy_per_xcc: tuple[float, ...] = ()
     gfx_busy_acc_per_xcc: tuple[int, ...] = ()
+    # (XCC, reason) -> seconds below the host's clock limit (v1_8+ blocks or xcp_metrics: power,
+    # thermal, low_utilization, total), what --collector.xcc serves
+    below_host_limit_seconds: Mapping[tuple[int, str], float] | None = None
     xcp_metrics: Mapping[str, Any] | None = None  # the partition's xcp/xcp_metrics values, when written
 
 
@@ -163,6 +166,11 @@ def partition_truth(
             per_xcc = tuple(v / 100 for v in gpu_metrics["gfx_busy_inst"][span])
             acc = tuple(gpu_metrics["gfx_busy_acc"][span])
         busy = r.partition_gfx_busy[p] / 100
+    below: dict[tuple[int, str], float] | None = None
+    if gcd.metrics_version >= (1, 8) or gcd.xcp_metrics_version is not None:
+        ppt, thm, low = r.below_host_limit_ppt_ticks, r.below_host_limit_thm_ticks, r.partition_low_utilization_ticks[p]
+        ticks = {"power": ppt, "thermal": thm, "total": ppt + thm + low, "low_utilization": low}
+        below = {(xcc, reason): t * 1e-3 for reason, t in ticks.items() for xcc in range(part.xcc_count)}
     return PartitionTruth(
         index=p,
         count=part.count,
@@ -183,6 +191,7 @@ def partition_truth(
         gfx_busy=busy,
         gfx_busy_per_xcc=per_xcc,
         gfx_busy_acc_per_xcc=acc,
+        below_host_limit_seconds=below,
     )
 
 
@@ -190,26 +199,39 @@ def partition_sample(gcd: GcdLayout, info: PartitionTruth, socket: Sample) -> Sa
     """What one partition reports: its own busy (gfx from its xcp_stats block, v1_6+; in fixed
     layouts also media from its block's VCN instances, which read 0) and, on a partitioned socket,
     the VRAM it allocates from. Partition 0 adds them to the socket's values; partitions 1..N-1
-    report nothing else (socket-wide values live on partition 0)."""
+    report nothing else (socket-wide values live on partition 0). Every partition's per-XCC busy is
+    its own (from its xcp_metrics or its block of the socket's table). A v1.9 socket table cannot say
+    which partition owns a decoder, so a partition there has media busy only from its own xcp_metrics."""
     busy: dict[str, float] = {}
     if info.gfx_busy is not None:
         busy["gfx"] = info.gfx_busy
-        if gcd.metrics_version != (1, 9):
+        if gcd.metrics_version != (1, 9) or info.xcp_metrics is not None:
             busy["media"] = 0.0
+    per_xcc = frozen_map(dict(enumerate(info.gfx_busy_per_xcc)))
     memory = {"partition_vram": float(info.memory_bytes)} if info.count > 1 else {}
     if info.index > 0:
-        return Sample(timestamp=socket.timestamp, busy=frozen_map(busy), memory_total_bytes=frozen_map(memory))
+        return Sample(
+            timestamp=socket.timestamp,
+            busy=frozen_map(busy),
+            xcc_busy=per_xcc,
+            memory_total_bytes=frozen_map(memory),
+        )
     if info.count == 1:
-        return socket
+        return replace(socket, xcc_busy=per_xcc)
     return replace(
         socket,
         busy=frozen_map({**socket.busy, **busy}),
+        xcc_busy=per_xcc,
         memory_total_bytes=frozen_map({**socket.memory_total_bytes, **memory}),
     )
 
 
 def _top_mhz(m: AsicModel, clock: str) -> int:
     return (m.sclk_range if clock == "sclk" else getattr(m, f"{clock}_levels"))[-1]
+
+
+def _bottom_mhz(m: AsicModel, clock: str) -> int:
+    return (m.sclk_range if clock == "sclk" else getattr(m, f"{clock}_levels"))[0]
 
 
 def sample(
@@ -247,6 +269,7 @@ def sample(
         clocks_hertz=frozen_map({name: getattr(r, clock) * MHZ for name, clock in CLOCKS}),
         gfx_dpm_levels_hertz=(m.sclk_range[0] * MHZ, m.sclk_range[1] * MHZ),
         clocks_max_hertz=frozen_map({name: _top_mhz(m, clock) * MHZ for name, clock in CLOCKS}),
+        clocks_min_hertz=frozen_map({name: _bottom_mhz(m, clock) * MHZ for name, clock in CLOCKS}),
         voltages_volts=frozen_map({"gfx": r.vddgfx_mv / 1000.0} if r.vddgfx_mv is not None else {}),
         throttle=frozen_map(r.throttlers),
         throttle_residency_seconds=frozen_map(
@@ -254,6 +277,7 @@ def sample(
             if gcd.metrics_version >= (1, 6)
             else {}
         ),
+        memory_max_bandwidth_bytes_per_second=m.mem_max_bandwidth_gbs * 1e9 if gcd.metrics_version >= (1, 7) else None,
         pcie_link_transfers_per_second=r.pcie_gts * 1e9,
         pcie_max_link_transfers_per_second=m.pcie_gts * 1e9,
         pcie_link_width=r.pcie_width,
@@ -262,6 +286,8 @@ def sample(
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bw_bound,
         pcie_replays=r.pcie_replays,
         pcie_recoveries=r.pcie_recoveries,
+        pcie_replay_rollovers=0 if mi300 else None,
+        pcie_other_end_recoveries=0 if gcd.metrics_version >= (1, 6) else None,
         pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,
         pcie_naks_received=r.pcie_naks_received if gcd.metrics_version >= (1, 5) else None,
         xgmi_link_width=m.xgmi_link_width if mi300 else None,
@@ -317,14 +343,17 @@ def _board_fields(board: BoardReading) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ JSON
-_TUPLE_KEYED = {"temperature_thresholds", "ecc_errors", "pcie_aer_errors"}
-_INT_KEYED = {"xgmi_link_up", "xgmi_read_bytes", "xgmi_write_bytes"}
+_TUPLE_KEYED = {
+    "temperature_thresholds", "ecc_errors", "pcie_aer_errors", "media_engine_busy", "xcc_below_host_limit_seconds",
+    "below_host_limit_seconds",
+}  # fmt: skip
+_INT_KEYED = {"xgmi_link_up", "xgmi_read_bytes", "xgmi_write_bytes", "xcc_busy"}
 
 
 def _plain(value: Any, name: str = "") -> Any:
     if isinstance(value, Mapping):
         if name in _TUPLE_KEYED:
-            return {"/".join(k): v for k, v in value.items()}
+            return {"/".join(map(str, k)): v for k, v in value.items()}
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, TopologyLink | CperRecord):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
@@ -343,7 +372,7 @@ def to_jsonable(devices: list[SimulatedDevice]) -> list[dict[str, Any]]:
         }
         # only where there is something to say, so MI200 truth files read as they always did
         if d.partition is not None:
-            entry["partition"] = {f.name: _plain(getattr(d.partition, f.name)) for f in fields(d.partition)}
+            entry["partition"] = {f.name: _plain(getattr(d.partition, f.name), f.name) for f in fields(d.partition)}
         if d.gpu_metrics is not None:
             entry["gpu_metrics"] = d.gpu_metrics
         result.append(entry)
@@ -356,8 +385,8 @@ def _restore(cls: type, data: Mapping[str, Any]) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
-        if f.name in _TUPLE_KEYED:
-            value = frozen_map({tuple(k.split("/")): v for k, v in value.items()})
+        if f.name in _TUPLE_KEYED and value is not None:
+            value = frozen_map({tuple(int(p) if p.isdigit() else p for p in k.split("/")): v for k, v in value.items()})
         elif f.name in _INT_KEYED:
             value = frozen_map({int(k): v for k, v in value.items()})
         elif f.name == "topology":

@@ -23,6 +23,7 @@ def select_source(
         slow_interval=settings.slow_interval,
         read_timeout=settings.read_timeout,
         board_temperatures=settings.collector_board_temperatures,
+        xcc_detail=settings.collector_xcc,
     )
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"

@@ -66,6 +66,15 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "amdgpu_cper_newest_record_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
     "amdgpu_last_reset_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
     "amdgpu_pcie_aer_errors_total": "a raw health signal, read by the health verdict; not drawn yet",
+    # Per-XCC and per-decoder detail, the floor of each clock and the VRAM's peak bandwidth: new
+    # families the dashboards' rewrite is to draw (a per-XCC busy heatmap of MI300-class devices).
+    "amdgpu_xcc_busy_ratio": "new; per-XCC detail of amdgpu_busy_ratio{engine=gfx}, not drawn yet",
+    "amdgpu_media_engine_busy_ratio": "opt-in (--collector.xcc); amdgpu_busy_ratio{engine=media} is drawn",
+    "amdgpu_xcc_below_host_limit_seconds_total": "opt-in (--collector.xcc); throttle residency is drawn",
+    "amdgpu_clock_min_hertz": "new; a static floor beside amdgpu_clock_max_hertz, not drawn yet",
+    "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
+    "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
+    "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
 }
 
 # Families the dashboards draw that the exporter does not export yet, each with the reason: their

@@ -176,11 +176,19 @@ def test_library_alone_reads_what_it_provides_equal_to_the_truth(tmp_path: Path,
         expected = truth[bdf].sample
         # 5.2.3 has no VCLK/DCLK tables and drops the throttle bits from gpu_metrics; it has no call
         # for PCIe AER counts nor for the bad-page threshold (those come from sysfs, the fallback)
-        skip = ("timestamp", "clocks_max_hertz", "throttle", "pcie_aer_errors", "ras_bad_page_threshold")
+        skip = (
+            "timestamp",
+            "clocks_max_hertz",
+            "clocks_min_hertz",
+            "throttle",
+            "pcie_aer_errors",
+            "ras_bad_page_threshold",
+        )
         assert differences(expected, sample, skip=skip) == {}, bdf
-        assert dict(sample.clocks_max_hertz) == {
-            k: v for k, v in expected.clocks_max_hertz.items() if k in ("gfx", "memory", "fabric", "soc")
-        }
+        for name in ("clocks_max_hertz", "clocks_min_hertz"):
+            assert dict(getattr(sample, name)) == {
+                k: v for k, v in getattr(expected, name).items() if k in ("gfx", "memory", "fabric", "soc")
+            }, name
         if expected.energy_joules is not None:
             assert sample.energy_joules == pytest.approx(expected.energy_joules, rel=1e-12)
 

@@ -14,6 +14,7 @@ Under CI=true a chroot that cannot be built, or a missing tool, fails the test.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,7 +65,9 @@ def tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def ours(tree: Path) -> Iterator[dict[str, OurDevice]]:
     """Our devices by PCI bus id, as the daemon serves them on the frozen tree."""
     # every family: amdgpu_clock_max_hertz (off by default) is held to the tools' DPM tables
-    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collectors.include=*")
+    proc, port = start_exporter(
+        f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collectors.include=*", "--collector.xcc"
+    )
     try:
         wait_ready(port, proc)
         time.sleep(0.3)
@@ -268,24 +271,29 @@ def test_rocm_smi_reports_our_values(tool: str, reports: dict[str, Any], ours: d
 
 # Values the tools report that we do not export YET (open work in issue 11), kept apart from the
 # deliberate omissions so the list shrinks as the work lands.
-AMD_SMI_METRIC_KNOWN_GAPS = {
-    r"usage\.(gfx_busy_inst|jpeg_busy|vcn_busy)\.xcp_\d+\[\d+\]": "per-partition xcp_stats (issue 11 item 1)",
-    r"throttle\.\w+_accumulated|throttle\.accumulation_counter": "violation residency counters (issue 11 item 7)",
-}
+AMD_SMI_METRIC_KNOWN_GAPS: dict[str, str] = {}
 AMD_SMI_METRIC_NOT_EXPORTED = {
     r"gpu": "amd-smi's own index",
     r"usage\.jpeg_activity\[\d+\]": "JPEG engine activity",
-    r"clock\.\w+\.min_clk": "lowest DPM level",
+    r"throttle\.accumulation_counter": "the tick count the residencies are shares of (exported in seconds)",
+    r"throttle\.gfx_clk_below_host_limit_accumulated": "v1_7's single host-limit counter (v1_8 split it; not read)",
+    r"throttle\.\w+_accumulated\.xcp_[1-9]\[\d+\]": "other partitions' blocks (their own devices)",
+    r"usage\.(gfx_busy_inst|jpeg_busy|vcn_busy)\.xcp_[1-9]\[\d+\]": "other partitions' blocks (their own devices)",
     r"clock\.\w+\.(clk_locked|deep_sleep)": "clock lock / deep-sleep state",
     r"clock\.(vclk|dclk)_[1-9]\.\w+": "per-instance video clocks beyond instance 0",
     r"pcie\.max_packet_size(@unit)?": "pcie_bw max payload (part of our bandwidth figure)",
-    r"pcie\.(replay_roll_over_count|lc_perf_other_end_recovery_count)": "roll-overs, link partner's recoveries",
     r"ecc\.cache_(un)?correctable_count": "cache ECC split",
     r"ecc_blocks\.\w+\.deferred_count": "checked below where the kernel has a deferred count",
     r"perf_level": "power_dpm_force_performance_level",
     r"xgmi_err": "checked below",
     r"mem_usage\.(total|used|free)_visible_vram(@unit)?": "checked below",
     r".*@unit": "units are checked with their values",
+}
+AMD_SMI_HOST_LIMIT_COUNTERS = {
+    "gfx_clk_below_host_limit_power_accumulated": "power",
+    "gfx_clk_below_host_limit_thermal_accumulated": "thermal",
+    "low_utilization_accumulated": "low_utilization",
+    "total_gfx_clk_below_host_limit_accumulated": "total",
 }
 AMD_SMI_CLOCKS = {"gfx": "gfx", "mem": "memory", "fclk": "fabric", "socclk": "soc", "vclk": "video", "dclk": "decode"}
 AMD_SMI_TEMPERATURES = {"edge": "edge", "hotspot": "junction", "mem": "memory"}
@@ -332,6 +340,18 @@ def compare_amd_smi_metric(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
             c.check(key, ours.value("amdgpu_clock_hertz", domain=domain), mhz, unit="MHz")
             max_key = key.removesuffix(".clk") + ".max_clk"
             c.check(max_key, ours.value("amdgpu_clock_max_hertz", domain=domain), mhz, unit="MHz")
+            min_key = key.removesuffix(".clk") + ".min_clk"
+            c.check(min_key, ours.value("amdgpu_clock_min_hertz", domain=domain), mhz, unit="MHz")
+    # partition 0's own XCCs (the socket's in SPX); the decoders only with --collector.xcc
+    detail = any(name == "amdgpu_media_engine_busy_ratio" for name, _ in ours.series)
+    for key in [k for k in c.values if re.fullmatch(r"usage\.(gfx_busy_inst|jpeg_busy|vcn_busy)\.xcp_0\[\d+\]", k)]:
+        engine, index = key.split(".")[1].removesuffix("_busy"), key[key.index("[") + 1 : -1]
+        if engine == "gfx_busy_inst":
+            c.check(key, ours.value("amdgpu_xcc_busy_ratio", xcc=index), percent, unit="%")
+        elif detail:
+            c.check(key, ours.value("amdgpu_media_engine_busy_ratio", engine=engine, instance=index), percent, "%")
+        else:
+            c.not_exported([re.escape(key)])  # opt-in: --collector.xcc
     for key, sensor in AMD_SMI_TEMPERATURES.items():
         c.check(f"temperature.{key}", ours.value("amdgpu_temperature_celsius", sensor=sensor), unit="C")
     for i in range(12):
@@ -353,6 +373,20 @@ def compare_amd_smi_metric(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
         )  # fmt: skip
     c.check("pcie.replay_count", ours.value("amdgpu_pcie_replays_total"))
     c.check("pcie.l0_to_recovery_count", ours.value("amdgpu_pcie_recoveries_total"))
+    c.check("pcie.replay_roll_over_count", ours.value("amdgpu_pcie_replay_rollovers_total"))
+    # the firmware's residency and host-limit counters count 1 ms accumulation ticks
+    ticks = lambda value: int(value) / 1000  # noqa: E731
+    for reason in ("prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal"):
+        residency = ours.value("amdgpu_throttle_residency_seconds_total", reason=reason)
+        c.check(f"throttle.{reason}_accumulated", residency, ticks)
+    for key in [k for k in c.values if re.fullmatch(r"throttle\.\w+_accumulated\.xcp_0\[\d+\]", k)]:
+        name, index = key.split(".")[1], key[key.index("[") + 1 : -1]
+        reason = AMD_SMI_HOST_LIMIT_COUNTERS[name]
+        if detail:
+            c.check(key, ours.value("amdgpu_xcc_below_host_limit_seconds_total", xcc=index, reason=reason), ticks)
+        else:
+            c.not_exported([re.escape(key)])  # opt-in: --collector.xcc
+    c.check("pcie.lc_perf_other_end_recovery_count", ours.value("amdgpu_pcie_other_end_recoveries_total"))
     c.check("pcie.nak_sent_count", ours.value("amdgpu_pcie_naks_total", direction="sent"))
     c.check("pcie.nak_received_count", ours.value("amdgpu_pcie_naks_total", direction="received"))
     blocks = sorted({dict(labels)["block"] for (name, labels) in ours.series

@@ -504,7 +504,7 @@ def test_v1_6_final_layout_every_field() -> None:
     _partition(blob, 312, gfx_busy=[50, 60], vcn=[15], vcn_offset=96)
     _partition(blob, 312 + 168, gfx_busy=[70, 80], vcn=[25, 5], vcn_offset=96)
     _partition(blob, 312 + 2 * 168, gfx_busy=[99], vcn=[90], vcn_offset=96)  # beyond num_partition
-    put(blob, 1656, "I", 3)  # pcie_lc_perf_other_end_recovery (not exported)
+    put(blob, 1656, "I", 3)  # pcie_lc_perf_other_end_recovery
     assert_metrics(
         decode_gpu_metrics(bytes(blob)),
         **MI300_COMMON,
@@ -519,13 +519,14 @@ def test_v1_6_final_layout_every_field() -> None:
         partition_jpeg_busy=((), ()),
         accumulation_counter=1,
         residency_acc={"prochot": 2, "ppt": 3, "socket_thm": 4, "vr_thm": 5, "hbm_thm": 6},
+        pcie_other_end_recoveries=3,
     )
 
 
 def test_v1_7_every_field() -> None:
     blob = table(2208, 7)
     _mi300_top(blob)
-    put(blob, 16, "Q", 5300)  # mem_max_bandwidth (not exported)
+    put(blob, 16, "Q", 5300)  # mem_max_bandwidth, GB/s
     put(blob, 128, "II", 17, 18)  # naks
     _mi300_links_and_clocks(blob, energy=24, pcie=68, acc=76, bandwidth=88, xgmi=136, fw=288, clocks=296)
     # xgmi_link_status: 1 up, 0 down, all-ones not supplied, anything else not trusted.
@@ -538,6 +539,7 @@ def test_v1_7_every_field() -> None:
         content_revision=7,
         structure_size=2208,
         busy={"gfx": 0.8, "memory": 0.3, "media": 0.3},
+        memory_max_bandwidth_bytes_per_second=5300e9,
         pcie_naks_sent=17,
         pcie_naks_received=18,
         xgmi_link_up={0: True, 1: False, 2: True, 5: False},
@@ -557,13 +559,14 @@ def test_v1_8_every_field_without_num_partition() -> None:
     # num_partition left all-ones: the blocks that hold values decide; block 1 is an unused slot.
     _partition(blob, 344, gfx_busy=[10, 20], vcn=[40], vcn_offset=112)
     _partition(blob, 344 + 2 * 440, gfx_busy=[30], vcn=[], vcn_offset=112)
-    put(blob, 3864, "I", 3)
+    put(blob, 3864, "I", 3)  # pcie_lc_perf_other_end_recovery
     assert_metrics(
         decode_gpu_metrics(bytes(blob)),
         **MI300_COMMON,
         content_revision=8,
         structure_size=3872,
         busy={"gfx": 0.8, "memory": 0.3, "media": 0.4},
+        pcie_other_end_recoveries=3,
         pcie_naks_sent=19,
         pcie_naks_received=20,
         xgmi_link_up=dict.fromkeys(range(8), True),

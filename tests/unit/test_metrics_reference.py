@@ -25,6 +25,11 @@ ONLY_WITH_ATTRIBUTION = {
     "amdgpu_process_compute_unit_occupancy_ratio": "gauge",
     "amdgpu_process_sdma_seconds_total": "counter",
 }
+# ... nor what only --collector.xcc serves (tested in tests/unit/test_partition_metrics.py and the oracles).
+ONLY_WITH_COLLECTOR_XCC = {
+    "amdgpu_media_engine_busy_ratio": "gauge",
+    "amdgpu_xcc_below_host_limit_seconds_total": "counter",
+}
 # ... nor the HTTP layer's own, only with --web.config.file (tested in test_web_security).
 ONLY_WITH_WEB_CONFIG = {
     "amdgpu_exporter_web_config_reloads_total": "counter",
@@ -72,6 +77,7 @@ def test_readme_reference_lists_exactly_what_metrics_serves_with_its_type() -> N
         == served
         | ONLY_WITH_ROCM_SMI
         | ONLY_WITH_ATTRIBUTION
+        | ONLY_WITH_COLLECTOR_XCC
         | ONLY_WITH_WEB_CONFIG
         | ONLY_WITH_HOST_INFO
         | ONLY_WHILE_UNFIT

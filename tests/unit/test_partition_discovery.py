@@ -13,7 +13,12 @@ from exporter.pipeline.poller import Poller
 from exporter.simulator import Simulator
 from exporter.sources.gpu_metrics import decode_gpu_metrics
 from exporter.sources.sysfs import SysfsSource
-from exporter.sources.sysfs.partitions import PartitionLayout, partition_busy, throttlers_active
+from exporter.sources.sysfs.partitions import (
+    PartitionLayout,
+    partition_busy,
+    partition_figures,
+    throttlers_active,
+)
 
 
 def _tree(root: Path, fleet: str, seed: int = 4, elapsed: float = 12.0) -> Simulator:
@@ -75,9 +80,13 @@ def test_v1_9_busy_is_split_by_each_partitions_xcc_count(tmp_path: Path) -> None
     metrics = decode_gpu_metrics(blob)
     layout = PartitionLayout((2, 2, 2, 2))
     for t in truth:
-        assert partition_busy(metrics, layout, t.identity.partition) == {"gfx": pytest.approx(t.partition.gfx_busy)}
+        figures = partition_figures(None, metrics, layout, t.identity.partition)
+        assert partition_busy(figures) == {"gfx": pytest.approx(t.partition.gfx_busy)}
+        assert figures is not None and figures.gfx_busy == pytest.approx(t.partition.gfx_busy_per_xcc)
+        # the device-wide decoder arrays cannot be split between partitions: none of them is given one
+        assert figures.vcn_busy == () and figures.jpeg_busy == ()
     # a layout that does not cover the device-wide array says nothing rather than guessing
-    assert partition_busy(metrics, PartitionLayout((4, 4, 4)), 0) == {}
+    assert partition_figures(None, metrics, PartitionLayout((4, 4, 4)), 0) is None
 
 
 def test_throttlers_are_active_while_their_residency_grows() -> None:

@@ -71,6 +71,8 @@ def pcie(readings: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]
         "pcie_recoveries": metrics.get("pcie_l0_to_recov_count_acc"),
         "pcie_naks_sent": metrics.get("pcie_nak_sent_count_acc"),
         "pcie_naks_received": metrics.get("pcie_nak_rcvd_count_acc"),
+        "pcie_replay_rollovers": metrics.get("pcie_replay_rover_count_acc"),
+        "pcie_other_end_recoveries": metrics.get("pcie_lc_perf_other_end_recovery"),
         "pcie_replays": slow.get("pcie_replays"),
     }
     rates_mts = {
@@ -146,6 +148,13 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
+        clocks_min_hertz=frozen_map(
+            {
+                d: float(i["min_clk"]) * 1e6
+                for d, i in (slow.get("clocks") or {}).items()
+                if number((i or {}).get("min_clk")) is not None
+            }
+        ),
         voltages_volts=frozen_map({"gfx": voltage / 1000.0} if voltage is not None else {}),
         throttle_residency_seconds=frozen_map({k: ticks * RESIDENCY_TICK_SECONDS for k, ticks in residency.items()}),
         ecc_errors=frozen_map(ecc),

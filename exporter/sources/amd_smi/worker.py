@@ -63,6 +63,8 @@ GPU_METRICS_FIELDS = (
     "pcie_l0_to_recov_count_acc",
     "pcie_nak_sent_count_acc",
     "pcie_nak_rcvd_count_acc",
+    "pcie_replay_rover_count_acc",
+    "pcie_lc_perf_other_end_recovery",
     "xgmi_link_width",
     "xgmi_link_speed",
     "xgmi_link_status",

@@ -1,7 +1,9 @@
 """Pure decoder of the amdgpu binary `gpu_metrics` table (sysfs cardN/device/gpu_metrics).
 
 Any bytes in, a `GpuMetrics` (SI units) or a `GpuMetricsError` out, nothing else. Covers v1_0 .. v1_8
-(fixed C layouts, see layouts.py) and v1.9 (self-describing records).
+(fixed C layouts, see layouts.py) and v1.9 (self-describing records); and, through the same plans and
+decode, a partition's own table (xcp/xcp_metrics: amdgpu_partition_metrics v1_0 fixed, v1_1 records),
+which reads as a gpu_metrics table of one partition block (decode_partition_metrics).
 
 One table, _READS, says which kernel field each GpuMetrics value is read from and how it converts
 by the unit the field is stored in (implied for fixed layouts, declared by v1.9 records); a field
@@ -37,6 +39,8 @@ from exporter.sources.gpu_metrics.layouts import (
     FIXED_LAYOUTS,
     HEADER,
     HEADER_SIZE,
+    PARTITION_FIXED_LAYOUTS,
+    PARTITION_V1_1_REVISION,
     SIGNED_ATTR_TYPES,
     V1_9_CONTENT_REVISION,
     V1_9_ENCODING,
@@ -80,6 +84,16 @@ THROTTLER_BITS: Mapping[int, str] = {
 # The throttlers whose residency MI300's firmware accumulates (gpu_metrics v1_6+ `<name>_residency_acc`).
 RESIDENCY_REASONS = ("prochot", "ppt", "socket_thm", "vr_thm", "hbm_thm")
 
+# The per-XCC clock counters of v1_8's partition blocks (and of xcp_metrics, and v1.9): the key of
+# partition_xcc_counters -> the kernel field. v1_7's single gfx_below_host_limit_acc is not read
+# (see docs/design.md: v1_8 split it, and tools treat it as deprecated).
+XCC_COUNTERS: Mapping[str, str] = {
+    "power": "gfx_below_host_limit_ppt_acc",
+    "thermal": "gfx_below_host_limit_thm_acc",
+    "total": "gfx_below_host_limit_total_acc",
+    "low_utilization": "gfx_low_utilization_acc",
+}
+
 
 class GpuMetricsError(ValueError):
     """The blob is not a gpu_metrics table this decoder can read; the message says why."""
@@ -116,6 +130,7 @@ class GpuMetrics(NamedTuple):
     pcie_replays: int | None = None
     pcie_recoveries: int | None = None
     pcie_replay_rollovers: int | None = None
+    pcie_other_end_recoveries: int | None = None  # v1_6+: recoveries the link partner started
     pcie_naks_sent: int | None = None
     pcie_naks_received: int | None = None
     xgmi_link_width: int | None = None
@@ -135,10 +150,14 @@ class GpuMetrics(NamedTuple):
     # (v1.9: one device-wide entry, like partition_gfx_busy).
     partition_vcn_busy: tuple[tuple[float, ...], ...] = ()
     partition_jpeg_busy: tuple[tuple[float, ...], ...] = ()
+    # Per partition, per XCC counters of the firmware's samples (accumulation_counter ticks) in which
+    # that XCC's gfx clock sat below the host's limit, by cause (XCC_COUNTERS keys), as stored (v1_8+).
+    partition_xcc_counters: tuple[Mapping[str, tuple[int, ...]], ...] = ()
     # MI300 v1_6+: the firmware's sample count and, per throttler, how many of those samples it was
     # holding the clocks back (prochot, ppt, socket_thm, vr_thm, hbm_thm), raw u32 counters that wrap.
     accumulation_counter: int | None = None
     residency_acc: Mapping[str, int] = _EMPTY
+    memory_max_bandwidth_bytes_per_second: float | None = None  # v1_7+: the HBM's peak
 
     @property
     def version(self) -> str:
@@ -221,6 +240,7 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("fan_rpm", None, "current_fan_speed", "first", _FLOAT),
     ("pcie_link_transfers_per_second", None, "pcie_link_speed", "first", _RATE),
     ("pcie_bandwidth_bytes_per_second", None, "pcie_bandwidth_inst", "first", _BANDWIDTH),
+    ("memory_max_bandwidth_bytes_per_second", None, "mem_max_bandwidth", "first", _BANDWIDTH),
     ("xgmi_lane_rate", None, "xgmi_link_speed", "first", _RATE),
     ("xgmi_read_bytes", "", "xgmi_read_data_acc", "each", _DATA),
     ("xgmi_write_bytes", "", "xgmi_write_data_acc", "each", _DATA),
@@ -233,6 +253,7 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("pcie_replays", None, "pcie_replay_count_acc", "first", _AS_STORED),
     ("pcie_recoveries", None, "pcie_l0_to_recov_count_acc", "first", _AS_STORED),
     ("pcie_replay_rollovers", None, "pcie_replay_rover_count_acc", "first", _AS_STORED),
+    ("pcie_other_end_recoveries", None, "pcie_lc_perf_other_end_recovery", "first", _AS_STORED),
     ("pcie_naks_sent", None, "pcie_nak_sent_count_acc", "first", _AS_STORED),
     ("pcie_naks_received", None, "pcie_nak_rcvd_count_acc", "first", _AS_STORED),
     ("xgmi_link_width", None, "xgmi_link_width", "first", _AS_STORED),
@@ -349,12 +370,18 @@ def _check_length(data: bytes, structure_size: int) -> None:
     raise GpuMetricsError(f"blob of {len(data)} bytes shorter than structure_size {structure_size}{hint}")
 
 
-def _unknown_layout(structure_size: int, format_revision: int, content_revision: int) -> GpuMetricsError:
+def _unknown_layout(
+    structure_size: int, format_revision: int, content_revision: int, layouts: Sequence[Layout] = FIXED_LAYOUTS
+) -> GpuMetricsError:
     sizes = [
         str(layout.size)
-        for layout in FIXED_LAYOUTS
+        for layout in layouts
         if (layout.format_revision, layout.content_revision) == (format_revision, content_revision)
     ]
+    if layouts is PARTITION_FIXED_LAYOUTS and not sizes:
+        return GpuMetricsError(
+            f"unknown partition metrics revision {format_revision}.{content_revision} (this decoder reads 1.0 and 1.1)"
+        )
     if not sizes:
         return GpuMetricsError(
             f"unknown gpu_metrics revision {format_revision}.{content_revision}"
@@ -458,10 +485,18 @@ class Plans:
     value is read from (the rest of the table is skipped). `as_float` gives counters as floats.
     """
 
-    def __init__(self, target: Target, every_field: bool = True, as_float: bool = False) -> None:
+    def __init__(
+        self,
+        target: Target,
+        every_field: bool = True,
+        as_float: bool = False,
+        layouts: Sequence[Layout] = FIXED_LAYOUTS,
+        records_revision: tuple[int, int] = (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION),
+    ) -> None:
         self.target, self.as_float = target, as_float
+        self.layouts, self.records_revision = layouts, records_revision
         self.fixed = {}
-        for layout in FIXED_LAYOUTS:
+        for layout in layouts:
             plan = _plan(*_fixed_places(layout, None), target, as_float)
             if not every_field:
                 plan = _plan(*_fixed_places(layout, plan.read), target, as_float)
@@ -475,8 +510,8 @@ class Plans:
         if plan is not None and plan.codec is not None:
             _check_length(data, structure_size)
             return plan, plan.codec.unpack_from(data), format_revision, content_revision, structure_size
-        if (format_revision, content_revision) != (V1_9_FORMAT_REVISION, V1_9_CONTENT_REVISION):
-            raise _unknown_layout(structure_size, format_revision, content_revision)
+        if (format_revision, content_revision) != self.records_revision:
+            raise _unknown_layout(structure_size, format_revision, content_revision, self.layouts)
         _check_length(data, structure_size)
         records = list(_walk_v1_9(data, structure_size))
         shape = tuple((attr_id, unit, value_type, len(values)) for attr_id, unit, value_type, values in records)
@@ -521,11 +556,22 @@ def _whole(field: str, key: Key) -> tuple[int, Key]:
 
 
 _FULL = Plans(_whole)
+_PARTITION = Plans(_whole, layouts=PARTITION_FIXED_LAYOUTS, records_revision=PARTITION_V1_1_REVISION)
 
 
 def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
     """Decode one gpu_metrics read. Raises GpuMetricsError (and nothing else) when it cannot."""
-    plan, flat, format_revision, content_revision, structure_size = _FULL.unpack(blob)
+    return _decode(_FULL, blob)
+
+
+def decode_partition_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
+    """Decode one partition's xcp/xcp_metrics read: a GpuMetrics with its clocks and one partition
+    block (partition_gfx_busy[0] etc. are this partition's own). Raises GpuMetricsError when it cannot."""
+    return _decode(_PARTITION, blob)
+
+
+def _decode(plans: Plans, blob: bytes | bytearray | memoryview) -> GpuMetrics:
+    plan, flat, format_revision, content_revision, structure_size = plans.unpack(blob)
     scalars: dict[str, Any] = {}
     mappings: dict[str, dict[Any, Any]] = {name: {} for name in _MAPPINGS}
     take(plan, flat, (scalars, *mappings.values()))
@@ -548,6 +594,9 @@ def decode_gpu_metrics(blob: bytes | bytearray | memoryview) -> GpuMetrics:
     if partitions:
         for field, name in (("gfx", "gfx_busy_inst"), ("vcn", "vcn_busy"), ("jpeg", "jpeg_busy")):
             scalars[f"partition_{field}_busy"] = tuple(_ratios(flat, partition.get(name)) for partition in partitions)
+        counters = tuple(_counters(flat, partition) for partition in partitions)
+        if any(counters):
+            scalars["partition_xcc_counters"] = counters
     if (link := plan.slots.get("xgmi_link_status")) is not None:
         mappings["xgmi_link_up"] = {i: v == 1 for i, v in enumerate(flat[link[0] : link[1]]) if v in (0, 1)}
     if (indep := scalars.get("indep_throttle_status")) is not None:
@@ -570,6 +619,18 @@ def _ratios(flat: Sequence[int], slot: Slot | None) -> tuple[float, ...]:
         return ()
     first, stop, ones, _ = slot
     return tuple(v / 100 for v in flat[first:stop] if v != ones and 0 <= v <= 100)
+
+
+def _counters(flat: Sequence[int], partition: Mapping[str, Slot]) -> Mapping[str, tuple[int, ...]]:
+    """A partition block's per-XCC clock counters that are supplied (the driver fills each array from index 0)."""
+    found = {}
+    for key, name in XCC_COUNTERS.items():
+        slot = partition.get(name)
+        if slot is not None:
+            first, stop, ones, _ = slot
+            if values := tuple(v for v in flat[first:stop] if v != ones):
+                found[key] = values
+    return frozen_map(found)
 
 
 def _reported_partitions(

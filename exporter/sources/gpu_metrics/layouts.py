@@ -261,11 +261,28 @@ V1_8 = _layout("v1_8", 8, _V1_7, XCP_V1_2)
 
 FIXED_LAYOUTS: tuple[Layout, ...] = (V1_0, V1_1, V1_2, V1_3, V1_4, V1_5, V1_6_EARLY, V1_6, V1_7, V1_8)
 
+# struct amdgpu_partition_metrics_v1_0: one partition's own table (its xcp/xcp_metrics file). The
+# kernel declares its members flat: the partition's clocks, then exactly the members of
+# amdgpu_xcp_metrics_v1_2 in that order, which start at byte 48 (a multiple of 8), so the listing
+# places that block once as its one `xcp`, the same bytes the flat struct has. v1_1 is
+# attribute-encoded like gpu_metrics v1.9 (same attribute ids), under revision 1.1.
+PARTITION_V1_0 = _layout(
+    "amdgpu_partition_metrics_v1_0",
+    0,
+    """
+    u16 current_gfxclk[8] current_socclk[4] current_vclk0[4] current_dclk0[4] current_uclk padding
+    xcp xcp_stats[1]
+""",
+    XCP_V1_2,
+)
+PARTITION_FIXED_LAYOUTS: tuple[Layout, ...] = (PARTITION_V1_0,)
+
 
 # --- v1.9: self-describing records -------------------------------------------------------------
 
 V1_9_FORMAT_REVISION = 1
 V1_9_CONTENT_REVISION = 9
+PARTITION_V1_1_REVISION = (1, 1)  # amdgpu_partition_metrics_v1_1: the same records as v1.9
 V1_9_FIXED = struct.Struct("<HBBi")  # packed header + int attr_count
 V1_9_ENCODING = struct.Struct("<Q")
 

@@ -163,6 +163,16 @@ def clocks(metrics: Mapping[str, Any], slow: Mapping[str, Any]) -> tuple[dict[st
     return current | metrics_clocks(metrics), maximum
 
 
+def minimum_clocks(slow: Mapping[str, Any]) -> dict[str, float]:
+    """The lowest DPM level per domain, Hz (as the sysfs source: the first pp_dpm_* line)."""
+    found = {}
+    for domain, table in slow.get("clocks", {}).items():
+        levels = [int(hz) for hz in table.get("hertz", ())]
+        if levels:
+            found[domain] = float(min(levels))
+    return found
+
+
 def pcie_link(metrics: Mapping[str, Any], slow: Mapping[str, Any]) -> dict[str, Any]:
     """Current link from gpu_metrics (else the marked pp_dpm_pcie level), max from pp_dpm_pcie."""
     result: dict[str, Any] = {}
@@ -224,6 +234,7 @@ def sample_from_readings(readings: Mapping[str, Any], slow: Mapping[str, Any], t
         memory_total_bytes=frozen_map(numbers(slow.get("memory_total"))),
         clocks_hertz=frozen_map(current_clocks),
         clocks_max_hertz=frozen_map(max_clocks),
+        clocks_min_hertz=frozen_map(minimum_clocks(slow)),
         gfx_dpm_levels_hertz=gfx_levels(slow),
         voltages_volts=frozen_map({"gfx": millivolts / 1000.0} if millivolts is not None else {}),
         pcie_bandwidth_upper_bound_bytes_per_second=pcie_bandwidth(readings),

@@ -7,6 +7,10 @@ per partition with the busy ratio of that partition's XCCs and decoders. v1.9 ta
 device-wide per-XCC array instead; it is split by each partition's XCC count from KFD (num_xcc),
 partitions owning consecutive XCCs in index order.
 
+Newer drivers also give each partition its own table, xcp/xcp_metrics (amdgpu_partition_metrics
+v1_0 fixed, v1_1 attribute-encoded), with that partition's XCCs and decoders from index 0: where it
+is there it is read for the partition, and the socket table's blocks are the fallback.
+
 Reading gpu_metrics costs an SMU round trip, so the partitions of one socket share the table read
 for partition 0 in the same poll cycle (kept briefly in the socket's read state, source.py).
 """
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
@@ -88,26 +93,84 @@ def partition_memory(layout: PartitionLayout | None, partition: int) -> dict[str
     return {PARTITION_VRAM_POOL: float(size)} if size else {}
 
 
-def partition_busy(metrics: GpuMetrics, layout: PartitionLayout | None, partition: int) -> dict[str, float]:
-    """A partition's own busy ratios: gfx (mean of its XCCs) and, where the table says, media
-    (its busiest decoder). Empty when the table has no per-partition data (v1_4, v1_5)."""
+@dataclass(frozen=True, slots=True)
+class PartitionFigures:
+    """What one partition's tables say of its own XCCs and decoders, each array from its index 0."""
+
+    gfx_busy: tuple[float, ...] = ()  # per XCC, ratio
+    vcn_busy: tuple[float, ...] = ()
+    jpeg_busy: tuple[float, ...] = ()
+    # XCC_COUNTERS key -> per XCC, accumulation_counter ticks (v1_8+)
+    xcc_counters: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _block(metrics: GpuMetrics, index: int) -> PartitionFigures | None:
+    """Partition block `index` of a fixed layout (or a partition's own table, index 0)."""
+    if len(metrics.partition_gfx_busy) <= index:
+        return None
+
+    def at(blocks: tuple[Any, ...], empty: Any) -> Any:
+        return blocks[index] if len(blocks) > index else empty
+
+    return PartitionFigures(
+        metrics.partition_gfx_busy[index],
+        at(metrics.partition_vcn_busy, ()),
+        at(metrics.partition_jpeg_busy, ()),
+        at(metrics.partition_xcc_counters, {}),
+    )
+
+
+def partition_figures(
+    own: GpuMetrics | None, socket: GpuMetrics | None, layout: PartitionLayout | None, partition: int
+) -> PartitionFigures | None:
+    """A partition's own figures: from its xcp_metrics (`own`) when read, else from the socket's
+    gpu_metrics; None when neither has per-partition data (v1_4, v1_5)."""
+    if own is not None and (found := _block(own, 0)) is not None:
+        return found
+    if socket is None:
+        return None
+    if socket.version != V1_9:
+        return _block(socket, partition)
+    # v1.9: one device-wide set of per-XCC arrays, the partitions' XCCs in order; its decoder arrays
+    # cannot be split (which partition owns a shared decoder is not in the table): one partition only.
+    xcc_counts = layout.xcc_counts if layout is not None else ()
+    whole = socket.partition_gfx_busy[0] if socket.partition_gfx_busy else ()
+    if not xcc_counts:  # not a partitionable socket's layout: the table is the device's own
+        xcc_counts = (len(whole),)
+    if not whole or partition >= len(xcc_counts) or len(whole) < sum(xcc_counts):
+        return None
+    first = sum(xcc_counts[:partition])
+    span = slice(first, first + xcc_counts[partition])
+    counters = socket.partition_xcc_counters[0] if socket.partition_xcc_counters else {}
+    alone = len(xcc_counts) == 1
+    return PartitionFigures(
+        whole[span],
+        socket.partition_vcn_busy[0] if alone and socket.partition_vcn_busy else (),
+        socket.partition_jpeg_busy[0] if alone and socket.partition_jpeg_busy else (),
+        {key: ticks[span] for key, ticks in counters.items() if len(ticks) >= sum(xcc_counts)},
+    )
+
+
+def partition_busy(figures: PartitionFigures | None) -> dict[str, float]:
+    """A partition's own busy ratios: gfx (mean of its XCCs) and, where its table says, media (its
+    busiest decoder)."""
     busy: dict[str, float] = {}
-    gfx: tuple[float, ...] = ()
-    if metrics.version == V1_9:
-        # one device-wide per-XCC array, the partitions' XCCs in order
-        if metrics.partition_gfx_busy and layout is not None and partition < layout.count:
-            flat = metrics.partition_gfx_busy[0]
-            first = sum(layout.xcc_counts[:partition])
-            if len(flat) >= sum(layout.xcc_counts):
-                gfx = flat[first : first + layout.xcc_counts[partition]]
-    elif len(metrics.partition_gfx_busy) > partition:
-        gfx = metrics.partition_gfx_busy[partition]
-        vcn = metrics.partition_vcn_busy[partition] if len(metrics.partition_vcn_busy) > partition else ()
-        if vcn:
-            busy["media"] = max(vcn)
-    if gfx:
-        busy["gfx"] = sum(gfx) / len(gfx)
+    if figures is None:
+        return busy
+    if figures.gfx_busy:
+        busy["gfx"] = sum(figures.gfx_busy) / len(figures.gfx_busy)
+    if figures.vcn_busy:
+        busy["media"] = max(figures.vcn_busy)
     return busy
+
+
+def xcc_below_host_limit_seconds(figures: PartitionFigures) -> dict[tuple[int, str], float]:
+    """(XCC, reason) -> seconds below the host's clock limit: the counters count accumulation ticks (1 ms)."""
+    return {
+        (xcc, reason): ticks * RESIDENCY_TICK_SECONDS
+        for reason, per_xcc in figures.xcc_counters.items()
+        for xcc, ticks in enumerate(per_xcc)
+    }
 
 
 def residency_seconds(metrics: GpuMetrics) -> dict[str, float]:

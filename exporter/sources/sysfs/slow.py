@@ -59,6 +59,7 @@ def read_slow_layer(
         levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm)
         if levels is not None and levels.levels_hertz:
             values.set("clocks_max_hertz", domain, levels.max_hertz, name)
+            values.set("clocks_min_hertz", domain, min(levels.levels_hertz), name)
             if domain == "gfx":
                 # Lowest first; a fine-grained table (at most three lines: min, the current clock when
                 # between, max) as its range (min, max): its middle line is the clock of the moment, not a level.

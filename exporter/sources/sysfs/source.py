@@ -23,18 +23,21 @@ from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample
 from exporter.sources.base import Source, SourceError
 from exporter.sources.errors import FileErrors, collecting, record
-from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics
+from exporter.sources.gpu_metrics import GpuMetrics, GpuMetricsError, decode_gpu_metrics, decode_partition_metrics
 from exporter.sources.identity import measures_package_power
 from exporter.sources.sysfs.discovery import Card, Listing, assemble, identify, list_devices
 from exporter.sources.sysfs.files import KeptFiles, read_file_bytes
 from exporter.sources.sysfs.partitions import (
+    PartitionFigures,
     PartitionLayout,
     partition_busy,
+    partition_figures,
     partition_layouts,
     partition_memory,
     partition_modes_changed,
     residency_seconds,
     throttlers_active,
+    xcc_below_host_limit_seconds,
 )
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
 from exporter.sources.sysfs.table import (
@@ -53,6 +56,7 @@ log = get_logger("exporter.sources.sysfs")
 _MEM_BANKS = "mem_banks/properties"  # KFD's memory banks: where a partition's VRAM size comes from
 # Seconds partition 0's gpu_metrics table serves the socket's other partitions: one poll cycle's reads.
 _SOCKET_TABLE_MAX_AGE = 0.1
+PARTITION_METRICS = "xcp/xcp_metrics"  # a partition's own table, below its device folder (newer drivers)
 
 
 @dataclass(eq=False, slots=True)
@@ -105,11 +109,14 @@ class SysfsSource(Source):
         pcie_bw_interval: float = 30.0,
         read_timeout: float = 2.0,
         board_temperatures: bool = True,
+        xcc_detail: bool = False,
     ):
         self.root = str(sysfs_root)
         # MI350-class board/gpuboard_temp: 19 series per GPU, off in the daemon unless asked for
         # (--collector.board-temperatures); on here so a reader of the tree gets all of it
         self.board_temperatures = board_temperatures
+        # --collector.xcc: per-XCC host-limit counters and per-engine decoder busy (tens of series per GPU)
+        self.xcc_detail = xcc_detail
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
         self.read_timeout = read_timeout
@@ -275,11 +282,18 @@ class SysfsSource(Source):
         if metrics is not None:
             values.override_from(metrics, GPU_METRICS_FIELDS)
             self._throttle_residency(state, metrics, values)
+        own = None
+        if layout is not None or (metrics is not None and metrics.partition_gfx_busy):  # MI300-class only
+            own = _decode(read(os.path.join(dev, PARTITION_METRICS)), PARTITION_METRICS)
+        figures = partition_figures(own, metrics, layout, 0)
+        if figures is not None:
+            origin = PARTITION_METRICS if own is not None else "gpu_metrics"
             if partitioned:
                 # A partitioned socket: partition 0's gfx (and media) busy are its own, like every
-                # partition's, where the table has per-partition blocks; the socket's otherwise.
-                for engine, ratio in partition_busy(metrics, layout, 0).items():
-                    values.set("busy", engine, ratio, "gpu_metrics")
+                # partition's, where a table has per-partition data; the socket's otherwise.
+                for engine, ratio in partition_busy(figures).items():
+                    values.set("busy", engine, ratio, origin)
+            self._xcc_values(figures, values, origin)
         for pool, size in partition_memory(layout, 0).items():
             values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
@@ -304,19 +318,38 @@ class SysfsSource(Source):
         """Partition 1..N-1: only its own values (busy of its XCCs and decoders); the socket-wide
         values live on partition 0. Read from the socket's table, shared with partition 0's read."""
         layout = state.layout
-        shared = state.socket_table
-        fresh = shared is not None and time.monotonic() - shared[0] <= _SOCKET_TABLE_MAX_AGE
-        metrics = shared[1] if shared is not None and fresh else None
-        if metrics is None:
-            socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
-            metrics = _decode(read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
-            state.socket_table = (time.monotonic(), metrics)
+        own = _decode(read_file_bytes(os.path.join(device.device_dir, PARTITION_METRICS)), PARTITION_METRICS)
+        metrics = None
+        if own is None:  # no table of its own: its block of the socket's table
+            shared = state.socket_table
+            fresh = shared is not None and time.monotonic() - shared[0] <= _SOCKET_TABLE_MAX_AGE
+            metrics = shared[1] if shared is not None and fresh else None
+            if metrics is None:
+                socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
+                metrics = _decode(read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
+                state.socket_table = (time.monotonic(), metrics)
         values = SampleValues()
-        for engine, ratio in (partition_busy(metrics, layout, device.partition) if metrics and layout else {}).items():
-            values.set("busy", engine, ratio, "gpu_metrics")
+        figures = partition_figures(own, metrics, layout, device.partition) if layout else None
+        if figures is not None:
+            origin = PARTITION_METRICS if own is not None else "gpu_metrics"
+            for engine, ratio in partition_busy(figures).items():
+                values.set("busy", engine, ratio, origin)
+            self._xcc_values(figures, values, origin)
         for pool, size in partition_memory(layout, device.partition).items():
             values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         return values, time.time()
+
+    def _xcc_values(self, figures: PartitionFigures, values: SampleValues, origin: str) -> None:
+        """Per-XCC busy always; with xcc_detail, per-engine decoder busy and the host-limit counters."""
+        for xcc, ratio in enumerate(figures.gfx_busy):
+            values.set("xcc_busy", xcc, ratio, origin)
+        if not self.xcc_detail:
+            return
+        for engine, ratios in (("vcn", figures.vcn_busy), ("jpeg", figures.jpeg_busy)):
+            for instance, ratio in enumerate(ratios):
+                values.set("media_engine_busy", (engine, instance), ratio, origin)
+        for key, seconds in xcc_below_host_limit_seconds(figures).items():
+            values.set("xcc_below_host_limit_seconds", key, seconds, origin)
 
     @staticmethod
     def _throttle_residency(state: DeviceReadState, metrics: GpuMetrics, values: SampleValues) -> None:
@@ -374,13 +407,13 @@ class SysfsSource(Source):
         self._identify_pool.close()
 
 
-def _decode(blob: bytes | None) -> GpuMetrics | None:
+def _decode(blob: bytes | None, file: str = "gpu_metrics") -> GpuMetrics | None:
     if blob is None:
         return None
     try:
-        return decode_gpu_metrics(blob)
+        return decode_partition_metrics(blob) if file == PARTITION_METRICS else decode_gpu_metrics(blob)
     except GpuMetricsError as error:
-        record("gpu_metrics", "parse", str(error))  # counted, and logged once per change of state
+        record(file, "parse", str(error))  # counted, and logged once per change of state
         return None
 
 

@@ -28,7 +28,7 @@ from exporter.sources.gpu_metrics import GpuMetrics
 from exporter.sources.plausible import all_plausible, plausible
 from exporter.sources.sysfs.files import parse_read, read_file_bytes
 
-Key = str | int | tuple[str, str]
+Key = str | int | tuple[str | int, str | int]
 # always: the file's value is the field's; if_missing: only when no earlier layer (or row) supplied
 # this field (this key, for a mapping); if_field_empty: only when no earlier layer supplied any key
 # of this mapping (a partial gpu_metrics table is not mixed with hwmon readings).
