@@ -2,6 +2,7 @@
 
     python -m bench.fleet [--nodes 10,50,100,200] [--fleets 4xMI250X] [--warmup 240] [--label before]
                           [--output bench/RESULTS-fleet.md] [--json FILE] [--before FILE]
+    python -m bench.fleet sizes 'FLEET;FLEET...' [DAEMON FLAG ...]   (one node's series and bytes)
 
 A real Prometheus (Debian's /usr/bin/prometheus) scrapes N virtual nodes every 15 s and evaluates
 the shipped rule files (deploy/prometheus/*.rules.yml) every 15 s. The nodes are served by one
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import math
 import random
@@ -150,13 +152,13 @@ def render(headers: Sequence[str], lines: Sequence[Line], elapsed: float, rng: r
     return "\n".join(out).encode()
 
 
-def capture(fleet: str, work: Path) -> dict[str, Any]:
+def capture(fleet: str, work: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
     """Two /metrics bodies of the real demo daemon, CAPTURE_GAP apart, and when they were taken."""
     port = _free_port()
     log = work / f"capture-{_slug(fleet)}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(EXPORTER), "--demo", f"--demo.fleet={fleet}", f"--web.listen-address=127.0.0.1:{port}"],
+            [str(EXPORTER), "--demo", f"--demo.fleet={fleet}", f"--web.listen-address=127.0.0.1:{port}", *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -300,7 +302,9 @@ def _first_label_value(client: httpx.Client, query: str) -> str:
     return options[0] if options else ""
 
 
-def time_query(client: httpx.Client, query: Query, values: dict[str, str], now: float, repeats: int) -> dict[str, Any]:
+def time_query(
+    client: httpx.Client, query: Query, values: dict[str, str], now: float, repeats: int, pid: int
+) -> dict[str, Any]:
     step_values = dict(values)
     step_values |= {
         "__interval": f"{query.step}s",
@@ -313,8 +317,9 @@ def time_query(client: httpx.Client, query: Query, values: dict[str, str], now: 
     else:
         url = "/api/v1/query_range"
         params = {"query": promql, "start": f"{now - QUERY_RANGE:.3f}", "end": f"{now:.3f}", "step": str(query.step)}
-    best, error, series = math.inf, "", 0
+    best, best_cpu, error, series = math.inf, math.inf, "", 0
     for _ in range(repeats):
+        cpu_started = cpu_seconds(pid)
         started = time.perf_counter()
         response = client.post(url, data=params)
         elapsed = time.perf_counter() - started
@@ -324,10 +329,12 @@ def time_query(client: httpx.Client, query: Query, values: dict[str, str], now: 
         else:
             series = len(body["data"]["result"]) if isinstance(body["data"]["result"], list) else 1
         best = min(best, elapsed)
+        best_cpu = min(best_cpu, cpu_seconds(pid) - cpu_started)
     return {
         "dashboard": query.dashboard,
         "where": query.where,
         "seconds": best,
+        "cpu": best_cpu,
         "series": series,
         "error": error,
         "promql": promql,
@@ -382,6 +389,7 @@ def run_nodes(nodes: int, captures_file: Path, work: Path, warmup: float, repeat
             f"--storage.tsdb.path={run_dir / 'data'}",
             f"--web.listen-address=127.0.0.1:{prom_port}",
             "--log.level=warn",
+            "--web.enable-lifecycle",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -420,8 +428,19 @@ def run_nodes(nodes: int, captures_file: Path, work: Path, warmup: float, repeat
         for series in _instant(client, "prometheus_rule_group_interval_seconds"):
             groups.setdefault(_group(series["metric"]), {})["interval"] = float(series["value"][1])
         values = dashboard_values(DASHBOARD_DIR, client)
-        now = time.time()
-        timings = [time_query(client, q, values[q.dashboard], now, repeats) for q in dashboard_queries(DASHBOARD_DIR)]
+        # The queries run on a Prometheus that does nothing else: scraping and rules stopped by a
+        # reload (the head keeps the data), so a query's CPU is its own and the wall time carries
+        # only the machine's other load. The range ends before the reload's staleness markers.
+        now = time.time() - 1
+        quiet = prometheus_config(0, server_port, [], prom_port)
+        quiet["scrape_configs"] = []
+        (run_dir / "prometheus.yml").write_text(yaml.safe_dump(quiet))
+        client.post("/-/reload").raise_for_status()
+        time.sleep(2)
+        timings = [
+            time_query(client, q, values[q.dashboard], now, repeats, prometheus.pid)
+            for q in dashboard_queries(DASHBOARD_DIR)
+        ]
         loads.append(fmt.load_average())
         return {
             "nodes": nodes,
@@ -500,12 +519,14 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     for q in run["queries"]:
         by_dashboard.setdefault(q["dashboard"], []).append(q)
     worst = {d: max(qs, key=lambda q: q["seconds"]) for d, qs in by_dashboard.items()}
+    worst_cpu = {d: max(qs, key=lambda q: q.get("cpu", 0.0)) for d, qs in by_dashboard.items()}
     return {
         "slowest_group": slowest,
         "slowest_group_seconds": mean.get(slowest, 0.0),
         "all_groups_seconds": sum(mean.values()),
         "missed": sum(g.get("missed", 0.0) for g in groups.values()),
         "worst": worst,
+        "worst_cpu": worst_cpu,
         "total": {d: sum(q["seconds"] for q in qs) for d, qs in by_dashboard.items()},
         "errors": sum(1 for q in run["queries"] if q["error"]),
     }
@@ -528,13 +549,14 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         + "; ".join(f"{c['fleet']}: {c['series']} series, {c['bytes'] / 1e3:.1f} kB a body" for c in result["captures"])
         + f". Scrape and evaluation every {SCRAPE_INTERVAL} s; rule files: {', '.join(result['rule_files'])}; "
         f"{result['warmup']:.0f} s of data before measuring (queries over the last {QUERY_RANGE} s see that much); "
-        f"query latency = best of {result['repeats']} (wall, over HTTP).",
+        f"query latency = best of {result['repeats']} (wall, over HTTP, and Prometheus's CPU time "
+        "during it), run after a reload that stops scraping and rules.",
         "",
     ]
     headers = ["N nodes", "head series", "a node", "Prometheus RSS", "a node", "CPU (cores)", "slowest rule group"]
     headers += ["all groups per cycle", "missed iterations"]
     for d in dashboards:
-        headers += [f"slowest {d} query", f"{d} all queries"]
+        headers += [f"slowest {d} query (wall)", f"most CPU {d} query", f"{d} all queries (wall)"]
     headers += ["load (1 min) during"]
     rows = []
     for r, s in zip(runs, sums, strict=True):
@@ -552,6 +574,8 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         for d in dashboards:
             worst = s["worst"].get(d)
             row += [f"{fmt.seconds(worst['seconds'])} ({worst['where']})" if worst else "n/a"]
+            most = s["worst_cpu"].get(d)
+            row += [f"{fmt.seconds(most.get('cpu'))} ({most['where']})" if most else "n/a"]
             row += [fmt.seconds(s["total"].get(d))]
         loads = [float(x.split(",")[0]) for x in r["loads"]]
         row.append(f"{min(loads):.1f}-{max(loads):.1f}")
@@ -569,6 +593,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
     series: dict[str, list[float]] = {
         "head series": [r["head_series"] for r in runs],
         "Prometheus RSS (bytes)": [r["rss"] for r in runs],
+        "Prometheus CPU (cores)": [r["cpu_cores"] for r in runs],
         "all rule groups per cycle (s)": [s["all_groups_seconds"] for s in sums],
     }
     group_names = sorted({g for r in runs for g in r["groups"]})
@@ -576,6 +601,9 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         series[f"rule group {g} (s)"] = [r["groups"].get(g, {}).get("mean", 0.0) for r in runs]
     for d in dashboards:
         series[f"slowest {d} query (s)"] = [s["worst"][d]["seconds"] if d in s["worst"] else 0.0 for s in sums]
+        series[f"most CPU {d} query (CPU s)"] = [
+            s["worst_cpu"][d].get("cpu", 0.0) if d in s["worst_cpu"] else 0.0 for s in sums
+        ]
         series[f"{d}: all queries (s)"] = [s["total"].get(d, 0.0) for s in sums]
     fits = {name: fit(ns, ys) for name, ys in series.items()}
     rows = []
@@ -587,6 +615,8 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
                 cells.append(_gib(value))
             elif name == "head series":
                 cells.append(_count(value))
+            elif "cores" in name:
+                cells.append("n/a" if value is None else f"{value:.2f}")
             else:
                 cells.append(fmt.seconds(value))
         rows.append(cells)
@@ -602,6 +632,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
     over = {g: v for g, v in groups_1k.items() if v is not None and v > GOAL_GROUP_SHARE * interval}
     fleet_name = next((d for d in dashboards if "fleet" in d), None)
     fleet_1k = at(fits.get(f"slowest {fleet_name} query (s)"), 1000) if fleet_name else None
+    fleet_cpu_1k = at(fits.get(f"most CPU {fleet_name} query (CPU s)"), 1000) if fleet_name else None
     rss_1k = at(fits["Prometheus RSS (bytes)"], 1000)
     goals = [
         "Goals (issue 24), at the fitted 1,000 nodes:",
@@ -609,9 +640,9 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         f"- every rule group within {GOAL_GROUP_SHARE:.0%} of its {interval} s interval: "
         + ("met" if not over else "NOT met: " + ", ".join(f"{g} {fmt.seconds(v)}" for g, v in sorted(over.items())))
         + f" (slowest {fmt.seconds(max((v for v in groups_1k.values() if v is not None), default=None))});",
-        f"- slowest fleet panel under {GOAL_FLEET_PANEL * 1000:.0f} ms: {fmt.seconds(fleet_1k)}, "
+        f"- slowest fleet panel under {GOAL_FLEET_PANEL * 1000:.0f} ms: {fmt.seconds(fleet_1k)} wall, "
         + ("met" if fleet_1k is not None and fleet_1k < GOAL_FLEET_PANEL else "NOT met")
-        + ";",
+        + f" (the query with the most Prometheus CPU: {fmt.seconds(fleet_cpu_1k)});",
     ]
     if before is not None:
         before_rss_1k = at(fit([r["nodes"] for r in before["runs"]], [r["rss"] for r in before["runs"]]), 1000)
@@ -639,21 +670,26 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         rows.append(cells)
     out += ["Rule groups: evaluation time per cycle.", "", fmt.markdown_table(headers, rows), ""]
 
-    # every query
+    # every query (queries come in the same order in every run: keyed by position)
     for d in dashboards:
-        keys = [q["where"] for q in runs[-1]["queries"] if q["dashboard"] == d]
-        per_run = [{q["where"]: q for q in r["queries"] if q["dashboard"] == d} for r in runs]
-        order = sorted(keys, key=lambda k: -per_run[-1][k]["seconds"])
+        per_run = [[q for q in r["queries"] if q["dashboard"] == d] for r in runs]
+        order = sorted(range(len(per_run[-1])), key=lambda i: -per_run[-1][i]["seconds"])
         rows = []
-        for k in order:
-            cells = [k.replace("|", "/")]
+        for i in order:
+            cells = [per_run[-1][i]["where"].replace("|", "/")]
             for pr in per_run:
-                q = pr.get(k)
-                cells.append("n/a" if q is None else ("error" if q["error"] else fmt.seconds(q["seconds"])))
+                q = pr[i] if i < len(pr) else None
+                if q is None:
+                    cells.append("n/a")
+                else:
+                    cells.append(
+                        "error" if q["error"] else f"{fmt.seconds(q['seconds'])} / {fmt.seconds(q.get('cpu'))}"
+                    )
             rows.append(cells)
         variables = ", ".join(f"{k}={v!r}" for k, v in runs[-1]["variables"].get(d, {}).items() if k != "datasource")
         out += [
-            f"Every {d} query (slowest first at the largest N; variables: {variables}).",
+            f"Every {d} query, wall / Prometheus CPU (slowest first at the largest N; variables: "
+            f"{variables or 'none'}).",
             "",
             fmt.markdown_table(["panel query", *[f"N={n}" for n in ns]], rows),
             "",
@@ -726,7 +762,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def sizes(fleets: list[str], extra: list[str]) -> str:
+    """Series and bytes of one node's /metrics per demo fleet, at the daemon's defaults (or `extra`)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-sizes-") as tmp:
+        for fleet in fleets:
+            body = capture(fleet, Path(tmp), extra)["second"]
+            series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+            devices = sum(1 for line in body.splitlines() if line.startswith("amdgpu_up{"))
+            raw = body.encode()
+            rows.append(
+                [
+                    fleet,
+                    str(devices),
+                    str(series),
+                    f"{series / max(devices, 1):.0f}",
+                    f"{len(raw) / 1e3:.1f} kB",
+                    f"{len(gzip.compress(raw, compresslevel=5, mtime=0)) / 1e3:.1f} kB",
+                ]
+            )
+    headers = ["demo fleet", "devices", "series", "a device", "text", "gzip"]
+    return fmt.markdown_table(headers, rows, right=[False, True, True, True, True, True])
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["sizes"]:
+        print(f"daemon flags: {' '.join(argv[2:]) or '(defaults)'}")
+        print(sizes([f for f in argv[1].split(";") if f], argv[2:]))
+        return 0
     if argv[:1] == ["serve"]:
         captures = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
         asyncio.run(serve(captures, int(argv[2]), int(argv[3])))
