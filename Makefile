@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 # mmdebstrap and gcc build the cached trixie/sid chroots with rocm-smi 6.x and amd-smi (tests/oracles);
 # mmdebstrap also builds the trixie chroots `make deb` makes its venv in and its test installs it into;
 # mmdebstrap and umoci build the OCI image (`make image`, tests/integration/test_oci_image.py);
-# chromium loads the status page headless (tests/integration/test_status_page_browser.py).
+# chromium loads the status page headless (tests/integration/test_status_page_browser.py);
+# victoria-metrics (with vmalert) is the central store of the two-tier test (tests/integration/test_fleet_two_tier.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \
-	mmdebstrap gcc curl openssl strace chromium umoci
+	mmdebstrap gcc curl openssl strace chromium umoci victoria-metrics
 DEBIAN_BENCH_PACKAGES := wrk strace
 # `make demo PORT=9500` (and `make demo-stack PORT=9500`): the demo exporter's port on 127.0.0.1.
 PORT ?= 9442
