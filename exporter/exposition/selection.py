@@ -26,12 +26,15 @@ COLLECTORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("temperature", ("amdgpu_temperature_*",)),
     ("power", ("amdgpu_power_*", "amdgpu_energy_joules")),
     ("busy", ("amdgpu_busy_ratio",)),
+    ("xcc", ("amdgpu_xcc_*", "amdgpu_media_engine_*")),
+    ("board", ("amdgpu_board_*", "amdgpu_baseboard_*", "amdgpu_node_power_*")),
     ("memory", ("amdgpu_memory_*",)),
-    ("clock", ("amdgpu_clock_hertz", "amdgpu_clock_max_hertz", "amdgpu_voltage_volts")),
+    ("clock", ("amdgpu_clock_hertz", "amdgpu_clock_max_hertz", "amdgpu_clock_min_hertz", "amdgpu_voltage_volts")),
     ("throttle", ("amdgpu_throttle_*",)),
     ("pcie", ("amdgpu_pcie_*",)),
     ("xgmi", ("amdgpu_xgmi_*",)),
     ("ecc", ("amdgpu_ecc_*", "amdgpu_ras_*")),
+    ("health", ("amdgpu_health_*", "amdgpu_cper_*", "amdgpu_last_reset_*")),
     ("firmware", ("amdgpu_firmware_info",)),
     ("topology", ("amdgpu_topology_*",)),
     ("alerts", ("amdgpu_alert_*", "amdgpu_clock_down_suggested_ratio", "amdgpu_suggested_*")),
@@ -53,6 +56,8 @@ OFF_BY_DEFAULT = frozenset(
         "amdgpu_xgmi_write_bytes",
         "amdgpu_throttle_residency_seconds",  # amdgpu_throttle_active is derived from the same counters
         "amdgpu_clock_max_hertz",  # DPM ceilings; the suggestion is amdgpu_suggested_gfx_clock_max_hertz
+        "amdgpu_clock_min_hertz",  # DPM floors, as static as the ceilings
+        "amdgpu_baseboard_temperature_celsius",  # MI350-class: 23 sensors a node; node power stays on
     }
 )
 
