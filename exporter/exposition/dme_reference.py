@@ -100,8 +100,10 @@ DME_METRICS = (
         "gpu_gfx_busy_instantaneous",
         "%",
         "amdgpu_xcc_busy_ratio",
-        'label_replace(amdgpu_xcc_busy_ratio, "xcc_index", "$1", "xcc", "(.*)") * 100',
-        "one series per XCC of a device (MI300-class), label xcc_index",
+        '(label_replace(amdgpu_xcc_busy_ratio, "xcc_index", "$1", "xcc", "(.*)")'
+        ' or on (instance, job, gpu) label_replace(amdgpu_busy_ratio{engine="gfx"}, "xcc_index", "0", "", "")) * 100',
+        "one series per XCC of a device (MI300-class), label xcc_index; a device without per-XCC figures"
+        " (MI200) gives its gfx busy as xcc_index 0",
     ),
     DmeMetric("gpu_used_vram", "MB", "amdgpu_memory_used_bytes", 'amdgpu_memory_used_bytes{pool="vram"} / 1048576'),
     DmeMetric(
