@@ -109,6 +109,29 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
         "type": frozenset({"correctable", "uncorrectable", "deferred"}),
     },
     "amdgpu_ras_retired_pages": _GPU,
+    # The raw health signals (docs/health-signals.md)
+    "amdgpu_ras_pending_pages": _GPU,
+    "amdgpu_ras_bad_page_threshold_pages": _GPU,
+    "amdgpu_cper_records": {**_GPU, "severity": frozenset({"fatal", "nonfatal", "corrected"})},
+    "amdgpu_cper_newest_record_timestamp_seconds": {**_GPU, "severity": frozenset({"fatal", "nonfatal", "corrected"})},
+    "amdgpu_last_reset_timestamp_seconds": _GPU,
+    "amdgpu_pcie_aer_errors_total": {
+        **_GPU,
+        "port": frozenset({"device", "upstream"}),
+        "severity": frozenset({"correctable", "nonfatal", "fatal"}),
+    },
+    # Per-XCC figures, the partition metrics table, gpu_metrics 1.9's fields
+    "amdgpu_xcc_busy_ratio": {**_GPU, "xcc": None},
+    "amdgpu_media_engine_busy_ratio": {**_GPU, "engine": frozenset({"vcn", "jpeg"}), "instance": None},
+    "amdgpu_xcc_below_host_limit_seconds_total": {
+        **_GPU,
+        "xcc": None,
+        "reason": frozenset({"power", "thermal", "low_utilization", "total"}),
+    },
+    "amdgpu_clock_min_hertz": {**_GPU, "domain": None},
+    "amdgpu_memory_max_bandwidth_bytes_per_second": _GPU,
+    "amdgpu_pcie_other_end_recoveries_total": _GPU,
+    "amdgpu_pcie_replay_rollovers_total": _GPU,
     # MI350-class board/ (node-wide families carry no gpu label: shown once per node)
     "amdgpu_board_temperature_celsius": {**_GPU, "sensor": None},
     "amdgpu_baseboard_temperature_celsius": {"sensor": None},
