@@ -423,7 +423,7 @@ METRICS: tuple[MetricSpec, ...] = (
             "MI300-class device, numbered from 0 within the device (a compute partition's own). "
             "With --collector.xcc.",
             "media_engine_busy",
-            ("engine", "instance"),
+            ("engine", "engine_index"),
         ),
         omit_when_empty=True,
     ),

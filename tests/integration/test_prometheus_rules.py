@@ -122,7 +122,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     },
     # Per-XCC figures, the partition metrics table, gpu_metrics 1.9's fields
     "amdgpu_xcc_busy_ratio": {**_GPU, "xcc": None},
-    "amdgpu_media_engine_busy_ratio": {**_GPU, "engine": frozenset({"vcn", "jpeg"}), "instance": None},
+    "amdgpu_media_engine_busy_ratio": {**_GPU, "engine": frozenset({"vcn", "jpeg"}), "engine_index": None},
     "amdgpu_xcc_below_host_limit_seconds_total": {
         **_GPU,
         "xcc": None,

@@ -349,7 +349,7 @@ def compare_amd_smi_metric(gpu: dict[str, Any], ours: OurDevice) -> Comparison:
         if engine == "gfx_busy_inst":
             c.check(key, ours.value("amdgpu_xcc_busy_ratio", xcc=index), percent, unit="%")
         elif detail:
-            c.check(key, ours.value("amdgpu_media_engine_busy_ratio", engine=engine, instance=index), percent, "%")
+            c.check(key, ours.value("amdgpu_media_engine_busy_ratio", engine=engine, engine_index=index), percent, "%")
         else:
             c.not_exported([re.escape(key)])  # opt-in: --collector.xcc
     for key, sensor in AMD_SMI_TEMPERATURES.items():

@@ -108,7 +108,7 @@ def test_amd_smi_shows_our_decoder_busy(reports: dict[str, Any], ours: OurDevice
     for engine in ("vcn", "jpeg"):
         theirs = _supplied(usage[f"{engine}_busy"]["xcp_0"])
         assert theirs, engine
-        assert theirs == _ours(ours, "amdgpu_media_engine_busy_ratio", "instance", 100, engine=engine), engine
+        assert theirs == _ours(ours, "amdgpu_media_engine_busy_ratio", "engine_index", 100, engine=engine), engine
 
 
 def test_amd_smi_shows_our_host_limit_counters(reports: dict[str, Any], ours: OurDevice) -> None:

@@ -250,3 +250,10 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
     # Without the fast sampler: no window series at all, never zeros.
     plain = _samples(render(published, EVERYTHING).text.decode())
     assert not [k for k in plain if "_window_" in k[0] or k[0].startswith("amdgpu_exporter_fast_samples")]
+
+
+def test_no_family_uses_a_label_prometheus_sets_on_every_target() -> None:
+    """An exporter's `instance` or `job` label would be renamed exported_* by Prometheus and lost."""
+    from exporter.exposition.metrics import METRICS
+
+    assert not [(spec.name, label) for spec in METRICS for label in spec.labels if label in ("instance", "job")]
