@@ -175,7 +175,7 @@ def test_late_gcd_gets_the_next_index_and_a_gcd_off_the_bus_keeps_its_own(tmp_pa
         terminate_within(proc, 1.0)
 
 
-def test_an_empty_unique_id_read_leaves_no_phantom(tmp_path: Path) -> None:
+def test_a_bad_unique_id_read_leaves_no_phantom(tmp_path: Path) -> None:
     root, simulator = tree(tmp_path)
     card1 = simulator.truth()[1].identity
     unique_id = Path(card1.device_dir) / "unique_id"
@@ -183,10 +183,11 @@ def test_an_empty_unique_id_read_leaves_no_phantom(tmp_path: Path) -> None:
         wait_ready(port, proc)
         before = gpu_of(scrape(port))
         original = unique_id.read_bytes()
-        unique_id.write_bytes(b"")  # a bad read of unique_id during the rediscoveries
+        # a bad read of unique_id during the rediscoveries (an empty one is the kernel's "no id": a VF's)
+        unique_id.write_bytes(b"0x\xff\n")
         bad = wait_for(port, lambda s: bool(value(s, "amdgpu_exporter_file_errors_total", gpu=before[card1.pci_bus_id],
                                                   file="unique_id", reason="parse")),
-                       what="the empty unique_id read by a rediscovery")  # fmt: skip
+                       what="the bad unique_id read by a rediscovery")  # fmt: skip
         assert gpu_of(bad) == before
         unique_id.write_bytes(original)
         done = value(bad, "amdgpu_exporter_discoveries_total", result="ok") or 0

@@ -44,7 +44,11 @@ def _tree(tmp_path_factory: pytest.TempPathFactory, fleet: str) -> Path:
 
 def _ours(tree: Path) -> Series:
     proc, port = start_exporter(
-        f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collector.board-temperatures"
+        f"--path.sysfs={tree}",
+        "--source=sysfs",
+        "--interval=200ms",
+        "--collector.board-temperatures",
+        "--collectors.include=*",
     )
     try:
         wait_ready(port, proc)

@@ -38,7 +38,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ours(tree: Path) -> Iterator[dict[str, OurDevice]]:
     """Our devices by `gpu`, as the daemon serves them on the frozen tree."""
-    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms")
+    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collectors.include=*")
     try:
         wait_ready(port, proc)
         time.sleep(0.3)

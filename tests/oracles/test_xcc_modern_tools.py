@@ -57,7 +57,9 @@ def tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="module")
 def ours(tree: Path) -> Iterator[OurDevice]:
     """Partition 0 of the socket (the whole socket in SPX), as the daemon serves it with --collector.xcc."""
-    proc, port = start_exporter(f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collector.xcc")
+    proc, port = start_exporter(
+        f"--path.sysfs={tree}", "--source=sysfs", "--interval=200ms", "--collector.xcc", "--collectors.include=*"
+    )
     try:
         wait_ready(port, proc)
         time.sleep(0.3)
