@@ -57,8 +57,8 @@ def hang(path: Path) -> None:
 
 def soak(cycles: int, work: Path) -> list[str]:
     from exporter.alerting.rulefile import default_rules
+    from exporter.cycle import Pipeline
     from exporter.pipeline.poller import Poller
-    from exporter.pipeline.publish import Pipeline
     from exporter.simulator import Simulator
     from exporter.sources.sysfs import SysfsSource
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.poll_bench import run_child
 from exporter.alerting.rulefile import default_rules
+from exporter.cycle import Pipeline
 from exporter.log import configure_logging
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
 from exporter.sources.sysfs import SysfsSource
 

@@ -148,7 +148,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Poll, evaluate the rules and render (OpenMetrics, gzip), back to back: a daemon scraped every cycle."""
     from exporter.alerting.rulefile import default_rules
     from exporter.config import add_arguments, resolve
-    from exporter.pipeline.publish import Pipeline
+    from exporter.cycle import Pipeline
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -21,6 +21,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from exporter import boundedfile, safeyaml
 from exporter.model import IDENTITY_FIELDS
+from exporter.sources.select import SourceChoice
 
 
 class ConfigError(ValueError):
@@ -531,6 +532,16 @@ class Settings:
     collector_xcc: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
+
+    def source_choice(self) -> SourceChoice:
+        """The few values select_source reads (the sources sit below the settings)."""
+        return SourceChoice(
+            source=self.source,
+            slow_interval=self.slow_interval,
+            read_timeout=self.read_timeout,
+            board_temperatures=self.collector_board_temperatures,
+            xcc_detail=self.collector_xcc,
+        )
 
 
 def node_name(settings: Settings) -> str:

@@ -24,19 +24,19 @@ from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings, node_name
 from exporter.configcheck import RELOADABLE, changed_options, exposition_of, reload_settings
+from exporter.cycle import Pipeline
+from exporter.demo import sysfs_tree
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
-from exporter.pipeline.health import Health
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.publish import Pipeline
+from exporter.pipeline.readiness import Health
 from exporter.pipeline.sampler import Sampler
-from exporter.simulator.demo import sysfs_tree
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
 from exporter.web import http_server, webconfig_reload
 from exporter.web.http_guard import WebGuard
-from exporter.web.http_log import HttpStats, route_library_logs, web_stats
+from exporter.web.http_log import HttpStats, route_library_logs
 from exporter.web.http_server import shown_address, systemd_sockets
 from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
@@ -202,7 +202,7 @@ async def serve(settings: Settings) -> None:
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
-        source, source_name, reason = select_source(settings, sysfs_root, details)
+        source, source_name, reason = select_source(settings.source_choice(), sysfs_root, details)
         poller = Poller(
             source,
             interval=settings.interval,
@@ -240,7 +240,7 @@ async def serve(settings: Settings) -> None:
             rules=rules,
             pusher=pusher,
             host=host_info,
-            web_stats=(lambda: web_stats(http_stats, reloader)) if reloader is not None else None,
+            web_stats=(lambda: webconfig_reload.web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution.inputs if attribution.enabled else None,
             health=health,
             fast=fast,

@@ -266,7 +266,7 @@ class AlertState:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """One failing health check of one GPU (pipeline/verdict.py): the evidence, in words, and its age."""
+    """One failing health check of one GPU (alerting/verdict.py): the evidence, in words, and its age."""
 
     check: str  # "ecc_uncorrectable", "device_down", ... (docs/health.md)
     severity: str  # "warning" | "critical"
@@ -278,7 +278,7 @@ class HealthCheck:
 class GpuHealth:
     """The verdict on one GPU: fit when no check fails, with what the next cycle's verdict needs.
 
-    `counters`, `held` and `residency` are the stage's memory (pipeline/verdict.py), carried from one
+    `counters`, `held` and `residency` are the stage's memory (alerting/verdict.py), carried from one
     cycle to the next and never shown: the thinned history of each counter the checks watch, since
     when each held condition has held, and the throttle residencies of the last cycle.
     """
@@ -582,7 +582,12 @@ class WebStats:
     max_connections: int = 0
 
 
-STAGES = ("rules", "health", "render", "alertmanager")  # the stages whose failures fail readiness (pipeline/health.py)
+STAGES = (
+    "rules",
+    "health",
+    "render",
+    "alertmanager",
+)  # the stages whose failures fail readiness (pipeline/readiness.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,7 +611,7 @@ class Published:
     """What one cycle publishes: the (enriched) snapshot, the alerts and the health verdict evaluated on
     it, the exporter's stats.
 
-    Made once per cycle by exporter.pipeline.publish and only read after: by exposition and the web.
+    Made once per cycle by exporter.cycle and only read after: by exposition and the web.
     """
 
     snapshot: Snapshot

@@ -23,12 +23,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import config
 from exporter.alerting.rulefile import rules_of
 from exporter.attribution.sources import AttributionInputs
+from exporter.cycle import Pipeline
 from exporter.exposition.render import render
 from exporter.exposition.selection import DEFAULTS, ExpositionOptions, Selection
 from exporter.model import AttributionReport, ByGpuIndex, Claim, Published
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.publish import Pipeline
 from exporter.pipeline.sampler import Sampler
 from exporter.simulator import Simulator
 from exporter.simulator.asics import ASICS
@@ -74,7 +74,7 @@ def published_node(fleet: str, seed: int = 1) -> Published:
         parser = argparse.ArgumentParser()
         config.add_arguments(parser)
         settings = config.resolve(parser.parse_args([f"--path.sysfs={root}", "--slow-interval=1h"]), environ={})
-        source, name, reason = select_source(settings, str(root))
+        source, name, reason = select_source(settings.source_choice(), str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
         fast = Sampler(interval=settings.fast_interval, window=settings.window)
         devices = simulator.fleet.device_count

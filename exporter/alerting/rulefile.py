@@ -23,11 +23,11 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from exporter import boundedfile, safeyaml
 from exporter.alerting.rules import ASICS, COMPARISON_ALIASES, COMPARISONS, SEVERITIES, ClockDown, Rule
 from exporter.alerting.texts import MAX_TEMPLATE_OUTPUT, TEMPLATE_FIELDS
+from exporter.alerting.verdict import CHECKS, CheckThresholds, HealthThresholds
+from exporter.alerting.verdict import SEVERITIES as HEALTH_SEVERITIES
 from exporter.alerting.watch import WATCHABLE, Watchable
 from exporter.config import ConfigError, Settings, parse_duration
 from exporter.model import frozen_map
-from exporter.pipeline.verdict import CHECKS, CheckThresholds, HealthThresholds
-from exporter.pipeline.verdict import SEVERITIES as HEALTH_SEVERITIES
 
 DEFAULT_RULES_RESOURCE = "default_rules.yaml"
 # What the shipped file's health section is read over: it names every key of every check itself.

@@ -26,9 +26,9 @@ from functools import partial
 from typing import Any, TextIO
 
 from exporter.alerting.rulefile import rule_file_of
+from exporter.alerting.verdict import CheckThresholds, HealthThresholds, drain_command, evaluate_health, taint_command
 from exporter.config import ConfigError, Settings, node_name
 from exporter.model import DeviceIdentity, GpuHealth, frozen_map
-from exporter.pipeline.verdict import CheckThresholds, HealthThresholds, drain_command, evaluate_health, taint_command
 from exporter.sources import textfiles as tf
 from exporter.sources.host import HostFacts, LibraryVersion, collect, parse_kernel_release
 from exporter.threads import run_once
@@ -489,7 +489,7 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
     for flag, path in (("--path.procfs", args.path_procfs), ("--path.dev", args.path_dev)):
         if not os.path.isdir(path):
             raise ConfigError(f"{flag}: {path} is missing (no such folder)")
-    from exporter.simulator.demo import sysfs_tree
+    from exporter.demo import sysfs_tree
 
     with sysfs_tree(settings) as sysfs:
         host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)

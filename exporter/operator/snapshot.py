@@ -25,15 +25,15 @@ CLEAR = "\x1b[H\x1b[2J"
 def run(settings: Settings, *, watch: float | None, as_json: bool, out: TextIO | None = None) -> int:
     """Returns the exit status. The caller leaves with os._exit: a hung read's thread is never joined."""
     from exporter.alerting.rulefile import rule_file_of
+    from exporter.cycle import Pipeline
+    from exporter.demo import sysfs_tree
     from exporter.pipeline.poller import Poller
-    from exporter.pipeline.publish import Pipeline
-    from exporter.simulator.demo import sysfs_tree
     from exporter.sources.base import StartupError
     from exporter.sources.select import select_source
 
     rule_file = rule_file_of(settings)
     with sysfs_tree(settings) as root:
-        source, name, why = select_source(settings, root)
+        source, name, why = select_source(settings.source_choice(), root)
         log.debug("source_selected", source=name, reason=why)
         poller = Poller(
             source, interval=watch or settings.interval, read_timeout=settings.read_timeout, source_name=name

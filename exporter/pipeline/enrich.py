@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.attribution.enrich import attribute
+from exporter.attribution.attribute import attribute
 from exporter.attribution.sources import AttributionInputs
 from exporter.model import Snapshot
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from exporter.log import get_logger
 from exporter.model import DeviceIdentity, Sample, Snapshot
 from exporter.pipeline.counters import CounterState, continue_counters
-from exporter.pipeline.discovery import KnownDevices, TrackedDevice
+from exporter.pipeline.known_devices import KnownDevices, TrackedDevice
 from exporter.sources.base import Source, SourceError
 from exporter.sources.plausible import without_implausible
 from exporter.threads import DaemonPool

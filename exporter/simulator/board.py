@@ -1,7 +1,7 @@
 """The board/ group of MP1 13.0.12 parts (MI350X, MI355X): what the node's baseboard reports.
 
 amdgpu_pm.c writes, on each GPU's PCI device: gpuboard_temp and baseboard_temp (binary tables,
-sources/gpu_metrics/board_layouts.py), and npm_status, cur_node_power_limit,
+abi/board.py), and npm_status, cur_node_power_limit,
 max_node_power_limit, node_power, global_ppt_resid, and (a later patch) baseboard_power and
 baseboard_power_limit (`%u\\n`, `enabled`/`disabled`). Node power and
 the baseboard temperatures come from the one baseboard, so every GPU of the node reads the same.
@@ -16,9 +16,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.simulator.fleet import GcdLayout
-from exporter.simulator.physics import DieReading
-from exporter.sources.gpu_metrics.board_layouts import (
+from exporter.abi.board import (
     BASEBOARD_TEMP,
     GPUBOARD_TEMP,
     NODE_SENSORS,
@@ -27,6 +25,8 @@ from exporter.sources.gpu_metrics.board_layouts import (
     VR_SENSORS,
     TempTable,
 )
+from exporter.simulator.fleet import GcdLayout
+from exporter.simulator.physics import DieReading
 
 BASEBOARD_POWER_W = 240  # the baseboard's own draw (switches, retimers, FPGA) on top of the GPUs'
 HOST_POWER_W = 1500  # the rest of the node (CPUs, memory, NICs, fans): node power = baseboard power + this

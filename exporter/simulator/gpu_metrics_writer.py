@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
-from exporter.sources.gpu_metrics.layouts import ATTR_NAMES, FIXED_LAYOUTS, PARTITION_V1_0, Field, Layout
+from exporter.abi.gpu_metrics import ATTR_NAMES, FIXED_LAYOUTS, PARTITION_V1_0, Field, Layout
 
 Value = int | Sequence[int] | Sequence[Mapping[str, "Value"]]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from exporter.simulator.atomic_tree import AtomicTree
 from exporter.simulator.board import BoardReading, board_files, board_readings
+from exporter.simulator.file_contents import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.fleet import FleetSpec, GcdLayout, layout, parse_fleet
 from exporter.simulator.kfd_proc import KfdProcWriter
 from exporter.simulator.physics import DieReading, PackageModel
-from exporter.simulator.render import dynamic_files, gpu_metrics_values, hwmon_dir, partition_metrics_values
 from exporter.simulator.tree import remove_devcoredump, write_devcoredump, write_static
 from exporter.simulator.truth import (
     SimulatedDevice,
@@ -25,7 +25,7 @@ from exporter.simulator.truth import (
     sample,
     to_jsonable,
 )
-from exporter.simulator.windows import WindowHistory, window_point
+from exporter.simulator.window_truth import WindowHistory, window_point
 from exporter.simulator.workload import Scenario, parse_scenario
 
 

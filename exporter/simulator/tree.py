@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from exporter.simulator.asics import RAS_BLOCK_BITS
 from exporter.simulator.atomic_tree import AtomicTree
+from exporter.simulator.file_contents import hwmon_dir, pp_dpm_pcie
 from exporter.simulator.fleet import _COMPATIBLE_NPS, CPU_SOCKETS, GcdLayout, PartitionLayout, xgmi_hops
-from exporter.simulator.render import hwmon_dir, pp_dpm_pcie
 
 DRIVER_VERSION = "6.7.0"  # amdgpu DKMS module version of ROCm 6.2
 KFD_DIR = "devices/virtual/kfd/kfd"

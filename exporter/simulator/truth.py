@@ -43,9 +43,9 @@ from typing import Any
 from exporter.model import CperRecord, DeviceIdentity, Sample, TopologyLink, frozen_map
 from exporter.simulator.asics import AsicModel
 from exporter.simulator.board import BoardReading
+from exporter.simulator.file_contents import cper_unix_seconds
 from exporter.simulator.fleet import GcdLayout
 from exporter.simulator.physics import ENERGY_TICK_J, DieReading, bad_page_threshold
-from exporter.simulator.render import cper_unix_seconds
 from exporter.simulator.tree import DRIVER_VERSION, KFD_PCIE_WEIGHT, kfd_partition_peers
 
 MHZ = 1_000_000.0

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.config import Settings
 from exporter.sources.base import Source, StartupError
 from exporter.sources.sysfs import SysfsSource
 
 
+@dataclass(frozen=True, slots=True)
+class SourceChoice:
+    """What select_source needs of the settings: the --source flag and what each source is built with."""
+
+    source: str  # "auto", "sysfs", "rocm-smi" or "amd-smi"
+    slow_interval: float
+    read_timeout: float
+    board_temperatures: bool
+    xcc_detail: bool
+
+
 def select_source(
-    settings: Settings, sysfs_root: str, details: dict[str, str] | None = None
+    settings: SourceChoice, sysfs_root: str, details: dict[str, str] | None = None
 ) -> tuple[Source, str, str]:
     """Returns (source, name, reason code). rocm-smi only where the library can read this root.
 
@@ -22,8 +33,8 @@ def select_source(
         sysfs_root,
         slow_interval=settings.slow_interval,
         read_timeout=settings.read_timeout,
-        board_temperatures=settings.collector_board_temperatures,
-        xcc_detail=settings.collector_xcc,
+        board_temperatures=settings.board_temperatures,
+        xcc_detail=settings.xcc_detail,
     )
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"

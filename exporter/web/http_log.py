@@ -15,43 +15,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from structlog import get_logger
 
-from exporter.model import WebStats
-
-if TYPE_CHECKING:
-    from exporter.web.webconfig_reload import WebConfigReloader
+from exporter.web.ratelimit import TokenBucket
 
 log = get_logger("exporter.web")
-
-
-class TokenBucket:
-    """rate_limit: {interval, burst}: one token per interval, at most burst stored; no token is a 429."""
-
-    def __init__(self, interval: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        if interval <= 0 or burst < 1:
-            raise ValueError("interval must be > 0 and burst >= 1")
-        self.interval = interval
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._stamp = clock()
-
-    def allow(self) -> bool:
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) / self.interval)
-        self._stamp = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def retry_after(self) -> int:
-        """Whole seconds until the next token (for the Retry-After header)."""
-        missing = max(0.0, 1.0 - self._tokens)
-        return max(1, int(missing * self.interval + 0.999))
 
 
 class RateLimitedLog:
@@ -128,15 +98,3 @@ class HttpStats:
     def reject(self, reason: str, event: str, /, **fields: Any) -> None:
         self.rejections[reason] += 1
         LIMITED.warning(event, **fields)
-
-
-def web_stats(stats: HttpStats, reloader: WebConfigReloader) -> WebStats:
-    """An immutable copy for one cycle."""
-    return WebStats(
-        config_reload_successes=reloader.reload_successes,
-        config_reload_failures=reloader.reload_failures,
-        config_last_reload_ok=reloader.last_reload_ok,
-        rejections=tuple((reason, stats.rejections.get(reason, 0)) for reason in REJECTION_REASONS),
-        open_connections=stats.open_connections,
-        max_connections=stats.max_connections,
-    )

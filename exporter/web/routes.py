@@ -2,7 +2,7 @@
 /api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
-(exporter/pipeline/publish.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
+(exporter/cycle.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
 because a scrape should cost little more than sending bytes; everything else goes through FastAPI.
 """
 
@@ -21,11 +21,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
+from exporter.cycle import PublishedState
 from exporter.exposition.views import alert_json, devices_document, health_document
 from exporter.log import get_logger
 from exporter.model import Published
-from exporter.pipeline.health import Health
-from exporter.pipeline.publish import PublishedState
+from exporter.pipeline.readiness import Health
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from structlog import get_logger
 
 from exporter import boundedfile
+from exporter.model import WebStats
 from exporter.web.http_auth import BasicAuthVerifier
-from exporter.web.http_log import TokenBucket
+from exporter.web.http_log import REJECTION_REASONS, HttpStats
+from exporter.web.ratelimit import TokenBucket
 from exporter.web.webconfig import WebConfig, WebConfigError, parse_web_config
 from exporter.web.webconfig_tls import build_ssl_context
 
@@ -182,3 +184,15 @@ class WebConfigReloader:
         self.last_reload_ok = True
         log.info("web_config_reloaded", file=self.path)
         return True
+
+
+def web_stats(stats: HttpStats, reloader: WebConfigReloader) -> WebStats:
+    """An immutable copy for one cycle."""
+    return WebStats(
+        config_reload_successes=reloader.reload_successes,
+        config_reload_failures=reloader.reload_failures,
+        config_last_reload_ok=reloader.last_reload_ok,
+        rejections=tuple((reason, stats.rejections.get(reason, 0)) for reason in REJECTION_REASONS),
+        open_connections=stats.open_connections,
+        max_connections=stats.max_connections,
+    )

@@ -19,10 +19,10 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from exporter.abi.board import BASEBOARD_TEMP, GPUBOARD_TEMP
     from exporter.sources import textfiles as tf
     from exporter.sources.cper import CperParseError, parse_cper_ring
     from exporter.sources.gpu_metrics import GpuMetricsError, decode_gpu_metrics
-    from exporter.sources.gpu_metrics.board_layouts import BASEBOARD_TEMP, GPUBOARD_TEMP
     from exporter.sources.sysfs import board
 
 TEXT_PARSERS = (

@@ -28,9 +28,9 @@ from pathlib import Path
 from exporter import config
 from exporter.alerting.rulefile import parse_rules
 from exporter.alerting.rules import Rule
+from exporter.cycle import Pipeline
 from exporter.exposition.selection import EVERYTHING, ExpositionOptions
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.publish import Pipeline
 from exporter.simulator import Simulator
 from exporter.sources.select import select_source
 
@@ -120,7 +120,7 @@ def render_golden(exposition: ExpositionOptions = EVERYTHING) -> dict[bool, str]
         simulator = Simulator(root, FLEET, SCENARIO, seed=SEED)
         simulator.write_tree()
         settings = _settings(root)
-        source, name, reason = select_source(settings, str(root))
+        source, name, reason = select_source(settings.source_choice(), str(root))
         poller = Poller(source, interval=settings.interval, read_timeout=10.0, source_name=name)
         pipeline = Pipeline(source_name=name, source_reason=reason, rules=golden_rules(), exposition=exposition)
         try:

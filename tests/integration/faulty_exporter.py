@@ -16,8 +16,8 @@ import sys
 from typing import Any
 
 import exporter.alerting.alertmanager as alertmanager
+import exporter.cycle as publish
 import exporter.pipeline.poller as poller
-import exporter.pipeline.publish as publish
 from exporter.cli import main
 
 flags = sys.argv[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.attribution.enrich import attribute
+from exporter.attribution.attribute import attribute
 from exporter.attribution.processes import ProcessCollector
 from exporter.model import DeviceState
 from exporter.simulator import Simulator

@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.exposition.metrics import BY_NAME
-from exporter.model import DeviceState, Published, Snapshot
-from exporter.simulator import Simulator, parse_fleet
-from exporter.simulator.board import encode_temp_table
-from exporter.sources import textfiles as tf
-from exporter.sources.gpu_metrics.board_layouts import (
+from exporter.abi.board import (
     BASEBOARD_TEMP,
     GPUBOARD_TEMP,
     NODE_SENSORS,
     SYSTEM_SENSORS,
     VR_SENSORS,
 )
+from exporter.exposition.metrics import BY_NAME
+from exporter.model import DeviceState, Published, Snapshot
+from exporter.simulator import Simulator, parse_fleet
+from exporter.simulator.board import encode_temp_table
+from exporter.sources import textfiles as tf
 from exporter.sources.sysfs import SysfsSource
 from exporter.sources.sysfs.board import parse_npm_status, parse_temp_table
 

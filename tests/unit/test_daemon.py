@@ -12,10 +12,10 @@ import pytest
 
 from exporter import config
 from exporter.alerting.rulefile import default_rules
+from exporter.cycle import Pipeline
 from exporter.daemon import alertmanager_pusher, discover_at_start, open_listener
 from exporter.model import AlertmanagerStats, AlertState, Published, Snapshot, SourceStats
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.publish import Pipeline
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
 from exporter.sources.sysfs import SysfsSource
@@ -29,20 +29,20 @@ def settings(*flags: str) -> config.Settings:
 
 
 def test_sysfs_is_chosen_with_a_reason(tmp_path: Path) -> None:
-    source, name, why = select_source(settings("--source=sysfs"), str(tmp_path))
+    source, name, why = select_source(settings("--source=sysfs").source_choice(), str(tmp_path))
     assert isinstance(source, SysfsSource) and source.root == str(tmp_path)
     assert (name, why) == ("sysfs", "flag")
-    source, name, why = select_source(settings("--source=auto", "--slow-interval=3s"), str(tmp_path))
+    source, name, why = select_source(settings("--source=auto", "--slow-interval=3s").source_choice(), str(tmp_path))
     assert isinstance(source, SysfsSource) and source.slow_interval == 3.0
     details: dict[str, str] = {}
-    source, name, why = select_source(settings("--source=auto"), str(tmp_path), details)
+    source, name, why = select_source(settings("--source=auto").source_choice(), str(tmp_path), details)
     # a stable code for /metrics and /, the sentence for the log only
     assert (name, why) == ("sysfs", "auto_sysfs_root_not_sys") and "/sys" in details["detail"]
 
 
 def test_rocm_smi_asked_for_where_it_cannot_work_is_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match=r"^--source=rocm-smi was asked for but .*: librocm_smi64 reads /sys only"):
-        select_source(settings("--source=rocm-smi"), str(tmp_path))
+        select_source(settings("--source=rocm-smi").source_choice(), str(tmp_path))
 
 
 def test_a_taken_port_is_a_startup_error_naming_it() -> None:
@@ -151,9 +151,9 @@ def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(t
 def test_sighup_reloads_are_counted_by_what_failed_and_reach_metrics(tmp_path: Path) -> None:
     from collections import Counter
 
+    from exporter.cycle import Pipeline
     from exporter.daemon import Reloader
     from exporter.model import Snapshot
-    from exporter.pipeline.publish import Pipeline
 
     rules, config_file = tmp_path / "rules.yaml", tmp_path / "config.yaml"
     rules.write_text("rules:\n  - alert: Hot\n    metric: power_watts\n    comparison: '>'\n    threshold: 1\n")

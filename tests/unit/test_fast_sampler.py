@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.abi import gpu_metrics as layouts
 from exporter.model import DeviceIdentity
 from exporter.pipeline.sampler import Sampler
 from exporter.pipeline.windows import SLOT_BYTES, WIDTH, RingView, SampleRing, ring_slots, window_stats
-from exporter.sources.gpu_metrics import layouts
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
 from tests.realtools import wait_until
 

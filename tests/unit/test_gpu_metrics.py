@@ -2,7 +2,7 @@
 
 Test blobs are built here with struct.pack_into at the byte offsets of the kernel header
 (kgd_pp_interface.h, x86-64 natural alignment) as listed in shared/reference/amdgpu-driver-interface.md,
-independently of exporter/sources/gpu_metrics/layouts.py. Like the driver, every table starts as
+independently of exporter/abi/gpu_metrics.py. Like the driver, every table starts as
 0xFF bytes (= "not supplied") and only the fields a test names are written.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.sources.gpu_metrics import layouts
+from exporter.abi import gpu_metrics as layouts
 from exporter.sources.gpu_metrics.decoder import (
     ALWAYS_EXPORTED_THROTTLERS,
     GpuMetrics,

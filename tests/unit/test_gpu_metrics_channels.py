@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.abi import gpu_metrics as layouts
 from exporter.simulator import Simulator
-from exporter.sources.gpu_metrics import layouts
 from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
 from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
 from tests.unit.test_gpu_metrics import PERCENT, TEMP_C, U16, V1_9_RECORDS, record, v1_9

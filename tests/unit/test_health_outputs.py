@@ -8,11 +8,11 @@ import dataclasses
 from starlette.testclient import TestClient
 
 from exporter.alerting.rulefile import default_health
+from exporter.alerting.verdict import evaluate_health
+from exporter.cycle import PublishedState
 from exporter.exposition.render import render
 from exporter.model import HealthVerdict, Published, Sample, Snapshot
 from exporter.operator.snapshot_table import WIDTH, render_table
-from exporter.pipeline.publish import PublishedState
-from exporter.pipeline.verdict import evaluate_health
 from exporter.web.routes import create_app
 from exporter.web.status_page import render_status_page
 from tests.unit.test_health_verdict import T0, device, ecc

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from exporter.model import CperRecord
 from exporter.simulator import Simulator, cper_writer
-from exporter.simulator.render import AER_FILES, aer_counts
+from exporter.simulator.file_contents import AER_FILES, aer_counts
 from exporter.simulator.tree import devcoredump_text
 from exporter.sources.cper import CperParseError, parse_cper_ring
 from exporter.sources.sysfs import SysfsSource

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from exporter.alerting.rulefile import RulesConfigError, default_health, default_rule_file, parse_rule_file
+from exporter.alerting.verdict import CHECKS, HealthThresholds, evaluate_health
 from exporter.model import CperRecord, DeviceIdentity, DeviceState, HealthVerdict, Published, Sample, Snapshot
-from exporter.pipeline.health import Health
-from exporter.pipeline.verdict import CHECKS, HealthThresholds, evaluate_health
+from exporter.pipeline.readiness import Health
 
 T0 = 1_800_000_000.0  # unix seconds of the first cycle
 IDENTITY = DeviceIdentity(

@@ -1,22 +1,25 @@
 """Imports follow the stages: every module of exporter/ imports only from its own group or from a lower
-layer, read from the source with ast (imports inside functions and under TYPE_CHECKING included).
+floor, read from the source with ast (imports inside functions and under TYPE_CHECKING included), and
+no import circle exists between modules.
 
-The layers, lowest first (docs/architecture.md, "Imports follow the same direction"):
+The floors, lowest first (docs/architecture.md, "Imports follow the same direction"); a folder is a
+group, and the base modules are named one by one so that a new top-level module must be placed:
 
-    model                      the data model: imports nothing of the exporter
-    base                       settings, logging, threads, safe YAML, the simulator (a stand-in for
-                               the hardware: config parses its fleet and scenario flags)
-    sources | attribution      the readers: devices, the host, who uses each device
-    pipeline                   poll, counters, health, snapshot, enrich (publish is its own layer)
-    exposition                 the metric table, /metrics rendering, the shared view model
-    alerting                   rules over the snapshot, watching values the metric table declares
-    publish                    pipeline/publish.py: the stages after the poller, in order
+    base                       model, the kernel's struct tables (abi/), logging, threads, safe YAML,
+                               bounded file reads
+    sources | simulator        the readers of devices and the host; the stand-in for the hardware
+    config                     the settings (parses the simulator's fleet and scenario flags)
+    attribution | exposition | demo
+                               who uses each device; the metric table and rendering; the --demo tree
+    alerting                   rules and the health verdict over the snapshot
+    pipeline                   poll, sampler, counters, readiness, enrich
+    cycle                      the stages after the poller, in order
     web | operator             the HTTP server, the snapshot/doctor commands
     configcheck                check-config (it loads the web config file as serve does), SIGHUP
     daemon                     wiring: imported by the command line only
     cli                        the command line
 
-Groups side by side in one layer (web and operator) never import each other.
+Groups side by side on one floor never import each other.
 """
 
 from __future__ import annotations
@@ -30,14 +33,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "exporter"
 
 LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
-    # with the kernel's gpu_metrics struct tables: data that imports nothing, written by the simulator
-    (("exporter.model", "exporter.sources.gpu_metrics.layouts", "exporter.sources.gpu_metrics.board_layouts"),),
-    (("exporter", "exporter.config", "exporter.log", "exporter.safeyaml", "exporter.threads", "exporter.simulator"),),
-    (("exporter.sources",), ("exporter.attribution",)),
-    (("exporter.pipeline",),),
-    (("exporter.exposition",),),
+    (
+        (
+            "exporter",
+            "exporter.model",
+            "exporter.abi",
+            "exporter.log",
+            "exporter.threads",
+            "exporter.safeyaml",
+            "exporter.boundedfile",
+        ),
+    ),
+    (("exporter.sources",), ("exporter.simulator",)),
+    (("exporter.config",),),
+    (("exporter.attribution",), ("exporter.exposition",), ("exporter.demo",)),
     (("exporter.alerting",),),
-    (("exporter.pipeline.publish",),),
+    (("exporter.pipeline",),),
+    (("exporter.cycle",),),
     (("exporter.web",), ("exporter.operator",)),
     (("exporter.configcheck",),),
     (("exporter.daemon",),),
@@ -52,7 +64,8 @@ _PLACES = sorted(
 
 def place(module: str) -> tuple[int, str]:
     for prefix, where in _PLACES:
-        if module == prefix or module.startswith(prefix + "."):
+        # "exporter" is the package's own __init__ only, never a catch-all for its modules
+        if module == prefix or (prefix != "exporter" and module.startswith(prefix + ".")):
             return where
     raise AssertionError(f"{module} is in no layer: add it to LAYERS")
 
@@ -116,4 +129,31 @@ def test_a_wrong_import_is_caught(tmp_path: Path) -> None:
     probe.write_text("def f():\n    from exporter.web import routes\n", encoding="utf-8")
     assert imports(probe) == {"exporter.web.routes"}
     assert place("exporter.sources.sysfs.source")[0] < place("exporter.web.routes")[0]
-    assert place("exporter.pipeline.publish") > place("exporter.pipeline.poller")
+    assert place("exporter.cycle") > place("exporter.pipeline.poller")
+    with pytest.raises(AssertionError, match="in no layer"):
+        place("exporter.newmodule")
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself through the imports (a circle inside one folder counts too)."""
+    graph = {module_name(path): {name for name in imports(path) if is_module(name)} for path in MODULES}
+    done: set[str] = set()
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(module: str) -> None:
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph.get(module, ())):
+            assert imported not in on_stack, "import circle: " + " -> ".join(
+                [*stack[stack.index(imported) :], imported]
+            )
+            if imported not in done:
+                visit(imported)
+        stack.pop()
+        on_stack.discard(module)
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)

@@ -18,8 +18,8 @@ from exporter import boundedfile, safeyaml
 from exporter.config import ConfigError, read_config_values
 from exporter.model import DeviceIdentity, Published, Sample, Snapshot, TopologyLink, frozen_map
 from exporter.pipeline.counters import CounterState, continue_counters
-from exporter.pipeline.discovery import KnownDevices
-from exporter.pipeline.health import Health
+from exporter.pipeline.known_devices import KnownDevices
+from exporter.pipeline.readiness import Health
 from exporter.sources.errors import FileErrors, collecting
 from exporter.sources.identity import assign_packages, is_secondary_die
 from exporter.sources.labels import MAX_LABEL_CHARS, clean_label

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from exporter.abi.gpu_metrics import PARTITION_V1_0, XCP_V1_2
 from exporter.simulator import Simulator
 from exporter.simulator import gpu_metrics_writer as gm
 from exporter.sources.gpu_metrics import GpuMetricsError, decode_partition_metrics
-from exporter.sources.gpu_metrics.layouts import PARTITION_V1_0, XCP_V1_2
 from exporter.sources.sysfs import SysfsSource
 from exporter.sources.sysfs import source as sysfs_source
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.abi.gpu_metrics import C_TYPES, V1_1
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
-from exporter.sources.gpu_metrics.layouts import C_TYPES, V1_1
 from exporter.sources.rocm_smi import convert
 
 

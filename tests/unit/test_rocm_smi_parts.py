@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sources.gpu_metrics.layouts import V1_1
+from exporter.abi.gpu_metrics import V1_1
 from exporter.sources.host import library_candidates
 from exporter.sources.rocm_smi import library as rc
 from exporter.sources.rocm_smi import protocol as proto

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.abi.gpu_metrics import FIXED_LAYOUTS, Layout
 from exporter.exposition.views import unreported
 from exporter.model import DeviceState
 from exporter.simulator import Simulator, load_truth_json, parse_fleet, parse_scenario
@@ -25,7 +26,6 @@ from exporter.simulator import gpu_metrics_writer as gm
 from exporter.simulator.asics import ASICS
 from exporter.simulator.fleet import layout
 from exporter.sources.gpu_metrics import decode_gpu_metrics
-from exporter.sources.gpu_metrics.layouts import FIXED_LAYOUTS, Layout
 from tests.unit.test_gpu_metrics import read_v1_9_attributes, struct_format
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from exporter.web.http_auth import BasicAuthVerifier, parse_basic_authorization
-from exporter.web.http_log import HttpStats, RateLimitedLog, TokenBucket
+from exporter.web.http_log import HttpStats, RateLimitedLog
 from exporter.web.http_server import ConnectionTable, HttpLimits, Slot, connection_budget
+from exporter.web.ratelimit import TokenBucket
 from exporter.web.webconfig import TLSServerConfig, WebConfigError
 from exporter.web.webconfig_reload import WebConfigReloader
 from exporter.web.webconfig_tls import build_ssl_context

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from exporter.alerting.rulefile import parse_rules
+from exporter.cycle import PublishedState
 from exporter.exposition.render import render
 from exporter.model import AlertState, Published
-from exporter.pipeline.publish import PublishedState
 from exporter.web.routes import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, create_app, wants_gzip, wants_openmetrics
 from tests.unit.test_exposition import _snapshot
 
@@ -160,7 +160,7 @@ def test_any_header_bytes_give_an_answer(header: bytes) -> None:
 
 
 def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works() -> None:
-    from exporter.pipeline.health import Health
+    from exporter.pipeline.readiness import Health
 
     class Broken:
         def cached(self, openmetrics: bool, gzipped: bool) -> None:

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from exporter.model import frozen_map
-from exporter.sources.gpu_metrics.layouts import (
+from exporter.abi.gpu_metrics import (
     ATTR_ID_MASK,
     ATTR_ID_SHIFT,
     ATTR_INSTANCES_MASK,
@@ -53,6 +52,7 @@ from exporter.sources.gpu_metrics.layouts import (
     AttrUnit,
     Layout,
 )
+from exporter.model import frozen_map
 
 # A sysfs read of gpu_metrics returns at most PAGE_SIZE - 1 bytes (4 KiB and 64 KiB pages).
 _TRUNCATED_READ_LENGTHS = frozenset({4095, 65535})

@@ -18,8 +18,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from exporter.abi.gpu_metrics import C_TYPES, V1_1
 from exporter.model import DeviceIdentity, Sample, TopologyLink, frozen_map
-from exporter.sources.gpu_metrics.layouts import C_TYPES, V1_1
 from exporter.sources.rocm_smi.library import ENERGY_TICK_JOULES, IO_LINK_TYPES, RSMI_MAX_NUM_FREQUENCIES
 
 _U16_NONE = 0xFFFF

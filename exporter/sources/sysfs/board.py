@@ -1,7 +1,7 @@
 """The board/ group of MP1 13.0.12 parts (MI350X, MI355X): parsers (pure) and the one reader.
 
 amdgpu_pm.c makes board/ on the PCI device when the SMU has temperature tables: gpuboard_temp and
-baseboard_temp (binary, board_layouts.py); when it also reports a node power limit, five text
+baseboard_temp (binary, abi/board.py); when it also reports a node power limit, five text
 files, each `%u\\n` or a word: npm_status (`enabled` while node power reads non-zero, else
 `disabled`), cur_node_power_limit, max_node_power_limit, node_power (W, the firmware's Q10 value
 rounded; read every cycle), global_ppt_resid (an accumulator of undocumented unit, not read), and, from a later
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from exporter.sources import textfiles as tf
-from exporter.sources.errors import record
-from exporter.sources.gpu_metrics.board_layouts import (
+from exporter.abi.board import (
     BASEBOARD_TEMP,
     GPUBOARD_TEMP,
     HEADER_BYTES,
@@ -26,6 +24,8 @@ from exporter.sources.gpu_metrics.board_layouts import (
     UNUSED_ENTRY,
     TempTable,
 )
+from exporter.sources import textfiles as tf
+from exporter.sources.errors import record
 from exporter.sources.sysfs.files import read_file_bytes, read_parsed
 from exporter.sources.sysfs.table import SampleValues
 

@@ -25,7 +25,7 @@ from exporter.log import get_logger
 from exporter.model import DeviceIdentity, DeviceState, Sample, frozen_map
 from exporter.pipeline.pcie import link_max_bytes_per_second
 
-log = get_logger("exporter.pipeline.discovery")
+log = get_logger("exporter.pipeline.known_devices")
 
 Key = tuple[str, str, int]
 _CARD = re.compile(r"card(\d+)")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from exporter.alerting.rulefile import default_health
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
+from exporter.alerting.verdict import HealthThresholds, evaluate_health
 from exporter.attribution.sources import AttributionInputs
 from exporter.exposition.render import RenderedMetrics, render
 from exporter.exposition.selection import DEFAULTS, ExpositionOptions
@@ -34,10 +35,9 @@ from exporter.model import (
     frozen_map,
 )
 from exporter.pipeline.enrich import enrich
-from exporter.pipeline.health import Health
 from exporter.pipeline.process import read_process_stats
+from exporter.pipeline.readiness import Health
 from exporter.pipeline.sampler import Sampler
-from exporter.pipeline.verdict import HealthThresholds, evaluate_health
 
 if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
     from exporter.alerting.alertmanager import AlertmanagerPusher

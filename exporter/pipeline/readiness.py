@@ -7,7 +7,7 @@ an Alertmanager sender. Each stage failure is counted (amdgpu_exporter_stage_fai
 
 A GPU that cannot be read does not make the exporter unready (it is serving the truth: the GPU is
 down, amdgpu_up 0, and the pod must stay scraped to say so), but /readyz names it, from the health
-verdict's own device_down checks (pipeline/verdict.py), so the two never disagree about it.
+verdict's own device_down checks (alerting/verdict.py), so the two never disagree about it.
 
 Alive (/healthz 200): the poll loop has finished a cycle within the last five intervals (never
 less than twice the read deadline plus one interval). A wedged loop is for the supervisor to restart.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 import time
 
+from exporter.alerting.verdict import unreadable
 from exporter.model import Published
-from exporter.pipeline.verdict import unreadable
 
 
 class Health:
