@@ -44,6 +44,14 @@ class Source(Protocol):
         A source without a worker has nothing to count."""
         return SourceStats()
 
+    def want(self, wanted: frozenset[str] | None) -> None:
+        """Read only the optional Sample fields of `wanted` (those the shown families are made of;
+        None: the source's own choice) from the next read on. A source that reads nothing optional ignores it; one
+        that reads through a fallback source (rocm-smi, amd-smi) tells it."""
+        fallback = getattr(self, "fallback", None)
+        if fallback is not None:
+            fallback.want(wanted)
+
     def needs_rediscovery(self) -> bool:
         """True when the source knows its devices changed (an MI300 partition mode switch): the poller
         then rediscovers at once."""
