@@ -718,7 +718,8 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             f"--window ({values['window']:g}s) must hold at least two fast samples"
             f" (--fast.interval {values['fast_interval']:g}s)"
         )
-    settings = Settings(**values, config_file=config_file, origins=origins, warnings=collector_options(values, origins))
+    warnings = collector_options(values, origins)  # first: it folds the collector switches into `values`
+    settings = Settings(**values, config_file=config_file, origins=origins, warnings=warnings)
     _check_paths(settings, config_file)
     return settings
 

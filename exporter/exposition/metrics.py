@@ -393,7 +393,7 @@ METRICS: tuple[MetricSpec, ...] = (
                 "amdgpu_board_temperature_celsius",
                 "Temperature of a sensor on the GPU's own board (MI350-class board/gpuboard_temp): retimer_x, "
                 "oam_x_ibc, ... and the board's voltage regulators vddcr_vdd0, vddcr_soc_a, vdd_085_hbm, ... "
-                "With --collector.board-temperatures (19 series per GPU).",
+                "Off by default (19 series per GPU): --collector.board.",
                 "board_temperatures",
                 ("sensor",),
             )
