@@ -539,6 +539,12 @@ METRICS: tuple[MetricSpec, ...] = (
                 ("domain",),
             )
         ),
+        device(
+            "amdgpu_gfx_clock_lock_active",
+            "1 while the gfx clock of an XCC is locked, else 0 (MI300-class, gpu_metrics v1_4+ gfxclk_lock_status: "
+            "a bit per clock instance). Socket-wide: partition 0 only.",
+            lambda sample: [((), None if sample.gfx_clock_lock_mask is None else sample.gfx_clock_lock_mask != 0)],
+        ),
     ),
     *in_collector(
         "memory",
