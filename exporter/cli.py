@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, add_arguments, bounded_duration, resolve, unknown_environment
+from exporter.exposition.selection import COLLECTOR_NAMES
 from exporter.log import configure_logging, get_logger
 from exporter.sources.base import StartupError
 
@@ -104,7 +105,9 @@ def _parser(command: str) -> _Parser:
                 metavar="PATH",
                 help=f"{what} (default: {default})",
             )
-    add_arguments(parser if command == "serve" else parser.add_argument_group("flags shared with serve"))
+    add_arguments(
+        parser if command == "serve" else parser.add_argument_group("flags shared with serve"), COLLECTOR_NAMES
+    )
     return parser
 
 
@@ -141,6 +144,8 @@ def _configure_logging(settings: Settings, quiet_default: str) -> None:
     configure_logging(level, settings.log_format)
     for warning in unknown_environment(os.environ):
         get_logger("exporter.cli").warning("unknown_environment_variable", message=warning)
+    for warning in settings.warnings:
+        get_logger("exporter.cli").warning("deprecated_option", message=warning)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

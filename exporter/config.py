@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fnmatch
 import os
 import re
 import socket
@@ -271,22 +272,24 @@ OPTIONS: tuple[Option, ...] = (
         _glob,
         (),
         "collectors (groups of metric families: pcie, xgmi, windows, firmware, topology, ...; see docs/design.md) "
-        "whose families are rendered even if off by default; globs, repeatable; in a config file also "
-        "`collectors: {include: [...]}`",
+        "whose families are read and rendered even if off by default (--collector.NAME says the same); globs, "
+        "repeatable; in a config file also `collectors: {include: [...]}`",
         repeatable=True,
     ),
     Option(
         "collectors.exclude",
         _glob,
         (),
-        "collectors whose families are not rendered; globs, repeatable (the families lists win over these)",
+        "collectors whose families are neither read nor rendered (--no-collector.NAME says the same); globs, "
+        "repeatable (the families lists win over these)",
         repeatable=True,
     ),
     Option(
         "families.include",
         _glob,
         (),
-        "metric families rendered even if off by default (amdgpu_firmware_info, amdgpu_xgmi_*_bytes, ...); globs on "
+        "metric families read and rendered even if off by default (amdgpu_firmware_info, amdgpu_xgmi_*_bytes, ...); "
+        "globs on "
         "the family name with or without _total, repeatable",
         repeatable=True,
     ),
@@ -294,7 +297,7 @@ OPTIONS: tuple[Option, ...] = (
         "families.exclude",
         _glob,
         (),
-        "metric families not rendered; globs, repeatable (an exclude wins over an include)",
+        "metric families neither read nor rendered; globs, repeatable (an exclude wins over an include)",
         repeatable=True,
     ),
     Option(
@@ -453,8 +456,8 @@ OPTIONS: tuple[Option, ...] = (
         "collector.processes",
         parse_bool,
         False,
-        "per-process VRAM, CU occupancy and SDMA time per GPU from the KFD (one series per process per GPU), "
-        "read every --slow-interval",
+        "the processes collector: per-process VRAM, CU occupancy and SDMA time per GPU from the KFD (one series "
+        "per process per GPU), read every --slow-interval; the same as `collectors.include: [processes]`",
         is_flag=True,
     ),
     Option("collector.processes.top", _positive_int, 16, "with --collector.processes: the N processes per GPU by VRAM"),
@@ -462,9 +465,8 @@ OPTIONS: tuple[Option, ...] = (
         "collector.board-temperatures",
         parse_bool,
         False,
-        "the 19 sensors of each GPU's own board (MI350X/MI355X board/gpuboard_temp: retimer, IBC, voltage "
-        "regulators) as amdgpu_board_temperature_celsius, 19 series per GPU; the node-wide baseboard sensors "
-        "and node power are always read",
+        "deprecated, for one release: --families.include=amdgpu_board_temperature_celsius says it (the 19 "
+        "sensors of each MI350X/MI355X GPU's own board)",
         is_flag=True,
     ),
     Option(
@@ -479,11 +481,27 @@ OPTIONS: tuple[Option, ...] = (
         "collector.xcc",
         parse_bool,
         False,
-        "per-XCC clock-below-host-limit seconds (power, thermal, low utilisation, total) and per-engine VCN/JPEG "
-        "busy on MI300-class GPUs (up to 76 series per GPU); per-XCC busy is always on",
+        "the xcc collector whole: per-XCC clock-below-host-limit seconds (power, thermal, low utilisation, "
+        "total) and per-engine VCN/JPEG busy on MI300-class GPUs (up to 76 series per GPU) besides per-XCC busy; "
+        "the same as `collectors.include: [xcc]` (as an environment variable or config key: deprecated)",
         is_flag=True,
     ),
 )
+# Options kept one release for their old spelling: option -> (what it adds to, the value, the warning).
+DEPRECATED = {
+    "collector.board-temperatures": (
+        "families_include",
+        "amdgpu_board_temperature_celsius",
+        "collector.board-temperatures is deprecated and goes in the next release: use "
+        "--families.include=amdgpu_board_temperature_celsius (or `families: {include: [...]}`)",
+    ),
+    "collector.xcc": (
+        "collectors_include",
+        "xcc",
+        "collector.xcc as an environment variable or config key is deprecated and goes in the next release: "
+        "use `collectors: {include: [xcc]}` (the flag --collector.xcc stays: the xcc collector's own)",
+    ),
+}
 OPTION_BY_NAME = {option.name: option for option in OPTIONS}
 
 
@@ -532,15 +550,16 @@ class Settings:
     collector_xcc: bool
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
+    warnings: tuple[str, ...] = ()  # deprecated options given: logged at start
 
-    def source_choice(self) -> SourceChoice:
-        """The few values select_source reads (the sources sit below the settings)."""
+    def source_choice(self, wanted: frozenset[str] | None = None) -> SourceChoice:
+        """The few values select_source reads (the sources sit below the settings). `wanted`: the Sample
+        fields the shown families are made of (exposition.selection.read_fields); None: the source's choice."""
         return SourceChoice(
             source=self.source,
             slow_interval=self.slow_interval,
             read_timeout=self.read_timeout,
-            board_temperatures=self.collector_board_temperatures,
-            xcc_detail=self.collector_xcc,
+            wanted=wanted,
         )
 
 
@@ -562,12 +581,30 @@ def _help(option: Option) -> str:
     return f"{option.help}{default_part} [env {option.env}{suffix}]"
 
 
-def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, collectors: Sequence[str] = ()) -> None:
+    """Every option's flag, and for each collector named --collector.NAME and --no-collector.NAME
+    (the metric table names them: the command line, above the table, passes them in)."""
     for option in OPTIONS:
         how: dict[str, Any] = {"action": "append" if option.repeatable else "store", "metavar": option.metavar}
         if option.is_flag:
             how = {"action": "store_const", "const": True}
         parser.add_argument(option.flag, dest=option.dest, default=None, help=_help(option), **how)
+    for name in collectors:
+        if f"collector.{name}" not in OPTION_BY_NAME:  # --collector.processes and --collector.xcc are options
+            parser.add_argument(
+                f"--collector.{name}",
+                dest="collectors_include",
+                action="append_const",
+                const=name,
+                help=f"read and show the {name} collector's families, those off by default too",
+            )
+        parser.add_argument(
+            f"--no-collector.{name}",
+            dest="collectors_exclude",
+            action="append_const",
+            const=name,
+            help=f"neither read nor show the {name} collector's families",
+        )
     parser.add_argument(
         "--config.file",
         dest="config_file",
@@ -681,9 +718,27 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             f"--window ({values['window']:g}s) must hold at least two fast samples"
             f" (--fast.interval {values['fast_interval']:g}s)"
         )
-    settings = Settings(**values, config_file=config_file, origins=origins)
+    warnings = collector_options(values, origins)  # first: it folds the collector switches into `values`
+    settings = Settings(**values, config_file=config_file, origins=origins, warnings=warnings)
     _check_paths(settings, config_file)
     return settings
+
+
+def collector_options(values: dict[str, Any], origins: Mapping[str, str]) -> tuple[str, ...]:
+    """Fold the collector switches into the include lists (in place), and the processes collector's
+    selection back into collector_processes, the attribution source's switch; the deprecation warnings."""
+    warnings = []
+    for name, (dest, value, warning) in DEPRECATED.items():
+        if values[OPTION_BY_NAME[name].dest]:
+            values[dest] = (*values[dest], value)
+            if name != "collector.xcc" or origins.get(name) in ("env", "file"):
+                warnings.append(warning)
+    if values["collector_processes"]:
+        values["collectors_include"] = (*values["collectors_include"], "processes")
+    included = any(fnmatch.fnmatchcase("processes", p) for p in values["collectors_include"])
+    excluded = any(fnmatch.fnmatchcase("processes", p) for p in values["collectors_exclude"])
+    values["collector_processes"] = included and not excluded
+    return tuple(warnings)
 
 
 def _check_paths(settings: Settings, config_file: str) -> None:

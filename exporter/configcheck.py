@@ -23,6 +23,7 @@ from exporter.config import (
     ConfigError,
     Option,
     Settings,
+    collector_options,
     no_flags,
     read_config_values,
     resolve,
@@ -76,7 +77,9 @@ def reload_settings(settings: Settings) -> Settings:
             changes[option.dest], origins[option.name] = from_file[option.name], "file"
         else:
             changes[option.dest], origins[option.name] = _parse(option, option.default, option.name), "default"
-    return dataclasses.replace(settings, **changes, origins=origins)
+    merged = {option.dest: changes.get(option.dest, getattr(settings, option.dest)) for option in OPTIONS}
+    warnings = collector_options(merged, origins)  # the collector switches into the include lists, as at start
+    return dataclasses.replace(settings, **merged, origins=origins, warnings=warnings)
 
 
 def exposition_of(settings: Settings) -> ExpositionOptions:

@@ -26,12 +26,13 @@ from exporter.config import ConfigError, Settings, node_name
 from exporter.configcheck import RELOADABLE, changed_options, exposition_of, reload_settings
 from exporter.cycle import Pipeline
 from exporter.demo import sysfs_tree
+from exporter.exposition.selection import read_fields
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.poller import Poller
 from exporter.pipeline.readiness import Health
 from exporter.pipeline.sampler import Sampler
-from exporter.sources.base import StartupError
+from exporter.sources.base import Source, StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
 from exporter.web import http_server, webconfig_reload
@@ -133,9 +134,16 @@ class Reloader:
     (collectors, families, window detail, extra labels) apply from the next cycle; an invalid file
     keeps what runs and says why; an option that needs a restart is named in the log."""
 
-    def __init__(self, settings: Settings, pipeline: Pipeline, counts: Counter[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline,
+        counts: Counter[tuple[str, str]],
+        source: Source | None = None,
+    ) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        self.source = source  # told which fields the families now shown are made of
         self.counts = counts  # (config | rules, success | failure) -> reloads: amdgpu_exporter_reloads_total
 
     def reload(self) -> None:
@@ -156,6 +164,8 @@ class Reloader:
         rules = rule_file.rules
         self.pipeline.replace_rules(rules, rule_file.health)
         self.pipeline.replace_exposition(exposition)
+        if self.source is not None:
+            self.source.want(read_fields(exposition.families))
         if settings.log_level != self.settings.log_level:
             configure_logging(settings.log_level, settings.log_format)
         self.settings = settings
@@ -202,7 +212,8 @@ async def serve(settings: Settings) -> None:
     with contextlib.ExitStack() as stack:
         sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
-        source, source_name, reason = select_source(settings.source_choice(), sysfs_root, details)
+        wanted = read_fields(exposition.families)  # a family nobody shows is not read
+        source, source_name, reason = select_source(settings.source_choice(wanted), sysfs_root, details)
         poller = Poller(
             source,
             interval=settings.interval,
@@ -273,7 +284,7 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, Reloader(settings, pipeline, reload_counts).reload)
+        loop.add_signal_handler(signal.SIGHUP, Reloader(settings, pipeline, reload_counts, source).reload)
         scheme = "https" if active_web.ssl_context is not None else "http"
         log.info(
             "listening",

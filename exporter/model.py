@@ -175,6 +175,8 @@ class Sample:
     pcie_other_end_recoveries: int | None = within(0.0, 2.0**32)
     pcie_naks_sent: int | None = within(0.0, 2.0**32)
     pcie_naks_received: int | None = within(0.0, 2.0**32)
+    # MI300-class (gpu_metrics v1_4+ gfxclk_lock_status, u32): a bit per gfx clock instance (XCC) whose clock is locked
+    gfx_clock_lock_mask: int | None = within(0.0, 2.0**32)
     xgmi_link_width: int | None = within(0.0, 64.0)
     xgmi_link_speed_bytes_per_second: float | None = within(0.0, 2e12)
     xgmi_link_up: Mapping[int, bool] = field(default_factory=frozen_map)  # link index -> up

@@ -1,10 +1,11 @@
-"""Which series /metrics carries: collectors, the families off by default, the window series at
-defaults, and the include / exclude lists of the config file.
+"""Which series /metrics carries, and so which values are read: collectors, the families off by
+default, the window series at defaults, and the include / exclude lists.
 
 A collector is a named group of families about one thing (temperature, pcie, xgmi, windows,
-firmware, attribution, the exporter's own process, ...): every family is in exactly one, found by
-the first group whose globs match its name. Selecting is choosing what is rendered: an excluded
-family is simply not rendered; nothing is read less.
+firmware, attribution, the exporter's own process, ...), declared with each family in the metric
+table (exposition/metrics.py): `--collector.NAME` / `--no-collector.NAME` and the config file's
+`collectors:` / `families:` lists choose families, and a family nobody shows is not read either:
+read_fields tells the source the Sample fields the shown families are made of.
 
 Why some families are off by default (docs/design.md, "The series budget"): the budget is 120
 series per device at defaults, and these are static or per-link detail that no shipped rule reads.
@@ -18,48 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from exporter.config import Settings
-from exporter.exposition.metrics import METRICS, MetricSpec
+from exporter.exposition.metrics import BY_NAME, METRICS, MetricSpec
 
-# (collector, globs on family names), first match wins: a family is in the first group that matches it.
-COLLECTORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("windows", ("amdgpu_*_window_*", "amdgpu_exporter_window_seconds", "amdgpu_exporter_fast_*")),
-    ("temperature", ("amdgpu_temperature_*",)),
-    ("power", ("amdgpu_power_*", "amdgpu_energy_joules")),
-    ("busy", ("amdgpu_busy_ratio",)),
-    ("xcc", ("amdgpu_xcc_*", "amdgpu_media_engine_*")),
-    ("board", ("amdgpu_board_*", "amdgpu_baseboard_*", "amdgpu_node_power_*")),
-    ("memory", ("amdgpu_memory_*",)),
-    ("clock", ("amdgpu_clock_hertz", "amdgpu_clock_max_hertz", "amdgpu_clock_min_hertz", "amdgpu_voltage_volts")),
-    ("throttle", ("amdgpu_throttle_*",)),
-    ("pcie", ("amdgpu_pcie_*",)),
-    ("xgmi", ("amdgpu_xgmi_*",)),
-    ("ecc", ("amdgpu_ecc_*", "amdgpu_ras_*")),
-    ("health", ("amdgpu_health_*", "amdgpu_cper_*", "amdgpu_last_reset_*")),
-    ("firmware", ("amdgpu_firmware_info",)),
-    ("topology", ("amdgpu_topology_*",)),
-    ("alerts", ("amdgpu_alert_*", "amdgpu_clock_down_suggested_ratio", "amdgpu_suggested_*")),
-    ("host", ("amdgpu_driver_info", "amdgpu_rocm_info", "amdgpu_smi_library_info")),
-    ("attribution", ("amdgpu_allocation_info", "amdgpu_job_info", "amdgpu_exporter_attribution_up")),
-    ("processes", ("amdgpu_process_*",)),
-    ("device", ("amdgpu_up", "amdgpu_device_*", "amdgpu_sample_timestamp_seconds")),
-    ("process", ("process_*",)),
-    ("exporter", ("amdgpu_exporter_*",)),
-)
-COLLECTOR_NAMES = tuple(name for name, _globs in COLLECTORS)
-
-# Static or per-link detail no shipped rule reads; `collectors.include` / `families.include` turn them on.
-OFF_BY_DEFAULT = frozenset(
-    {
-        "amdgpu_topology_link_info",  # N x N links a node, never changing
-        "amdgpu_firmware_info",  # 9-14 a device, never changing (amdgpu_device_info has the vbios)
-        "amdgpu_xgmi_read_bytes",  # per link: 8 a MI300X socket each
-        "amdgpu_xgmi_write_bytes",
-        "amdgpu_throttle_residency_seconds",  # amdgpu_throttle_active is derived from the same counters
-        "amdgpu_clock_max_hertz",  # DPM ceilings; the suggestion is amdgpu_suggested_gfx_clock_max_hertz
-        "amdgpu_clock_min_hertz",  # DPM floors, as static as the ceilings
-        "amdgpu_baseboard_temperature_celsius",  # MI350-class: 23 sensors a node; node power stays on
-    }
-)
+COLLECTOR_NAMES = tuple(sorted({spec.collector for spec in METRICS}))
+# Families shown only when asked for (the table's off_by_default entries).
+OFF_BY_DEFAULT = frozenset(spec.name for spec in METRICS if not spec.shown_by_default)
 
 # The window series at defaults (labels after `gpu`), those the shipped dashboards and rules read;
 # `window.all-series` renders every sensor, engine, domain and stat. A family not named here is whole.
@@ -71,11 +35,8 @@ DEFAULT_WINDOW_SERIES: dict[str, frozenset[tuple[str, ...]]] = {
 
 
 def collector_of(name: str) -> str:
-    """The collector of a family name ("" for none: tests/unit/test_series_budget.py forbids that)."""
-    for collector, globs in COLLECTORS:
-        if any(fnmatch.fnmatchcase(name, glob) for glob in globs):
-            return collector
-    return ""
+    """The collector of a family name."""
+    return BY_NAME[name].collector
 
 
 def _matches(spec: MetricSpec, pattern: str) -> bool:
@@ -96,8 +57,8 @@ class Selection:
         beats include; a family no list names is on unless it is in OFF_BY_DEFAULT."""
         chosen = set()
         for spec in specs:
-            collector = collector_of(spec.name)
-            on = spec.name not in OFF_BY_DEFAULT
+            collector = spec.collector
+            on = spec.shown_by_default
             if any(fnmatch.fnmatchcase(collector, p) for p in self.collectors_include):
                 on = True
             if any(fnmatch.fnmatchcase(collector, p) for p in self.collectors_exclude):
@@ -144,6 +105,13 @@ class ExpositionOptions:
 DEFAULTS = ExpositionOptions()
 # Every family and every window series: what the dashboards' and the reference's tests render.
 EVERYTHING = ExpositionOptions(families=frozenset(spec.name for spec in METRICS), all_window_series=True)
+
+
+def read_fields(families: Iterable[str]) -> frozenset[str]:
+    """The Sample fields the named families are made of: what the source is asked to read. It leaves
+    out only the optional fields (sources/sysfs/table.py) outside them: whatever a rule, the health
+    verdict or a page reads is read, shown or not."""
+    return frozenset(field for name in families for field in BY_NAME[name].reads)
 
 
 def selection_of(settings: Settings) -> Selection:

@@ -130,7 +130,8 @@ def _board_and_guest() -> list[str]:
         "",
         "MP1 13.0.12 parts also have `board/` on the PCI device (MI300X and MI325X have none): per GPU "
         + ", ".join(f"`{n}`" for n in board)
-        + " (with `--collector.board-temperatures`); node-wide, shown once without a `gpu` label (every GPU"
+        + " (with `--collector.board` or `--families.include=amdgpu_board_temperature_celsius`); node-wide, shown"
+        " once without a `gpu` label (every GPU"
         " of a node reads the same baseboard): " + ", ".join(f"`{n}`" for n in sorted(NODE_FAMILIES)) + ".",
         "",
         "## SR-IOV guest (`--demo.fleet=4xMI300X:guest`)",

@@ -287,6 +287,7 @@ def sample(
         pcie_replays=r.pcie_replays,
         pcie_recoveries=r.pcie_recoveries,
         pcie_replay_rollovers=0 if mi300 else None,
+        gfx_clock_lock_mask=0 if mi300 else None,  # no simulated XCC has its clock locked
         pcie_other_end_recoveries=0 if gcd.metrics_version >= (1, 6) else None,
         pcie_naks_sent=r.pcie_naks_sent if gcd.metrics_version >= (1, 5) else None,
         pcie_naks_received=r.pcie_naks_received if gcd.metrics_version >= (1, 5) else None,

@@ -30,6 +30,8 @@ class Source(Protocol):
     # True on a source whose every returned value already passed sources/plausible.py (the sysfs
     # source): the poller then does not judge its samples again.
     values_checked: bool = False
+    # The sysfs source under an SMI source, serving what its library cannot (None: none).
+    fallback: Source | None = None
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Find devices. Blocking; called at start and on the slow refresh schedule."""
@@ -43,6 +45,13 @@ class Source(Protocol):
         """The source's own counters now (cheap, non-blocking); the poller copies them into each Snapshot.
         A source without a worker has nothing to count."""
         return SourceStats()
+
+    def want(self, wanted: frozenset[str] | None) -> None:
+        """Read only the optional Sample fields of `wanted` (those the shown families are made of;
+        None: the source's own choice) from the next read on. A source that reads nothing optional ignores it; one
+        that reads through a fallback source (rocm-smi, amd-smi) tells it."""
+        if self.fallback is not None:
+            self.fallback.want(wanted)
 
     def needs_rediscovery(self) -> bool:
         """True when the source knows its devices changed (an MI300 partition mode switch): the poller

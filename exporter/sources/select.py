@@ -16,8 +16,9 @@ class SourceChoice:
     source: str  # "auto", "sysfs", "rocm-smi" or "amd-smi"
     slow_interval: float
     read_timeout: float
-    board_temperatures: bool
-    xcc_detail: bool
+    # The Sample fields the families shown are made of: a source reads no optional field outside
+    # them (sysfs/table.py, OPTIONAL_FIELDS). None: the source's own choice (sysfs: UNLESS_TOLD).
+    wanted: frozenset[str] | None = None
 
 
 def select_source(
@@ -33,8 +34,7 @@ def select_source(
         sysfs_root,
         slow_interval=settings.slow_interval,
         read_timeout=settings.read_timeout,
-        board_temperatures=settings.board_temperatures,
-        xcc_detail=settings.xcc_detail,
+        wanted=settings.wanted,
     )
     if settings.source == "sysfs":
         return sysfs, "sysfs", "flag"

@@ -9,6 +9,7 @@ clock by nature. Exactly those are replaced, by `normalise`, with WALL_CLOCK:
 - amdgpu_sample_timestamp_seconds (time.time() of each read),
 - amdgpu_exporter_last_poll_timestamp_seconds (time.time() when the cycle ended),
 - process_* (the exporter process's own CPU, memory, file descriptors and start time),
+- amdgpu_exporter_collector_duration_seconds (how long rendering each collector's families took),
 - amdgpu_exporter_poll_duration_seconds: _sum and the _bucket counts below +Inf (which
   bucket a cycle lands in depends on how fast this machine is). _count and le="+Inf" stay: they
   count cycles, which is deterministic.
@@ -51,6 +52,7 @@ _WALL_CLOCK_SAMPLE = re.compile(
     r"amdgpu_sample_timestamp_seconds\{[^}]*\}"
     r"|amdgpu_exporter_last_poll_timestamp_seconds"
     r"|amdgpu_exporter_poll_duration_seconds_sum"
+    r"|amdgpu_exporter_collector_duration_seconds\{[^}]*\}"
     r"|process_[a-z_]+"
     r'|amdgpu_exporter_poll_duration_seconds_bucket\{le="(?!\+Inf")[^"]*"\}'
     r") (?P<value>\S+)$"

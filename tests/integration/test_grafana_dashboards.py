@@ -75,6 +75,10 @@ FAMILIES_LEFT_OFF: dict[str, str] = {
     "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
     "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
     "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
+    "amdgpu_gfx_clock_lock_active": "new; a clock lock beside amdgpu_clock_hertz, not drawn yet",
+    # The collectors' own outcome (as node_exporter's node_scrape_collector_*): off by default.
+    "amdgpu_exporter_collector_success": "the exporter's own; off by default (the series budget)",
+    "amdgpu_exporter_collector_duration_seconds": "the exporter's own; off by default (the series budget)",
 }
 
 # Families the dashboards draw that the exporter does not export yet, each with the reason: their

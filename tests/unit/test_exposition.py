@@ -154,6 +154,7 @@ def test_every_table_entry_follows_the_naming_conventions() -> None:
         "_fds",  # process_open_fds / process_max_fds, the process collector's conventional names
         "_connections",  # a count of open HTTP connections, unitless like _fds
         "_successful",  # a 0/1 state, as Prometheus' own prometheus_config_last_reload_successful
+        "_success",  # a 0/1 state, as node_exporter's node_scrape_collector_success
         "_status",  # the 0/1 health verdict, amdgpu_health_status (1 = fit), as DCGM's _HEALTH_STATUS
         "_check",  # 1 per failing health check, amdgpu_health_check{check, severity}
     )

@@ -65,6 +65,7 @@ def test_the_golden_covers_every_asic_a_firing_alert_and_normalises_only_wall_cl
         assert f'product="{product}"' in text
     normalised = sorted({line.split(" ")[0].split("{")[0] for line in text.splitlines() if line.endswith(WALL_CLOCK)})
     assert normalised == [
+        "amdgpu_exporter_collector_duration_seconds",
         "amdgpu_exporter_last_poll_timestamp_seconds",
         "amdgpu_exporter_poll_duration_seconds_bucket",
         "amdgpu_exporter_poll_duration_seconds_sum",

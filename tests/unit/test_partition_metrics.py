@@ -15,6 +15,7 @@ from exporter.simulator import gpu_metrics_writer as gm
 from exporter.sources.gpu_metrics import GpuMetricsError, decode_partition_metrics
 from exporter.sources.sysfs import SysfsSource
 from exporter.sources.sysfs import source as sysfs_source
+from exporter.sources.sysfs.table import OPTIONAL_FIELDS
 
 _VALUES = {
     "current_gfxclk": [2100, 2000],
@@ -78,7 +79,7 @@ def _cpx(root: Path, xcp_metrics: str = "1.0", metrics: str = "1.8") -> Simulato
 @pytest.mark.parametrize(("metrics", "xcp_metrics"), [("1.8", "1.0"), ("1.9", "1.1"), ("1.8", "")])
 def test_each_partition_reports_its_own_xcc_figures(tmp_path: Path, metrics: str, xcp_metrics: str) -> None:
     simulator = _cpx(tmp_path / "sys", xcp_metrics, metrics)
-    source = SysfsSource(tmp_path / "sys", xcc_detail=True)
+    source = SysfsSource(tmp_path / "sys", wanted=OPTIONAL_FIELDS)
     devices = source.discover()
     truth = simulator.truth()
     assert len(devices) == len(truth) == 8
@@ -104,7 +105,7 @@ def test_a_partitions_own_table_wins_and_spares_the_socket_table(
     assert partition is not None
     own = gm.encode_partition_metrics((1, 0), {**_VALUES, "gfx_busy_inst": [33], "vcn_busy": [12]})
     (Path(partition.device_dir) / "xcp/xcp_metrics").write_bytes(own)
-    source = SysfsSource(tmp_path / "sys", xcc_detail=False)
+    source = SysfsSource(tmp_path / "sys", wanted=frozenset({"xcc_busy"}))
     devices = source.discover()
     read_paths: list[str] = []
     real = sysfs_source.read_file_bytes
@@ -117,6 +118,6 @@ def test_a_partitions_own_table_wins_and_spares_the_socket_table(
     sample = source.read(devices[3])
     assert dict(sample.xcc_busy) == {0: 0.33}
     assert dict(sample.busy) == {"gfx": 0.33, "media": 0.12}
-    assert not sample.media_engine_busy and not sample.xcc_below_host_limit_seconds  # without --collector.xcc
+    assert not sample.media_engine_busy and not sample.xcc_below_host_limit_seconds  # the xcc collector at its defaults
     assert [Path(p).name for p in read_paths] == ["xcp_metrics"]  # not the socket's gpu_metrics
     source.close()

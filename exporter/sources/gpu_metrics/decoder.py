@@ -121,6 +121,7 @@ class GpuMetrics(NamedTuple):
     voltages_volts: Mapping[str, float] = _EMPTY
     throttle_status: int | None = None  # raw, ASIC-specific bits
     indep_throttle_status: int | None = None  # raw SMU_THROTTLER_* bits
+    gfx_clock_lock_mask: int | None = None  # MI300-class: a bit per gfx clock instance (XCC) that is locked
     throttle: Mapping[str, bool] = _EMPTY
     fan_rpm: float | None = None
     pcie_link_width: int | None = None
@@ -248,6 +249,7 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("firmware_timestamp_seconds", None, "firmware_timestamp", "first", _TIME),
     ("throttle_status", None, "throttle_status", "first", _AS_STORED),
     ("indep_throttle_status", None, "indep_throttle_status", "first", _AS_STORED),
+    ("gfx_clock_lock_mask", None, "gfxclk_lock_status", "first", _AS_STORED),
     ("pcie_link_width", None, "pcie_link_width", "first", _AS_STORED),
     ("pcie_bandwidth_acc", None, "pcie_bandwidth_acc", "first", _AS_STORED),
     ("pcie_replays", None, "pcie_replay_count_acc", "first", _AS_STORED),

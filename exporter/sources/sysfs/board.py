@@ -15,6 +15,7 @@ shows them once per node (exposition/metrics.py, the node families).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from exporter.abi.board import (
     BASEBOARD_TEMP,
@@ -77,14 +78,22 @@ NODE_POWER_FILES = (
 TEMP_TABLES = (("board_temperatures", GPUBOARD_TEMP), ("baseboard_temperatures", BASEBOARD_TEMP))
 
 
-def read_board(device_dir: str, values: SampleValues, *, gpu_board: bool = True) -> None:
+def read_board(
+    device_dir: str,
+    values: SampleValues,
+    read: Callable[[str], bytes | None] = read_file_bytes,
+    skip: frozenset[str] = frozenset(),
+) -> None:
     """The slow board/ values of one PCI device into `values` (nothing at all without a board/ folder):
-    each file is a firmware round trip for the SMU's system metrics table. `gpu_board`: also the GPU
-    board's own sensors (gpuboard_temp), 19 series per GPU."""
+    each file is a firmware round trip for the SMU's system metrics table. `read` opens only the
+    files discovery found (sysfs/present.py); a field of `skip` (no family shown reads it) is not read:
+    the GPU board's 19 sensors (gpuboard_temp) and the baseboard's 23 are off by default."""
     board = f"{device_dir}/board"
-    for field, table in TEMP_TABLES if gpu_board else TEMP_TABLES[1:]:
+    for field, table in TEMP_TABLES:
+        if field in skip:
+            continue
         path = f"{board}/{table.file}"
-        blob = read_file_bytes(path)
+        blob = read(path)
         if blob is None:
             continue
         try:
@@ -95,6 +104,8 @@ def read_board(device_dir: str, values: SampleValues, *, gpu_board: bool = True)
         for sensor, celsius in temps.items():
             values.set(field, sensor, celsius, f"board/{table.file}")
     for field, name in NODE_POWER_FILES:
-        values.set(field, None, read_parsed(f"{board}/{name}", _watts), f"board/{name}")
-    enabled = read_parsed(f"{board}/npm_status", parse_npm_status)
-    values.set("node_power_management_enabled", None, enabled, "board/npm_status")
+        if field not in skip:
+            values.set(field, None, read_parsed(f"{board}/{name}", _watts, read), f"board/{name}")
+    if "node_power_management_enabled" not in skip:
+        enabled = read_parsed(f"{board}/npm_status", parse_npm_status, read)
+        values.set("node_power_management_enabled", None, enabled, "board/npm_status")

@@ -17,6 +17,7 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
@@ -26,7 +27,8 @@ from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.board import read_board
-from exporter.sources.sysfs.files import listdir, parse_read, read_file_bytes, read_file_head, read_parsed
+from exporter.sources.sysfs.files import parse_read, read_file_bytes, read_file_head, read_parsed
+from exporter.sources.sysfs.present import PresentFiles, debugfs_dir, module_parameters, probe
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
 
 # clock domain -> its DPM table: the highest level is the domain's max, the starred one its current clock
@@ -47,19 +49,30 @@ BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's formula: one retired pa
 
 
 def read_slow_layer(
-    device: DeviceIdentity, previous: SampleValues | None, root: str = "/sys", *, board_temperatures: bool = True
+    device: DeviceIdentity,
+    previous: SampleValues | None,
+    root: str = "/sys",
+    *,
+    present: PresentFiles | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a
-    sum, a binary ring); `root` is the sysfs root (debugfs and the module parameters are under it)."""
+    sum, a binary ring); `root` is the sysfs root (debugfs and the module parameters are under it).
+
+    Only the files of `present` (what discovery found: probed now when not given) are opened, and
+    none that fill only the Sample fields of `skip` (those no family shown reads)."""
     dev = device.device_dir
+    present = probe(device, root) if present is None else present
+    read = present.read
     values = SampleValues()
-    read_rows(SLOW_FILES, device, values)
-    _read_health_signals(device, values, root)
+    read_rows([row for row in SLOW_FILES if row.field not in skip], device, values, read)
+    _read_health_signals(device, values, root, present)
     for domain, name in DPM_FILES.items():
-        levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm)
+        levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm, read)
         if levels is not None and levels.levels_hertz:
             values.set("clocks_max_hertz", domain, levels.max_hertz, name)
-            values.set("clocks_min_hertz", domain, min(levels.levels_hertz), name)
+            if "clocks_min_hertz" not in skip:
+                values.set("clocks_min_hertz", domain, min(levels.levels_hertz), name)
             if domain == "gfx":
                 # Lowest first; a fine-grained table (at most three lines: min, the current clock when
                 # between, max) as its range (min, max): its middle line is the clock of the moment, not a level.
@@ -68,9 +81,9 @@ def read_slow_layer(
             if levels.current_hertz is not None:
                 values.set("clocks_hertz", domain, levels.current_hertz, name)
     ras_dir = f"{dev}/ras"
-    for entry in listdir(ras_dir):
+    for entry in present.entries(ras_dir):
         if entry.endswith("_err_count"):
-            counts = read_parsed(f"{ras_dir}/{entry}", tf.parse_ras_err_count)
+            counts = read_parsed(f"{ras_dir}/{entry}", tf.parse_ras_err_count, read)
             if counts is None:
                 continue
             block = clean_name(entry.removesuffix("_err_count"))
@@ -79,7 +92,7 @@ def read_slow_layer(
                     values.set("ecc_errors", (block, kind), count, f"ras/{entry}")
     # xgmi_error clears on read: add what it says now to what we have seen before. One absurd read
     # (2^64-1) is rejected, or it would poison the accumulated counter for good.
-    new_errors = read_parsed(f"{dev}/xgmi_error", tf.parse_unsigned)
+    new_errors = read_parsed(f"{dev}/xgmi_error", tf.parse_unsigned, read)
     if new_errors is not None and new_errors > MAX_XGMI_ERRORS_PER_READ:
         record(f"{dev}/xgmi_error", "implausible", f"{new_errors} events in one read")
         new_errors = None
@@ -87,29 +100,30 @@ def read_slow_layer(
     before = before if isinstance(before, int | float) else None
     total = (int(before or 0) + new_errors) if new_errors is not None else before
     values.set("xgmi_error_events", None, total, "xgmi_error")
-    read_board(dev, values, gpu_board=board_temperatures)
+    read_board(dev, values, read, skip)
     return values
 
 
-def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str) -> None:
+def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str, present: PresentFiles) -> None:
     dev = device.device_dir
-    pages = read_parsed(f"{dev}/ras/gpu_vram_bad_pages", tf.parse_bad_pages)
+    read = present.read
+    pages = read_parsed(f"{dev}/ras/gpu_vram_bad_pages", tf.parse_bad_pages, read)
     if pages is not None:
         values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
         values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
-    debugfs = _debugfs_dir(device, root)
-    threshold = bad_page_threshold(device, values, root, debugfs)
+    debugfs = debugfs_dir(device, root)
+    threshold = bad_page_threshold(device, values, root, debugfs, read)
     values.set("ras_bad_page_threshold", None, threshold, "bad_page_threshold")
     # the device's own AER counters, then those of the port above it (a switch or root port: the
     # folder the device's folder is in, when that is a PCI device with AER)
     for port, folder in (("device", dev), ("upstream", os.path.dirname(dev))):
         for severity, name in AER_FILES.items():
             path = f"{folder}/{name}"
-            count = read_parsed(path, functools.partial(tf.parse_aer_total, severity=severity))
+            count = read_parsed(path, functools.partial(tf.parse_aer_total, severity=severity), read)
             if count is not None:
                 values.set("pcie_aer_errors", (port, severity), count, name)
-    if debugfs:
-        ring_path = f"{debugfs}/amdgpu_ring_cper"
+    ring_path = f"{debugfs}/amdgpu_ring_cper"
+    if present.has(ring_path):
         ring = read_file_bytes(ring_path, CPER_RING_MAX_BYTES)
         if ring is not None:
             try:
@@ -119,25 +133,23 @@ def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str
     values.set("last_reset_at", None, _last_reset_at(dev), "devcoredump/data")
 
 
-def _debugfs_dir(device: DeviceIdentity, root: str) -> str:
-    """dri/<primary minor> under the root's kernel/debug (debugfs mounted at /sys/kernel/debug); "" when
-    not there (not mounted, or not root: its top folder is mode 0700)."""
-    minor = device.card.removeprefix("card")
-    path = os.path.join(root, "kernel", "debug", "dri", minor)
-    return path if minor.isdigit() and os.path.isdir(path) else ""
-
-
-def bad_page_threshold(device: DeviceIdentity, values: SampleValues, root: str, debugfs: str) -> int | None:
+def bad_page_threshold(
+    device: DeviceIdentity,
+    values: SampleValues,
+    root: str,
+    debugfs: str,
+    read: Callable[[str], bytes | None] = read_file_bytes,
+) -> int | None:
     """The retired-page count at which the driver calls the board's VRAM bad. Debugfs has the driver's
     own figure (ras/bad_page_cnt_threshold); else it follows from the module parameter bad_page_threshold
     as the driver works it out: below 0 (the default -1, or -2) one page per 100 MiB of VRAM, 0 (bad
     page retirement off) none, above 0 that count. The driver also caps it at its EEPROM table's ~10900
     records, more than any Instinct's VRAM gives."""
     if debugfs:
-        exact = read_parsed(f"{debugfs}/ras/bad_page_cnt_threshold", tf.parse_unsigned)
+        exact = read_parsed(f"{debugfs}/ras/bad_page_cnt_threshold", tf.parse_unsigned, read)
         if exact is not None:
             return exact
-    parameter = read_parsed(os.path.join(root, "module", "amdgpu", "parameters", "bad_page_threshold"), tf.parse_signed)
+    parameter = read_parsed(os.path.join(module_parameters(root), "bad_page_threshold"), tf.parse_signed, read)
     if parameter is None or parameter == 0:
         return None
     if parameter > 0:
@@ -150,6 +162,8 @@ def _last_reset_at(dev: str) -> float | None:
     """Unix seconds of the reset whose device coredump the driver left on this device (the kernel drops
     it 5 minutes on, or when someone writes to it). Its time is CLOCK_MONOTONIC, put on the wall clock
     with this host's offset between the two."""
+    if not os.path.isdir(f"{dev}/devcoredump"):  # there only for 5 minutes after a reset: a stat, not an open
+        return None
     path = f"{dev}/devcoredump/data"
     head = read_file_head(path, COREDUMP_HEAD_BYTES)
     if head is None:

@@ -39,11 +39,14 @@ from exporter.sources.sysfs.partitions import (
     throttlers_active,
     xcc_below_host_limit_seconds,
 )
+from exporter.sources.sysfs.present import PresentFiles, probe
 from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
 from exporter.sources.sysfs.table import (
     CYCLE_FILES,
     GPU_METRICS_FIELDS,
     MEMORY_POOLS,
+    OPTIONAL_FIELDS,
+    UNLESS_TOLD,
     RowPlan,
     SampleValues,
     plan_rows,
@@ -70,10 +73,12 @@ class DeviceReadState:
     """
 
     unique_id: str
+    present: PresentFiles = field(default_factory=PresentFiles)  # the files discovery found: no other is opened
+    socket_dir: str = ""  # partition 0's device folder (the socket's gpu_metrics, for the other partitions)
     kept: KeptFiles = field(default_factory=KeptFiles)
     in_use: bool = False
     closed: bool = False
-    plan: tuple[DeviceIdentity, RowPlan] | None = None  # the every-cycle rows planned for this identity
+    plan: RowPlan | None = None  # the every-cycle rows planned for this identity, its files and the fields wanted
     slow: SampleValues | None = None  # the slow layer, never mutated once stored
     slow_due: float = 0.0  # monotonic time of its next refresh
     residency: Mapping[str, int] | None = None  # the last read's throttler residency counters
@@ -108,15 +113,13 @@ class SysfsSource(Source):
         slow_interval: float = 10.0,
         pcie_bw_interval: float = 30.0,
         read_timeout: float = 2.0,
-        board_temperatures: bool = True,
-        xcc_detail: bool = False,
+        wanted: frozenset[str] | None = None,
     ):
         self.root = str(sysfs_root)
-        # MI350-class board/gpuboard_temp: 19 series per GPU, off in the daemon unless asked for
-        # (--collector.board-temperatures); on here so a reader of the tree gets all of it
-        self.board_temperatures = board_temperatures
-        # --collector.xcc: per-XCC host-limit counters and per-engine decoder busy (tens of series per GPU)
-        self.xcc_detail = xcc_detail
+        # The optional Sample fields not read (table.OPTIONAL_FIELDS no family shown reads: the
+        # MI350-class board sensors, per-XCC detail, ...); without `wanted`, table.UNLESS_TOLD.
+        self.skip: frozenset[str] = frozenset()
+        self.want(wanted)
         self.slow_interval = slow_interval
         self.pcie_bw_interval = pcie_bw_interval
         self.read_timeout = read_timeout
@@ -127,6 +130,11 @@ class SysfsSource(Source):
         self._identify_pool = DaemonPool(4, "identify")
         self._identifying: dict[str, concurrent.futures.Future[tuple[DeviceIdentity | None, FileErrors]]] = {}
         self._rediscover = threading.Event()  # a socket's partition mode changed since discovery
+
+    def want(self, wanted: frozenset[str] | None) -> None:
+        """Read only the optional fields of `wanted` (the Sample fields the shown families are made of)
+        from the next read on; None: those of table.UNLESS_TOLD."""
+        self.skip = OPTIONAL_FIELDS - (UNLESS_TOLD if wanted is None else wanted)
 
     def discover(self) -> Sequence[DeviceIdentity]:
         """Every amdgpu device, each PCI card identified against the read deadline.
@@ -176,7 +184,17 @@ class SysfsSource(Source):
         layouts: Mapping[str, PartitionLayout],
         errors_of: Mapping[str, FileErrors],
     ) -> None:
-        """A state for every device found; the states of devices gone (or replaced in their slot) closed."""
+        """A state for every device found, with the files it has; the states of devices gone (or
+        replaced in their slot) closed."""
+        partition_dirs: dict[str, list[str]] = {}
+        for device in found:
+            if device.partition > 0:
+                partition_dirs.setdefault(device.pci_bus_id, []).append(device.device_dir)
+        present = {
+            device.pci_bus_id: probe(device, self.root, partition_dirs.get(device.pci_bus_id, ()))
+            for device in found
+            if device.partition == 0
+        }
         with self._lock:
             states = {}
             for device in found:
@@ -191,6 +209,7 @@ class SysfsSource(Source):
                     state = DeviceReadState(device.unique_id)
                 states[bdf] = state
                 state.layout = layouts.get(bdf)
+                state.present, state.socket_dir = present[bdf], device.device_dir
                 if bdf in errors_of:
                     state.discovery_errors.update(errors_of[bdf].counts)
             for bdf in incomplete & self._devices.keys():  # not read until identified: kept as they are
@@ -271,10 +290,14 @@ class SysfsSource(Source):
         self, device: DeviceIdentity, state: DeviceReadState, read: Callable[[str], bytes | None]
     ) -> tuple[SampleValues, float]:
         dev = device.device_dir
-        if state.plan is None or state.plan[0] is not device:  # planned again when discovery refreshes the identity
-            state.plan = (device, plan_rows(CYCLE_FILES, device))
+        present, skip = state.present, self.skip
+        plan = state.plan
+        if plan is None or plan.key != (device, present, skip):  # planned again when discovery refreshes the device
+            rows = [row for row in CYCLE_FILES if row.field not in skip]
+            plan = state.plan = plan_rows(rows, device, present.has, key=(device, present, skip))
         values = SampleValues.copy_of(self._slow_layer(device, state))
-        metrics = _decode(read(os.path.join(dev, "gpu_metrics")))
+        table = os.path.join(dev, "gpu_metrics")
+        metrics = _decode(read(table)) if present.has(table) else None
         layout = state.layout
         partitioned = layout is not None and layout.count > 1
         if partitioned:
@@ -283,8 +306,9 @@ class SysfsSource(Source):
             values.override_from(metrics, GPU_METRICS_FIELDS)
             self._throttle_residency(state, metrics, values)
         own = None
-        if layout is not None or (metrics is not None and metrics.partition_gfx_busy):  # MI300-class only
-            own = _decode(read(os.path.join(dev, PARTITION_METRICS)), PARTITION_METRICS)
+        own_table = os.path.join(dev, PARTITION_METRICS)
+        if present.has(own_table) and (layout is not None or (metrics is not None and metrics.partition_gfx_busy)):
+            own = _decode(read(own_table), PARTITION_METRICS)
         figures = partition_figures(own, metrics, layout, 0)
         if figures is not None:
             origin = PARTITION_METRICS if own is not None else "gpu_metrics"
@@ -297,7 +321,7 @@ class SysfsSource(Source):
         for pool, size in partition_memory(layout, 0).items():
             values.set("memory_total_bytes", pool, size, _MEM_BANKS)
         # Without a usable gpu_metrics table, the per-value files fill in (more SMU trips).
-        read_planned(state.plan[1], values, read)
+        read_planned(plan, values, read)
         if not measures_package_power(device):
             # The second die of an MI250X reads 0 W and 0 J: the package is measured on die 0.
             values.set("power_watts", None, None)
@@ -317,16 +341,17 @@ class SysfsSource(Source):
     def _read_partition(self, device: DeviceIdentity, state: DeviceReadState) -> tuple[SampleValues, float]:
         """Partition 1..N-1: only its own values (busy of its XCCs and decoders); the socket-wide
         values live on partition 0. Read from the socket's table, shared with partition 0's read."""
-        layout = state.layout
-        own = _decode(read_file_bytes(os.path.join(device.device_dir, PARTITION_METRICS)), PARTITION_METRICS)
+        layout, present = state.layout, state.present
+        own_table = os.path.join(device.device_dir, PARTITION_METRICS)
+        own = _decode(read_file_bytes(own_table), PARTITION_METRICS) if present.has(own_table) else None
         metrics = None
         if own is None:  # no table of its own: its block of the socket's table
             shared = state.socket_table
             fresh = shared is not None and time.monotonic() - shared[0] <= _SOCKET_TABLE_MAX_AGE
             metrics = shared[1] if shared is not None and fresh else None
-            if metrics is None:
-                socket_dir = os.path.join(self.root, "bus", "pci", "devices", device.pci_bus_id)
-                metrics = _decode(read_file_bytes(os.path.join(socket_dir, "gpu_metrics")))
+            socket_table = os.path.join(state.socket_dir, "gpu_metrics")
+            if metrics is None and present.has(socket_table):
+                metrics = _decode(read_file_bytes(socket_table))
                 state.socket_table = (time.monotonic(), metrics)
         values = SampleValues()
         figures = partition_figures(own, metrics, layout, device.partition) if layout else None
@@ -340,16 +365,18 @@ class SysfsSource(Source):
         return values, time.time()
 
     def _xcc_values(self, figures: PartitionFigures, values: SampleValues, origin: str) -> None:
-        """Per-XCC busy always; with xcc_detail, per-engine decoder busy and the host-limit counters."""
-        for xcc, ratio in enumerate(figures.gfx_busy):
-            values.set("xcc_busy", xcc, ratio, origin)
-        if not self.xcc_detail:
-            return
-        for engine, ratios in (("vcn", figures.vcn_busy), ("jpeg", figures.jpeg_busy)):
-            for instance, ratio in enumerate(ratios):
-                values.set("media_engine_busy", (engine, instance), ratio, origin)
-        for key, seconds in xcc_below_host_limit_seconds(figures).items():
-            values.set("xcc_below_host_limit_seconds", key, seconds, origin)
+        """Per-XCC busy, per-engine decoder busy and the host-limit counters, each unless skipped."""
+        skip = self.skip
+        if "xcc_busy" not in skip:
+            for xcc, ratio in enumerate(figures.gfx_busy):
+                values.set("xcc_busy", xcc, ratio, origin)
+        if "media_engine_busy" not in skip:
+            for engine, ratios in (("vcn", figures.vcn_busy), ("jpeg", figures.jpeg_busy)):
+                for instance, ratio in enumerate(ratios):
+                    values.set("media_engine_busy", (engine, instance), ratio, origin)
+        if "xcc_below_host_limit_seconds" not in skip:
+            for key, seconds in xcc_below_host_limit_seconds(figures).items():
+                values.set("xcc_below_host_limit_seconds", key, seconds, origin)
 
     @staticmethod
     def _throttle_residency(state: DeviceReadState, metrics: GpuMetrics, values: SampleValues) -> None:
@@ -367,7 +394,7 @@ class SysfsSource(Source):
         now = time.monotonic()
         if state.slow is not None and now < state.slow_due:
             return state.slow
-        fresh = read_slow_layer(device, state.slow, self.root, board_temperatures=self.board_temperatures)
+        fresh = read_slow_layer(device, state.slow, self.root, present=state.present, skip=self.skip)
         if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
             # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
             log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)
@@ -384,7 +411,7 @@ class SysfsSource(Source):
     def _background_pcie_bandwidth(self, device: DeviceIdentity, state: DeviceReadState) -> float | None:
         if state.pcie is None:
             path = os.path.join(device.device_dir, "pcie_bw")
-            if not os.path.exists(path):
+            if not state.present.has(path):
                 return None
             with self._lock:  # one reader per device, never one for a closed state
                 if state.closed:

@@ -111,6 +111,30 @@ SLOW_FILES: tuple[FileField, ...] = (
     FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned),
 )
 
+# Sample fields read only while a family shown is made of them (exposition/selection.py, read_fields):
+# no rule, health check or page reads them. Every other field is read whatever is shown.
+OPTIONAL_FIELDS = frozenset(
+    {
+        "board_temperatures",  # board/gpuboard_temp: 19 sensors a GPU
+        "baseboard_temperatures",  # board/baseboard_temp: 23 sensors a node
+        "node_power_watts",  # board/node_power, every cycle
+        "baseboard_power_watts",  # board/baseboard_power, every cycle
+        "node_power_limit_watts",
+        "node_power_limit_max_watts",
+        "baseboard_power_limit_watts",
+        "node_power_management_enabled",
+        "xcc_busy",
+        "media_engine_busy",
+        "xcc_below_host_limit_seconds",
+        "clocks_min_hertz",  # DPM floors (the ceilings feed the clock-down suggestion)
+        "temperature_thresholds",
+    }
+)
+
+# What a source made without a `wanted` set reads (a tool or test reading a tree): every optional
+# field but the xcc collector's per-engine and per-reason detail, tens of series a GPU.
+UNLESS_TOLD = OPTIONAL_FIELDS - {"media_engine_busy", "xcc_below_host_limit_seconds"}
+
 _SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
 # GpuMetrics fields copied into the Sample field of the same name, in SI units already: every field
 # the two share (a decoded value with a Sample field of its name is never left out).
@@ -193,14 +217,25 @@ class SampleValues:
         return Sample(timestamp=timestamp, **self.scalars, **{**_NO_MAPPINGS, **views})  # type: ignore[arg-type]
 
 
-# Rows with their paths resolved for one device, and the mapping fields whose rows fill only an empty field.
-RowPlan = tuple[tuple[tuple[FileField, str], ...], frozenset[str]]
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """Rows with their paths resolved for one device, and the mapping fields whose rows fill only an
+    empty field; `key` is what it was planned for (the owner plans again when that changes)."""
+
+    rows: tuple[tuple[FileField, str], ...]
+    judged_empty: frozenset[str]
+    key: object = None
 
 
-def plan_rows(rows: Iterable[FileField], device: DeviceIdentity) -> RowPlan:
-    """The rows a device can read (its hwmon folder known or not), each with its path: computed once per device."""
-    planned = tuple((row, path) for row in rows if (path := row.path(device)) is not None)
-    return planned, frozenset(row.field for row, _ in planned if row.fill == "if_field_empty")
+def plan_rows(
+    rows: Iterable[FileField], device: DeviceIdentity, exists: Callable[[str], bool] | None = None, key: object = None
+) -> RowPlan:
+    """The rows a device can read (its hwmon folder known, and with `exists` the file found by
+    discovery), each with its path: computed once per device."""
+    planned = tuple(
+        (row, path) for row in rows if (path := row.path(device)) is not None and (exists is None or exists(path))
+    )
+    return RowPlan(planned, frozenset(row.field for row, _ in planned if row.fill == "if_field_empty"), key)
 
 
 def read_rows(
@@ -215,7 +250,7 @@ def read_rows(
 
 def read_planned(plan: RowPlan, values: SampleValues, read: Callable[[str], bytes | None] = read_file_bytes) -> None:
     """read_rows over a device's plan (the poll's every-cycle rows: paths not rebuilt every read)."""
-    planned, judged_empty = plan
+    planned, judged_empty = plan.rows, plan.judged_empty
     mappings, scalars = values.mappings, values.scalars
     empty_before = {name for name in judged_empty if not mappings.get(name)}
     for row, path in planned:
