@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from exporter import boundedfile
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.attribution.text import clean_text
 from exporter.log import get_logger
 from exporter.model import ByGpuIndex, Claim
 
@@ -65,9 +66,10 @@ def parse_state_file(name: str, data: bytes) -> Claim | None:
 
 
 def _text(value: object) -> str:
-    """A JSON value as a label value: strings as they are, numbers as written, anything else ''."""
+    """A JSON value as a label value: strings as they are (a lone surrogate escape, `"\\ud800"`, as
+    U+FFFD), numbers as written, anything else ''."""
     if isinstance(value, str):
-        return value.strip()
+        return clean_text(value.strip())
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return ""

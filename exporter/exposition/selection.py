@@ -82,6 +82,9 @@ def _matches(spec: MetricSpec, pattern: str) -> bool:
     return fnmatch.fnmatchcase(spec.name, pattern) or fnmatch.fnmatchcase(spec.exposed_name, pattern)
 
 
+MAX_PROBLEMS_SHOWN = 10  # names that match nothing, each with a did-you-mean; further ones are counted
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The include / exclude lists: globs on collector names and on family names (with or without _total)."""
@@ -112,7 +115,8 @@ class Selection:
 
     def problems(self, specs: Sequence[MetricSpec] = METRICS) -> list[str]:
         """One sentence for each name or glob that matches nothing, with the nearest known name."""
-        found = []
+        found: list[str] = []
+        unshown = 0
         names = [name for spec in specs for name in dict.fromkeys((spec.name, spec.exposed_name))]
         for option, patterns, known in (
             ("collectors.include", self.collectors_include, list(COLLECTOR_NAMES)),
@@ -120,14 +124,19 @@ class Selection:
             ("families.include", self.families_include, names),
             ("families.exclude", self.families_exclude, names),
         ):
-            for pattern in patterns:
+            for pattern in dict.fromkeys(patterns):  # a glob listed twice is checked once
                 if any(fnmatch.fnmatchcase(name, pattern) for name in known):
+                    continue
+                if len(found) >= MAX_PROBLEMS_SHOWN:  # the rest counted: a did-you-mean each would take seconds
+                    unshown += 1
                     continue
                 near = difflib.get_close_matches(pattern, known, n=1, cutoff=0.6)
                 what = "collector" if option.startswith("collectors") else "family"
                 hint = f"; did you mean {near[0]}?" if near else ""
                 listing = f" (collectors: {', '.join(COLLECTOR_NAMES)})" if what == "collector" else ""
                 found.append(f"{option}: {pattern!r} matches no {what}{hint}{listing}")
+        if unshown:
+            found.append(f"and {unshown} more name(s) or glob(s) that match nothing")
         return found
 
 
