@@ -9,10 +9,14 @@ import subprocess
 import pytest
 
 from deploy.deb.build import PREFIX
-from tests.integration.test_deb_package import Node, built, deb, node  # noqa: F401 (fixtures)
+from tests.integration import test_deb_package as packaged
+from tests.integration.test_deb_package import Node
 from tests.realtools import stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+
+# the package and the fresh node of test_deb_package.py (built from the cache; a node of this module's own)
+built, deb, node = packaged.built, packaged.deb, packaged.node
 
 MARK = "/var/lib/amdgpu-exporter/account-created-by-package"
 
