@@ -73,9 +73,10 @@ def test_a_lone_surrogate_or_bad_utf8_in_a_slurm_state_file_keeps_every_answer_u
     # What Python's json.dumps writes for a Latin-1 account name read in a non-UTF-8 environment.
     (state / "0.42").write_bytes(b'{"SLURM_JOB_ID":"42","SLURM_JOB_USER":"\\ud800","SLURM_JOB_PARTITION":"\\udfff"}')
     (state / "1.43").write_bytes(b'{"SLURM_JOB_ID":"43","SLURM_JOB_USER":"j\xf6rg","SLURM_JOB_PARTITION":"p"}')
-    process, port = start_exporter(
-        "--demo", "--demo.fleet=2xMI210", "--interval=0.25s", f"--slurm.state-dir={state}"
-    )
+    # what the old prolog wrote for a 120 kB cluster name: skipped as too large, and now said so
+    (state / "1.44").write_text('{"SLURM_JOB_ID":"44","SLURM_CLUSTER_NAME":"' + "c" * 120_000 + '"}')
+    process, port = start_exporter("--demo", "--demo.fleet=2xMI210", "--interval=0.25s", f"--slurm.state-dir={state}")
+    log = Log(process)
     try:
         wait_ready(port, process)
         deadline = time.monotonic() + 20
@@ -96,6 +97,8 @@ def test_a_lone_surrogate_or_bad_utf8_in_a_slurm_state_file_keeps_every_answer_u
         assert holders[0][0]["job_user"] == "\ufffd" and holders[0][0]["job_partition"] == "\ufffd"
         assert _get(port, "/readyz").status_code == 200, _get(port, "/readyz").text
         assert _get(port, "/").status_code == 200
+        (skipped,) = [line for line in log.events("slurm_state_file_unusable") if line["file"].endswith("/1.44")]
+        assert "larger than" in skipped["reason"], skipped
     finally:
         stop(process)
 

@@ -25,7 +25,8 @@ from tests.realtools import require_tool, start_exporter, stop, wait_ready
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "node-problem-detector" / "check_amdgpu_health.sh"
+NPD = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "node-problem-detector"
+SCRIPT = NPD / "check_amdgpu_health.sh"
 
 FIT = {"node": "n", "taken_at": 1.0, "fit": True, "unfit_gpus": [], "gpus": [{"gpu": 0, "fit": True, "checks": []}]}
 UNFIT = {
@@ -121,7 +122,8 @@ def run_check(url: str, path: Path) -> tuple[subprocess.CompletedProcess[str], f
     probe = (
         "import resource, subprocess, sys, json\n"
         "r = subprocess.run(['sh', sys.argv[1]], capture_output=True, text=True, env=json.loads(sys.argv[2]))\n"
-        "print(json.dumps([r.returncode, r.stdout, r.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps([r.returncode, r.stdout, r.stderr, peak]))\n"
     )
     env = {"PATH": str(path), "AMDGPU_HEALTH_URL": url, "AMDGPU_HEALTH_TIMEOUT": "3"}
     started = time.monotonic()

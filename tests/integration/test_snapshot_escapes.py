@@ -25,7 +25,8 @@ HOSTILE_ID = b"\x1b]0;PWN\x07"  # exactly the 8 bytes of a record id
 def sysfs() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="snapshot-escapes-"))
     try:
-        simulator = Simulator(root / "sys", fleet="MI300X", scenario="idle:faults=cper_fatal.0,fault_at=0,fault_for=600")
+        scenario = "idle:faults=cper_fatal.0,fault_at=0,fault_for=600"
+        simulator = Simulator(root / "sys", fleet="MI300X", scenario=scenario)
         simulator.write_tree()
         simulator.tick(5.0)
         (ring,) = (root / "sys" / "kernel" / "debug" / "dri").glob("*/amdgpu_ring_cper")

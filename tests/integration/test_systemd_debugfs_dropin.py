@@ -42,7 +42,8 @@ def tree() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="dropin-"))
     try:
         root.chmod(0o755)
-        simulator = Simulator(root / "sys", fleet="MI300X", scenario="idle:faults=cper_fatal.0,fault_at=0,fault_for=600")
+        scenario = "idle:faults=cper_fatal.0,fault_at=0,fault_for=600"
+        simulator = Simulator(root / "sys", fleet="MI300X", scenario=scenario)
         simulator.write_tree()
         simulator.tick(5.0)
         os.chmod(root / "sys" / "kernel" / "debug", 0o700)  # as the kernel mounts debugfs: root only
@@ -54,16 +55,14 @@ def tree() -> Iterator[Path]:
 def cper_series(sysfs: Path, caps: set[str]) -> list[str]:
     setpriv = require_tool("setpriv")
     names = ",".join(f"+{cap.lower().removeprefix('cap_')}" for cap in sorted(caps))
-    privileges = [f"--inh-caps=-all{',' + names if names else ''}", f"--bounding-set=-all{',' + names if names else ''}"]
+    added = f",{names}" if names else ""
+    privileges = [f"--inh-caps=-all{added}", f"--bounding-set=-all{added}"]
     if names:
         privileges.append(f"--ambient-caps={names}")
+    user = [setpriv, f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups", *privileges]
+    daemon = [EXPORTER, f"--path.sysfs={sysfs}", "--source=sysfs", "--slow-interval=0.5s"]
     process, port = start_listening(
-        lambda port: [
-            setpriv, f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups", *privileges,
-            EXPORTER, f"--path.sysfs={sysfs}", "--source=sysfs", "--slow-interval=0.5s",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],  # fmt: skip
-        stdout=subprocess.DEVNULL,
+        lambda port: [*user, *daemon, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL
     )
     try:
         wait_ready(port, process)

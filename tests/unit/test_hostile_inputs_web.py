@@ -43,7 +43,8 @@ def test_post_metrics_is_refused_before_rendering_and_leaves_readiness_alone() -
 
 
 def test_a_lone_surrogate_in_a_state_file_becomes_the_replacement_character() -> None:
-    claim = parse_state_file("0.42", b'{"SLURM_JOB_ID":"42","SLURM_JOB_USER":"\\ud800x","SLURM_JOB_PARTITION":"\\udc80"}')
+    data = b'{"SLURM_JOB_ID":"42","SLURM_JOB_USER":"\\ud800x","SLURM_JOB_PARTITION":"\\udc80"}'
+    claim = parse_state_file("0.42", data)
     assert claim is not None
     assert dict(claim.labels) == {"job_id": "42", "job_user": "\ufffdx", "job_partition": "\ufffd"}
     # a surrogate pair escape is one character, kept
