@@ -30,17 +30,29 @@ def reinstall(node: Node) -> None:
     node.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", debs[0])
 
 
+def start_over(node: Node) -> None:
+    """No package, no account, no state: each test starts as a fresh node, whatever the last one left."""
+    node.run("dpkg", "--purge", "amdgpu-exporter", check=False)
+    node.run("pkill", "-KILL", "-u", "amdgpu-exporter", check=False)
+    node.run("userdel", "--remove", "amdgpu-exporter", check=False)
+    node.run("groupdel", "amdgpu-exporter", check=False)
+    node.run("rm", "-rf", "/var/lib/amdgpu-exporter", PREFIX)
+
+
 def test_configure_again_keeps_what_the_admin_changed(node: Node) -> None:
-    assert node.run("test", "-f", MARK, check=False).returncode == 0
+    start_over(node)
+    reinstall(node)
     assert {"video", "render"} <= groups_of(node, "amdgpu-exporter")
     node.run("gpasswd", "--delete", "amdgpu-exporter", "render")
     node.run("dpkg-reconfigure", "amdgpu-exporter")
     node.run("/var/lib/dpkg/info/amdgpu-exporter.postinst", "configure", "0.0.1")
     assert "render" not in groups_of(node, "amdgpu-exporter"), "configure put the account back into render"
-    node.run("gpasswd", "--add", "amdgpu-exporter", "render")
+    assert node.run("test", "-f", MARK, check=False).returncode == 0
 
 
 def test_remove_keeps_the_admins_files_and_purge_survives_a_process_of_the_account(node: Node) -> None:
+    start_over(node)
+    reinstall(node)
     node.run("sh", "-c", f"mkdir -p {PREFIX}/etc && echo 'tls_server_config: {{}}' > {PREFIX}/etc/web.yml")
     node.run(f"{PREFIX}/bin/python", "-c", "import exporter.cli")  # byte code dpkg does not know
     node.run("apt-get", "remove", "-y", "-qq", "amdgpu-exporter")
@@ -72,6 +84,7 @@ def test_remove_keeps_the_admins_files_and_purge_survives_a_process_of_the_accou
 
 
 def test_an_admins_own_account_of_that_name_is_used_and_never_removed(node: Node) -> None:
+    start_over(node)
     node.run("useradd", "--create-home", "--shell", "/bin/bash", "amdgpu-exporter")
     before = node.run("getent", "passwd", "amdgpu-exporter").stdout
     groups = groups_of(node, "amdgpu-exporter")
