@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 from exporter.attribution.slurm import parse_state_file
 from exporter.attribution.text import clean_labels, clean_text
 from exporter.cycle import PublishedState
-from exporter.exposition.selection import MAX_PROBLEMS_SHOWN, Selection
+from exporter.exposition.selection import MAX_PATTERNS, MAX_PROBLEMS_SHOWN, Selection
 from exporter.pipeline.readiness import Health
 from exporter.web.routes import create_app, json_bytes
 from tests.unit.test_exposition import _snapshot
@@ -73,3 +73,9 @@ def test_thousands_of_globs_that_match_nothing_get_a_bounded_answer() -> None:
     assert Selection(families_exclude=("amdgpu_tempreature_celsius",) * 3).problems() == [
         "families.exclude: 'amdgpu_tempreature_celsius' matches no family; did you mean amdgpu_temperature_celsius?"
     ]
+
+
+def test_a_list_of_more_globs_than_the_cap_is_refused_before_any_matching() -> None:
+    selection = Selection(families_include=tuple(f"amdgpu_*[!{n}]" for n in range(30_000)))
+    (problem,) = selection.problems()
+    assert problem.startswith(f"families.include: lists 30000 names or globs; at most {MAX_PATTERNS} (there are ")
