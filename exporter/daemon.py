@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
@@ -131,10 +131,11 @@ def fast_sampler(settings: Settings) -> Sampler | None:
 
 
 class _ReloadFailed(Exception):
-    def __init__(self, what: str, detail: str) -> None:
+    def __init__(self, what: str, detail: str, config_read: bool = False) -> None:
         super().__init__(detail)
         self.what = what  # config | rules: the file that was being read
         self.detail = detail
+        self.config_read = config_read  # a config file was read fine before the rule file failed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,15 +148,16 @@ class _Reread:
 def reread(current: Settings) -> _Reread:
     """The config file and the rule file read again and checked (blocking: a file of thousands of
     globs takes seconds); _ReloadFailed naming the file and why."""
-    what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
+    # counted by the file that was read: a bad rule file after a good config is a rules failure
+    what, config_read = "config", False
     try:
         settings = reload_settings(current)
         exposition = exposition_of(settings)  # a collector or family that matches nothing: a config failure
-        what = "rules"
+        what, config_read = "rules", bool(settings.config_file)
         return _Reread(settings, exposition, rule_file_of(settings))
     except Exception as error:  # nothing a file holds may end the daemon: keep what runs
         detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-        raise _ReloadFailed(what, detail) from None
+        raise _ReloadFailed(what, detail, config_read) from None
 
 
 class Reloader:
@@ -175,28 +177,41 @@ class Reloader:
         self._again = False
 
     def reload(self) -> None:
-        """The signal handler: start a reload, or ask for one more after the one running."""
+        """The signal handler: start a reload, or ask for one more after the one running. Without a
+        running event loop (a tool, a test) the reload is done here and now."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._settle(lambda: reread(self.settings))
+            return
         if self._task is not None and not self._task.done():
             self._again = True
             return
-        self._task = asyncio.get_running_loop().create_task(self._reloads(), name="reload")
+        self._task = loop.create_task(self._reloads(), name="reload")
 
     async def _reloads(self) -> None:
         while True:
             self._again = False
             current = self.settings
             try:
-                try:
-                    future = run_once(functools.partial(reread, current), "reload")
-                except RuntimeError:  # no thread can be started: read here, holding the loop
-                    self.apply(reread(current))
-                else:
-                    self.apply(await asyncio.wrap_future(future))
-            except _ReloadFailed as failure:
-                log.error("reload_failed", error=failure.detail, kept="the running config and rules")
-                self.counts[failure.what, "failure"] += 1
+                future = run_once(functools.partial(reread, current), "reload")
+            except RuntimeError:  # no thread can be started: read here, holding the loop
+                self._settle(functools.partial(reread, current))
+            else:
+                with contextlib.suppress(_ReloadFailed):
+                    await asyncio.wrap_future(future)
+                self._settle(future.result)
             if not self._again:
                 return
+
+    def _settle(self, result: Callable[[], _Reread]) -> None:
+        """Apply what a reread gave, or log and count why it failed."""
+        try:
+            self.apply(result())
+        except _ReloadFailed as failure:
+            log.error("reload_failed", error=failure.detail, kept="the running config and rules")
+            self.counts["config", "success"] += failure.config_read
+            self.counts[failure.what, "failure"] += 1
 
     def apply(self, result: _Reread) -> None:
         settings = result.settings
