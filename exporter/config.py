@@ -614,6 +614,11 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, col
     )
 
 
+# A config file is a few kB; this still holds the longest lists accepted (4096 globs each). A larger
+# file is refused before YAML reads it: parsing 30,000 list items took ~20 s of CPU (and the GIL).
+MAX_CONFIG_BYTES = 256 * 1024
+
+
 def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
     """Option name -> (its raw value, "config file PATH line N"), for every option a config file sets.
 
@@ -623,7 +628,7 @@ def read_config_values(path: str) -> dict[str, tuple[Any, str]]:
     given twice is an error naming its line (PyYAML itself would keep the last, silently).
     """
     try:
-        text = boundedfile.read_text(path, "config file")
+        text = boundedfile.read_text(path, "config file", MAX_CONFIG_BYTES)
         root = safeyaml.compose(text, f"config file {path}")
     except (boundedfile.FileReadError, safeyaml.YamlLimitError) as error:
         raise ConfigError(str(error)) from error

@@ -9,24 +9,25 @@ import asyncio
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import os
 import signal
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from exporter.alerting.clockdown import find_tool
-from exporter.alerting.rulefile import rule_file_of
+from exporter.alerting.rulefile import RuleFile, rule_file_of
 from exporter.alerting.rules import Rule
 from exporter.attribution.sources import AttributionSources
 from exporter.config import ConfigError, Settings, node_name
 from exporter.configcheck import RELOADABLE, changed_options, exposition_of, reload_settings
 from exporter.cycle import Pipeline
 from exporter.demo import sysfs_tree
-from exporter.exposition.selection import read_fields
+from exporter.exposition.selection import ExpositionOptions, read_fields
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.poller import Poller
@@ -129,10 +130,44 @@ def fast_sampler(settings: Settings) -> Sampler | None:
     return Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
 
 
+class _ReloadFailed(Exception):
+    def __init__(self, what: str, detail: str, config_read: bool = False) -> None:
+        super().__init__(detail)
+        self.what = what  # config | rules: the file that was being read
+        self.detail = detail
+        self.config_read = config_read  # a config file was read fine before the rule file failed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reread:
+    settings: Settings
+    exposition: ExpositionOptions
+    rule_file: RuleFile
+
+
+def reread(current: Settings) -> _Reread:
+    """The config file and the rule file read again and checked (blocking: a file of thousands of
+    globs takes seconds); _ReloadFailed naming the file and why."""
+    # counted by the file that was read: a bad rule file after a good config is a rules failure
+    what, config_read = "config", False
+    try:
+        settings = reload_settings(current)
+        exposition = exposition_of(settings)  # a collector or family that matches nothing: a config failure
+        what, config_read = "rules", bool(settings.config_file)
+        return _Reread(settings, exposition, rule_file_of(settings))
+    except Exception as error:  # nothing a file holds may end the daemon: keep what runs
+        detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
+        raise _ReloadFailed(what, detail, config_read) from None
+
+
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules and what /metrics renders
     (collectors, families, window detail, extra labels) apply from the next cycle; an invalid file
-    keeps what runs and says why; an option that needs a restart is named in the log."""
+    keeps what runs and says why; an option that needs a restart is named in the log.
+
+    The files are read and checked on a thread of their own, one reload at a time (a SIGHUP during
+    one runs one more after it): on the event loop a file of 30,000 globs held every scrape for
+    seconds. Only applying the result happens on the loop."""
 
     def __init__(
         self,
@@ -145,27 +180,56 @@ class Reloader:
         self.pipeline = pipeline
         self.source = source  # told which fields the families now shown are made of
         self.counts = counts  # (config | rules, success | failure) -> reloads: amdgpu_exporter_reloads_total
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
 
     def reload(self) -> None:
-        what = "config"  # counted by the file that was read: a bad rule file after a good config is a rules failure
+        """The signal handler: start a reload, or ask for one more after the one running. Without a
+        running event loop (a tool, a test) the reload is done here and now."""
         try:
-            settings = reload_settings(self.settings)
-            exposition = exposition_of(settings)  # a collector or family that matches nothing: a config failure
-            self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
-            what = "rules"
-            rule_file = rule_file_of(settings)
-        except Exception as error:  # nothing a file holds may end the daemon: keep what runs
-            detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-            log.error("reload_failed", error=detail, kept="the running config and rules")
-            self.counts[what, "failure"] += 1
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._settle(lambda: reread(self.settings))
             return
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._task = loop.create_task(self._reloads(), name="reload")
+
+    async def _reloads(self) -> None:
+        while True:
+            self._again = False
+            current = self.settings
+            try:
+                future = run_once(functools.partial(reread, current), "reload")
+            except RuntimeError:  # no thread can be started: read here, holding the loop
+                self._settle(functools.partial(reread, current))
+            else:
+                with contextlib.suppress(_ReloadFailed):
+                    await asyncio.wrap_future(future)
+                self._settle(future.result)
+            if not self._again:
+                return
+
+    def _settle(self, result: Callable[[], _Reread]) -> None:
+        """Apply what a reread gave, or log and count why it failed."""
+        try:
+            self.apply(result())
+        except _ReloadFailed as failure:
+            log.error("reload_failed", error=failure.detail, kept="the running config and rules")
+            self.counts["config", "success"] += failure.config_read
+            self.counts[failure.what, "failure"] += 1
+
+    def apply(self, result: _Reread) -> None:
+        settings = result.settings
+        self.counts["config", "success"] += bool(settings.config_file)  # without one nothing was read
         self.counts["rules", "success"] += 1
         changed = changed_options(self.settings, settings)
-        rules = rule_file.rules
-        self.pipeline.replace_rules(rules, rule_file.health)
-        self.pipeline.replace_exposition(exposition)
+        rules = result.rule_file.rules
+        self.pipeline.replace_rules(rules, result.rule_file.health)
+        self.pipeline.replace_exposition(result.exposition)
         if self.source is not None:
-            self.source.want(read_fields(exposition.families))
+            self.source.want(read_fields(result.exposition.families))
         if settings.log_level != self.settings.log_level:
             configure_logging(settings.log_level, settings.log_format)
         self.settings = settings

@@ -256,6 +256,8 @@ def stage_tree(target: Target, venv_tree: Path, root: Path, release: str) -> Non
     _copy(systemd / "amdgpu-exporter.service", root / "usr/lib/systemd/system/amdgpu-exporter.service", 0o644)
     _copy(systemd / "amdgpu-exporter.socket", root / "usr/lib/systemd/system/amdgpu-exporter.socket", 0o644)
     _copy(systemd / "amdgpu-exporter.env", root / "etc/default/amdgpu-exporter", 0o644)
+    # an opt-in drop-in (debugfs: CPER and the exact bad-page threshold), installed by the admin
+    _copy(systemd / "debugfs.conf", root / "usr/share/amdgpu-exporter/systemd/debugfs.conf", 0o644)
     slurm = REPO / "deploy/slurm"
     share = root / "usr/share/amdgpu-exporter"
     _copy(slurm / "prolog.sh", share / "slurm/prolog.sh", 0o755)

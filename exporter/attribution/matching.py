@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from exporter.attribution.text import clean_text
 from exporter.model import (
     Allocation,
     AttributionReport,
@@ -78,8 +79,10 @@ def resolve(refs: Sequence[DeviceRef], reports: Iterable[AttributionReport]) -> 
         for claim in report.claims:
             for ref in refs:
                 if device_ref_matches(ref, claim.device, physical):
-                    labels = tuple((name, value[:MAX_LABEL_CHARS]) for name, value in claim.labels)
-                    found.add(Allocation(ref.gpu, report.source, claim.device_id, claim.resource, labels))
+                    # every source's values pass here: a lone surrogate (any reader's) becomes U+FFFD
+                    labels = tuple((name, clean_text(value[:MAX_LABEL_CHARS])) for name, value in claim.labels)
+                    device_id, resource = clean_text(claim.device_id), clean_text(claim.resource)
+                    found.add(Allocation(ref.gpu, report.source, device_id, resource, labels))
     return tuple(sorted(found, key=lambda a: (a.gpu, a.source, a.labels, a.resource, a.device_id)))
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from exporter import boundedfile
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.attribution.text import clean_text
 from exporter.log import get_logger
 from exporter.model import ByGpuIndex, Claim
 
@@ -65,9 +66,10 @@ def parse_state_file(name: str, data: bytes) -> Claim | None:
 
 
 def _text(value: object) -> str:
-    """A JSON value as a label value: strings as they are, numbers as written, anything else ''."""
+    """A JSON value as a label value: strings as they are (a lone surrogate escape, `"\\ud800"`, as
+    U+FFFD), numbers as written, anything else ''."""
     if isinstance(value, str):
-        return value.strip()
+        return clean_text(value.strip())
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return ""
@@ -79,10 +81,11 @@ def claims_from_files(files: Iterable[tuple[str, bytes]]) -> tuple[Claim, ...]:
     return tuple(sorted(claims, key=lambda c: (c.device_id.zfill(4), c.labels)))
 
 
-def read_state_files(path: str) -> list[tuple[str, bytes]]:
+def read_state_files(path: str, skipped: list[tuple[str, str]] | None = None) -> list[tuple[str, bytes]]:
     """(name, content) of every file of the state directory named like a state file. Each is read
-    through the bounded reader: a FIFO, device or directory standing for one is skipped, never
-    waited on. A missing or unreadable directory raises AttributionReadError."""
+    through the bounded reader: a FIFO, device or directory standing for one, or a file over
+    MAX_FILE_BYTES, is skipped (added to `skipped` as (name, why)), never waited on. A missing or
+    unreadable directory raises AttributionReadError."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
@@ -97,7 +100,9 @@ def read_state_files(path: str) -> list[tuple[str, bytes]]:
             continue
         try:
             files.append((name, boundedfile.read_bytes(os.path.join(path, name), "Slurm state file", MAX_FILE_BYTES)))
-        except boundedfile.FileReadError:  # removed by an epilog since listdir, too large, or not a file
+        except boundedfile.FileReadError as error:  # removed by an epilog since listdir, too large, or not a file
+            if skipped is not None and os.path.lexists(os.path.join(path, name)):
+                skipped.append((name, str(error)))
             continue
     return files
 
@@ -110,13 +115,17 @@ class SlurmAttribution(ScheduledAttribution):
         super().__init__(SOURCE, self._read_claims, interval, keep_for=0.0, describe=state_dir)
 
     def _read_claims(self) -> tuple[Claim, ...]:
-        files = read_state_files(self.state_dir)
-        unusable = {(name, data) for name, data in files if parse_state_file(name, data) is None}
-        for name, _data in sorted(unusable - self._unusable):  # each bad file (and each new content) once
-            log.warning(
-                "slurm_state_file_unusable",
-                file=os.path.join(self.state_dir, name),
-                reason="not a JSON object whose SLURM_JOB_ID matches its name",
-            )
+        skipped: list[tuple[str, str]] = []
+        files = read_state_files(self.state_dir, skipped)
+        # (name, content) -> why; a file skipped unread (too large, not a file) is keyed by its reason
+        reasons = {
+            (name, data): "not a JSON object whose SLURM_JOB_ID matches its name"
+            for name, data in files
+            if parse_state_file(name, data) is None
+        }
+        reasons.update({(name, why.encode("utf-8", "replace")): why for name, why in skipped})
+        unusable = set(reasons)
+        for key in sorted(unusable - self._unusable):  # each bad file (and each new content) once
+            log.warning("slurm_state_file_unusable", file=os.path.join(self.state_dir, key[0]), reason=reasons[key])
         self._unusable = unusable
         return claims_from_files(files)

@@ -74,4 +74,5 @@ def format_families(families: Iterable[Metric], openmetrics: bool) -> bytes:
         out.extend(_sample_line(sample) for sample in metric.samples)
     if openmetrics:
         out.append("# EOF\n")
-    return "".join(out).encode("utf-8")
+    # "replace": a label value no reader cleaned (a lone surrogate) costs one "?", never the scrape
+    return "".join(out).encode("utf-8", "replace")

@@ -84,6 +84,9 @@ def device_json(state: DeviceState, now: float, attribution: Attribution | None 
         out: dict[str, Any] = {}
         for f in dataclasses.fields(sample):
             value = getattr(sample, f.name)
+            if f.name == "cper_records":  # a ring can hold thousands: paged at /api/v1/devices/{gpu}/cper
+                out["cper_record_count"] = len(value)
+                continue
             if hasattr(value, "items"):
                 value = {"/".join(map(str, k)) if isinstance(k, tuple) else str(k): v for k, v in value.items()}
             elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
@@ -106,6 +109,29 @@ def devices_document(snapshot: Snapshot, now: float, node: str) -> dict[str, Any
         "cycle": snapshot.cycle,
         "poll_duration_seconds": snapshot.poll_duration_seconds,
         "devices": [device_json(d, now, snapshot.attribution) for d in snapshot.devices],
+    }
+
+
+CPER_PAGE_DEFAULT = 100
+CPER_PAGE_MAX = 1000
+
+
+def cper_document(snapshot: Snapshot, gpu: int, offset: int, limit: int) -> dict[str, Any] | None:
+    """The /api/v1/devices/{gpu}/cper document (docs/api.md): one page of the device's CPER records,
+    oldest first, from position `offset` of the ring as read at `taken_at`; None for an unknown gpu."""
+    state = next((d for d in snapshot.devices if d.gpu == gpu), None)
+    if state is None:
+        return None
+    records = state.sample.cper_records if state.sample is not None else ()
+    page = records[offset : offset + limit]
+    after = offset + len(page)
+    return {
+        "gpu": gpu,
+        "taken_at": snapshot.taken_at,
+        "total": len(records),
+        "offset": offset,
+        "records": [dataclasses.asdict(record) for record in page],
+        "next_offset": after if after < len(records) else None,
     }
 
 

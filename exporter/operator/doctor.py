@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import glob
 import grp
 import json
@@ -79,6 +80,19 @@ class AccessFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class DebugfsFacts:
+    """What this user can read of debugfs (<sysfs>/kernel/debug): the CPER rings and the driver's
+    exact bad-page thresholds live there, nowhere else."""
+
+    path: str
+    state: str  # ok | not_mounted | denied | error: <why>
+    user: str = ""
+    is_root: bool = False
+    # per device (gpu -> file -> ok | missing | denied | locked_down | error), for devices found
+    files: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     host: HostFacts
     devices: tuple[DeviceFacts, ...] = ()
@@ -87,6 +101,7 @@ class Facts:
     dev: str = "/dev"
     access: AccessFacts = AccessFacts(is_root=False, user="", groups=())
     node: str = ""  # what the drain and taint commands name (--node-name, else the host name)
+    debugfs: DebugfsFacts | None = None
 
 
 # -- gathering (I/O) --------------------------------------------------------------------------
@@ -177,6 +192,52 @@ def collect_access(dev: str, devices: Sequence[DeviceFacts]) -> AccessFacts:
     return AccessFacts(is_root=os.geteuid() == 0, user=user, groups=tuple(names), nodes=nodes)
 
 
+DEBUGFS_FILES = ("ras/bad_page_cnt_threshold", "amdgpu_ring_cper")
+
+
+def _file_state(path: str) -> str:
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            handle.read(1)
+    except FileNotFoundError:
+        return "missing"
+    except PermissionError as error:
+        # EPERM from debugfs itself is the kernel's lockdown; EACCES is the file's mode
+        return "locked_down" if error.errno == errno.EPERM else "denied"
+    except OSError as error:
+        return f"error: {error.strerror}"
+    return "ok"
+
+
+def collect_debugfs(sysfs: str, devices: Sequence[DeviceFacts], access: AccessFacts, deadline: float) -> DebugfsFacts:
+    """Whether this user can read the debugfs files the health checks need (each open against the deadline)."""
+    top = os.path.join(sysfs, "kernel", "debug")
+    try:
+        mounted = bool(os.listdir(top))  # an empty folder: debugfs is not mounted on it
+    except FileNotFoundError:
+        mounted = False
+    except PermissionError:
+        return DebugfsFacts(top, "denied", access.user, access.is_root)
+    except OSError as error:
+        return DebugfsFacts(top, f"error: {error.strerror}", access.user, access.is_root)
+    if not mounted:
+        return DebugfsFacts(top, "not_mounted", access.user, access.is_root)
+    files: dict[int, dict[str, str]] = {}
+    for device in devices:
+        minor = device.identity.card.removeprefix("card")
+        if not minor.isdigit() or device.identity.partition:  # a partition's files are its socket's
+            continue
+        folder = os.path.join(top, "dri", minor)
+        found = {}
+        for name in DEBUGFS_FILES:
+            try:
+                found[name] = run_once(partial(_file_state, os.path.join(folder, name)), "debugfs").result(deadline)
+            except TimeoutError:
+                found[name] = "error: no answer within the read deadline"
+        files[device.gpu] = found
+    return DebugfsFacts(top, "ok", access.user, access.is_root, files)
+
+
 # -- judging (pure) ---------------------------------------------------------------------------
 
 
@@ -190,6 +251,7 @@ def judge(facts: Facts) -> list[Finding]:
         *_devices(facts),
         *_environment(host, facts.devices),
         *_access(facts.access),
+        *_debugfs(facts.debugfs),
     ]
 
 
@@ -452,6 +514,44 @@ def _node_access(path: str, access: AccessFacts) -> Finding:
     return Finding(check, FAIL, f"{path}: permission denied for {access.user}", advice)
 
 
+DROP_IN = (
+    "for the systemd service install its drop-in: install -D -m 0644 /usr/share/amdgpu-exporter/systemd/debugfs.conf "
+    "/etc/systemd/system/amdgpu-exporter.service.d/debugfs.conf (deploy/systemd/debugfs.conf), then restart it"
+)
+UNREAD = "the cper_* checks are silent and the bad-page threshold is estimated from the module parameter"
+
+
+def _debugfs(debugfs: DebugfsFacts | None) -> list[Finding]:
+    """Whether the CPER and exact bad-page-threshold signals can be read, and why not."""
+    if debugfs is None:
+        return []
+    if debugfs.state == "not_mounted":
+        advice = "mount -t debugfs none /sys/kernel/debug (systemd's sys-kernel-debug.mount does it at boot)"
+        return [Finding("debugfs", WARN, f"not mounted at {debugfs.path}: {UNREAD}", advice)]
+    if debugfs.state == "denied":
+        value = f"{debugfs.path} is not readable by {debugfs.user} (mode 0700, root only): {UNREAD}"
+        return [Finding("debugfs", WARN, value, f"run as root; {DROP_IN}")]
+    if debugfs.state != "ok":
+        return [Finding("debugfs", WARN, f"{debugfs.path}: {debugfs.state.removeprefix('error: ')}: {UNREAD}")]
+    states = [state for files in debugfs.files.values() for state in files.values()]
+    if "locked_down" in states:
+        value = f"the kernel refuses debugfs reads (lockdown): {UNREAD}"
+        return [Finding("debugfs", WARN, value, "cat /sys/kernel/security/lockdown; Secure Boot or lockdown= sets it")]
+    if "denied" in states:
+        value = f"files under {debugfs.path}/dri are not readable by {debugfs.user}: {UNREAD}"
+        return [Finding("debugfs", WARN, value, f"run as root; {DROP_IN}")]
+    total = len(debugfs.files)
+    threshold = sum(files.get(DEBUGFS_FILES[0]) == "ok" for files in debugfs.files.values())
+    cper = sum(files.get(DEBUGFS_FILES[1]) == "ok" for files in debugfs.files.values())
+    value = (
+        f"readable by {debugfs.user}: the driver's bad-page threshold on {threshold} of {total}, "
+        f"a CPER ring on {cper} of {total} (MI300-class, kernel 6.15+)"
+    )
+    if debugfs.is_root:
+        value += "; the systemd service (DynamicUser) reads it only with deploy/systemd/debugfs.conf"
+    return [Finding("debugfs", OK, value)]
+
+
 # -- output -----------------------------------------------------------------------------------
 
 
@@ -495,7 +595,8 @@ def run(settings: Settings, args: argparse.Namespace, *, out: TextIO | None = No
         host = collect(sysfs, args.path_procfs, args.path_rocm, os.environ)
         devices, error = collect_devices(settings, sysfs)
         access = collect_access(args.path_dev, devices)
-    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access, node_name(settings))
+        debugfs = collect_debugfs(sysfs, devices, access, settings.read_timeout)
+    facts = Facts(host, devices, error, settings.read_timeout, args.path_dev, access, node_name(settings), debugfs)
     findings = judge(facts)
     out = out or sys.stdout
     out.write(render_json(findings, facts) if args.json else render_text(findings))

@@ -8,6 +8,7 @@ header line (exposition/views.py groups them).
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from collections.abc import Callable, Sequence
@@ -177,4 +178,15 @@ def render_table(
             break_on_hyphens=False,
             break_long_words=False,
         )
-    return "\n".join(line[:WIDTH] for line in lines) + "\n"
+    return "\n".join(terminal_safe(line)[:WIDTH] for line in lines) + "\n"
+
+
+# C0 controls (newline included: each line is one), DEL and C1 controls: a terminal acts on them
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # no encoding takes a lone one: it would end `snapshot`
+
+
+def terminal_safe(text: str) -> str:
+    """text with every control character shown as an escape (ESC as \\x1b), never sent raw: a CPER
+    record id, a pod or job name or any file's text must not set the terminal's title or colours."""
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))

@@ -1,5 +1,5 @@
-"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/alerts, /api/v1/health,
-/api/v1/waveform, / (status page).
+"""HTTP routes: /metrics, /healthz, /readyz, /api/v1/devices, /api/v1/devices/{gpu}/cper,
+/api/v1/alerts, /api/v1/health, /api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
 (exporter/cycle.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
@@ -10,27 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import math
 import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exporter import __version__
 from exporter.cycle import PublishedState
-from exporter.exposition.views import alert_json, devices_document, health_document
+from exporter.exposition.views import (
+    CPER_PAGE_DEFAULT,
+    CPER_PAGE_MAX,
+    alert_json,
+    cper_document,
+    devices_document,
+    health_document,
+)
 from exporter.log import get_logger
 from exporter.model import Published
 from exporter.pipeline.readiness import Health
+from exporter.threads import DaemonPool
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 
 log = get_logger("exporter.web")
 
+T = TypeVar("T")
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -97,6 +107,9 @@ class MetricsEndpoint:
         if scope["type"] != "http" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
+        if scope["method"] not in ("GET", "HEAD"):  # before any rendering: a POST costs nothing and fails nothing
+            await send_response(send, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
+            return
         rendered = self.state_ref().metrics
         if rendered is None:
             await send_response(send, 503, b"no poll cycle has finished yet\n")
@@ -126,11 +139,26 @@ class MetricsEndpoint:
                 log.info("stage_recovered", stage="render")
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
-        if scope["method"] not in ("GET", "HEAD"):
-            await send_response(send, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
-            return
         body_to_send = body if scope["method"] == "GET" else b""
         await send_response(send, 200, body_to_send, extra, content_type, content_length=len(body))
+
+
+def json_bytes(document: Any) -> bytes | None:
+    """A document as FastAPI's JSONResponse encodes it; text no reader cleaned (a lone surrogate)
+    becomes "?" rather than failing the answer. None stays None (not found)."""
+    if document is None:
+        return None
+    text = json.dumps(document, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+    return text.encode("utf-8", "replace")
+
+
+async def off_loop(pool: DaemonPool, build: Callable[[], T]) -> T:
+    """build() on the pool's thread; here, slower, when no thread can be started (RLIMIT_NPROC)."""
+    try:
+        future = pool.submit(build)
+    except RuntimeError:
+        return build()
+    return await asyncio.wrap_future(future)
 
 
 async def send_response(
@@ -181,23 +209,42 @@ def create_app(
         ready, why = checks.readiness(state_ref().published)
         return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
-    def published_json(document: Callable[[Published], Any]) -> JSONResponse:
+    documents = DaemonPool(1, "api")  # one thread: two status-page tabs queue, they do not multiply
+
+    async def published_json(document: Callable[[Published], Any]) -> Response:
+        """The document of the last cycle, built and encoded on the worker thread (a devices document
+        of a large node takes tens of ms: on the event loop every scrape would wait for it)."""
         published = state_ref().published
         if published is None:
             return JSONResponse({"error": "no poll cycle has finished yet"}, status_code=503)
-        return JSONResponse(document(published))
+        body = await off_loop(documents, lambda: json_bytes(document(published)))
+        if body is None:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        return Response(body, media_type="application/json")
 
     @app.get("/api/v1/devices")
-    async def devices() -> JSONResponse:
-        return published_json(lambda p: devices_document(p.snapshot, time.time(), shown_node))
+    async def devices() -> Response:
+        return await published_json(lambda p: devices_document(p.snapshot, time.time(), shown_node))
+
+    @app.get("/api/v1/devices/{gpu}/cper")
+    async def cper(gpu: str, request: Request) -> Response:
+        query = request.query_params
+        numbers = (gpu, query.get("offset", "0"), query.get("limit", str(CPER_PAGE_DEFAULT)))
+        if not all(text.isascii() and text.isdigit() and len(text) <= 9 for text in numbers):
+            return JSONResponse({"error": "gpu, offset and limit are non-negative integers"}, status_code=400)
+        index, offset, limit = (int(text) for text in numbers)
+        limit = min(max(limit, 1), CPER_PAGE_MAX)
+        return await published_json(lambda p: cper_document(p.snapshot, index, offset, limit))
 
     @app.get("/api/v1/alerts")
-    async def alerts() -> JSONResponse:
-        return published_json(lambda p: {"taken_at": p.snapshot.taken_at, "alerts": [alert_json(a) for a in p.alerts]})
+    async def alerts() -> Response:
+        return await published_json(
+            lambda p: {"taken_at": p.snapshot.taken_at, "alerts": [alert_json(a) for a in p.alerts]}
+        )
 
     @app.get("/api/v1/health")
-    async def health_route() -> JSONResponse:
-        return published_json(lambda p: health_document(p, shown_node))
+    async def health_route() -> Response:
+        return await published_json(lambda p: health_document(p, shown_node))
 
     @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:

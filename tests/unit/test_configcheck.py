@@ -60,7 +60,7 @@ def test_check_config_and_reload_read_as_boundedly_as_start_up(tmp_path: Path) -
         with pytest.raises(ConfigError, match="alias bomb"):
             read(str(config))
     config.write_bytes(b"interval: 1s\n# " + b"x" * (2 << 20) + b"\n")
-    with pytest.raises(ConfigError, match="larger than 1024 KiB"):
+    with pytest.raises(ConfigError, match="larger than 256 KiB"):
         read_config_file(str(config))
     config.write_bytes(b"node-name: \xff\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
