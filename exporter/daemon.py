@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from exporter.accounting.stage import Accounting
+from exporter.accounting.store import LedgerStore
 from exporter.alerting.clockdown import find_tool
 from exporter.alerting.rulefile import rule_file_of
 from exporter.alerting.rules import Rule
@@ -231,6 +233,10 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
+        accounting = None
+        if settings.kubernetes or settings.slurm_state_dir:  # jobs and pods are known: account for them
+            accounting = Accounting(LedgerStore(settings.accounting_state_file), node=node_name(settings))
+            stack.callback(accounting.close)
         http_stats = HttpStats()
         reload_counts: Counter[tuple[str, str]] = Counter()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
@@ -249,6 +255,7 @@ async def serve(settings: Settings) -> None:
             reloads=lambda: reload_counts,
             health_thresholds=rule_file.health,
             node=node_name(settings),
+            accounting=accounting,
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None

@@ -39,7 +39,16 @@ COLLECTORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("topology", ("amdgpu_topology_*",)),
     ("alerts", ("amdgpu_alert_*", "amdgpu_clock_down_suggested_ratio", "amdgpu_suggested_*")),
     ("host", ("amdgpu_driver_info", "amdgpu_rocm_info", "amdgpu_smi_library_info")),
-    ("attribution", ("amdgpu_allocation_info", "amdgpu_job_info", "amdgpu_exporter_attribution_up")),
+    (
+        "attribution",
+        (
+            "amdgpu_allocation_info",
+            "amdgpu_job_info",
+            "amdgpu_job_energy_joules",
+            "amdgpu_job_gpu_seconds",
+            "amdgpu_exporter_attribution_up",
+        ),
+    ),
     ("processes", ("amdgpu_process_*",)),
     ("device", ("amdgpu_up", "amdgpu_device_*", "amdgpu_sample_timestamp_seconds")),
     ("process", ("process_*",)),
