@@ -80,6 +80,15 @@ def render_text(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _elapsed(seconds: float, span: float) -> str:
+    """An x-axis label: time since the job's first point, in the unit its length reads best in."""
+    if span >= 3 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if span >= 180:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
 def _plot(
     title: str,
     unit: str,
@@ -87,7 +96,7 @@ def _plot(
     top: float | None = None,
 ) -> str:
     """One SVG line chart: (name, times, values) per GPU, time on x (minutes from the first point)."""
-    width, height, left, right, upper, lower = 560, 200, 48, 10, 24, 28
+    width, height, left, right, upper, lower = 560, 200, 48, 30, 24, 28
     points = [(t, v) for _, times, values in series for t, v in zip(times, values, strict=False) if v is not None]
     if not points:
         return f'<figure class="plot"><figcaption>{html.escape(title)}</figcaption><p class="none">no data</p></figure>'
@@ -112,7 +121,7 @@ def _plot(
     for step in range(5):
         t = t0 + span * step / 4
         parts.append(
-            f'<text x="{x(t):.1f}" y="{height - 8}" class="axis" text-anchor="middle">{(t - t0) / 60:.1f} min</text>'
+            f'<text x="{x(t):.1f}" y="{height - 8}" class="axis" text-anchor="middle">{_elapsed(t - t0, span)}</text>'
         )
     for index, (name, times, values) in enumerate(series):
         colour = _COLOURS[index % len(_COLOURS)]

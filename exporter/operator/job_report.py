@@ -51,6 +51,8 @@ def from_daemon(base: str, job_id: str, wait: float, timeout: float = 10.0) -> d
         status, body = _get(url, timeout)
         if status == 200 and (body.get("state") == "ended" or time.monotonic() >= deadline):
             return body
+        if status == 404 and str(body.get("error", "")).startswith("per-job accounting is off"):
+            raise ReportError(body["error"])
         if status not in (200, 404):
             raise ReportError(f"{url} answered {status}: {body.get('error', '')}".rstrip(": "))
         if status == 404 and time.monotonic() >= deadline:

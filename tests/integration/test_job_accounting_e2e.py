@@ -66,9 +66,10 @@ class CounterLog:
         self._thread.join(5)
 
 
-def slurm(script: str, state: Path, job_id: str, gpus: str) -> None:
+def slurm(script: str, state: Path, job_id: str, gpus: str, **extra: str) -> None:
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        **extra,
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_USER": f"user{job_id}",
         "SLURM_JOB_PARTITION": "gpu",
@@ -116,7 +117,9 @@ def simulator(tmp_path: Path) -> Iterator[Path]:
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: (root / "class" / "drm").is_dir() and len(os.listdir(root / "class" / "drm")) >= 10, 30, "tree")
+        wait_for(
+            lambda: (root / "class" / "drm").is_dir() and len(os.listdir(root / "class" / "drm")) >= 10, 30, "tree"
+        )
         time.sleep(1.0)
         yield root
     finally:
@@ -170,17 +173,40 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
         wait_ready(port, proc)
         log.port = port
         time.sleep(5)
-        for job_id in ("701", "702", "703"):
-            slurm("epilog.sh", staged, job_id, "")
+        # 701's epilog waits for the daemon to see the end, then stores the record with scontrol.
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        calls = tmp_path / "scontrol.calls"
+        (fake / "scontrol").write_text(
+            f'#!/bin/bash\necho "$@" >> {calls}\n'
+            '[ "$2" = show ] && echo "JobId=$4 JobName=x AdminComment= Extra=(null)"\nexit 0\n'
+        )
+        (fake / "scontrol").chmod(0o755)
+        path = f"{fake}:{Path(EXPORTER).parent}:/usr/sbin:/usr/bin:/sbin:/bin"
+        epilog = threading.Thread(
+            target=slurm,
+            args=("epilog.sh", staged, "701", ""),
+            kwargs={"PATH": path, "AMDGPU_EXPORTER_URL": f"http://127.0.0.1:{port}"},
+        )
+        epilog.start()
+        time.sleep(0.5)  # it has removed 701's file
+        for job_id in ("702", "703"):
+            slurm("epilog.sh", staged, job_id, "", AMDGPU_EXPORTER_ACCOUNTING_RECORD="off")
         generation += 1
         publish(link, staged, generation)
+        epilog.join(30)
         reports = {
-            job_id: wait_for(lambda j=job_id: (r := job(port, j)).get("state") == "ended" and r, 10, f"job {job_id} ended")
+            job_id: wait_for(
+                lambda j=job_id: (r := job(port, j)).get("state") == "ended" and r, 10, f"job {job_id} ended"
+            )
             for job_id in ("701", "702", "703")
         }
         short_after = job(port, "704")  # kept across the restart
         text = subprocess.run(
-            [EXPORTER, "job-report", "702", f"--url=http://127.0.0.1:{port}"], capture_output=True, text=True, timeout=30
+            [EXPORTER, "job-report", "702", f"--url=http://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         page = subprocess.run(
             [EXPORTER, "job-report", "703", "--html", f"--url=http://127.0.0.1:{port}"],
@@ -237,10 +263,17 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
     assert "slurm job 702 on node-a: ended" in text.stdout and "die 1" in text.stdout
     assert page.returncode == 0 and page.stdout.startswith("<!DOCTYPE html>") and "<svg" in page.stdout
     assert "http://" not in page.stdout.replace("http://www.w3.org", "")  # no external asset
+    stored = calls.read_text().splitlines()
+    assert stored[0] == "-o show job 701"
+    assert stored[1].startswith("update JobId=701 AdminComment=amdgpu_energy_j=")
+    assert f"amdgpu_energy_j={one['totals']['energy_joules']:.0f}," in stored[1]
     assert '"event": "job_accounted"' in stderr_log and "amdgpu_energy_j=" in stderr_log
     out = os.environ.get("JOB_REPORT_HTML")
     if out:  # docs/job-report.png is a screenshot of this page
         Path(out).write_text(page.stdout)
-    print(f"job 701 {one['totals']['energy_joules']:.1f} J, 702 {two['totals']['energy_joules']:.1f} J, "
-          f"703 {part['totals']['energy_joules']:.1f} J, 704 {short['totals']['energy_joules']:.1f} J "
-          f"over {s_end - s_start:.2f} s", file=sys.stderr)
+    print(
+        f"job 701 {one['totals']['energy_joules']:.1f} J, 702 {two['totals']['energy_joules']:.1f} J, "
+        f"703 {part['totals']['energy_joules']:.1f} J, 704 {short['totals']['energy_joules']:.1f} J "
+        f"over {s_end - s_start:.2f} s",
+        file=sys.stderr,
+    )
