@@ -45,7 +45,7 @@ class Accounting:
                 record=accounting_record(document),
             )
         if self.store is not None and (ledger.running or ended or before.running):
-            self.store.save(ledger)
+            self.store.save(ledger, durable=bool(started or ended))
         return ledger
 
     def close(self) -> None:

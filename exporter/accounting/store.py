@@ -176,8 +176,11 @@ class LedgerStore:
         log.info("accounting_state_loaded", file=self.path, running=len(ledger.running), ended=len(ledger.ended))
         return ledger
 
-    def save(self, ledger: Ledger) -> bool:
-        """Write atomically; a failure is logged once (and once when it works again), never raised."""
+    def save(self, ledger: Ledger, durable: bool = True) -> bool:
+        """Write atomically; `durable` also fsyncs (a job started or ended; every cycle in between
+        only renames: a crash then keeps the last synced file, and its counter readings still make
+        the next start charge the whole gap). A failure is logged once (and once when it works
+        again), never raised."""
         if not self.path:
             return False
         data = json.dumps(ledger_json(ledger), separators=(",", ":")).encode()
@@ -189,7 +192,8 @@ class LedgerStore:
                 with os.fdopen(fd, "wb") as out:
                     out.write(data)
                     out.flush()
-                    os.fsync(out.fileno())
+                    if durable:
+                        os.fsync(out.fileno())
                 os.replace(tmp, self.path)
             except BaseException:
                 os.unlink(tmp)

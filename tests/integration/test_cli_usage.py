@@ -77,7 +77,8 @@ def test_help_lists_commands_and_each_choice_once() -> None:
         (["--source=cuda"], "--source: 'cuda' is not one of auto, sysfs, rocm-smi, amd-smi"),
         (
             ["bogus"],
-            "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate, check-config, check-rules, job-report)",
+            "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate, check-config, check-rules, "
+            "job-report)",
         ),
     ],
 )
