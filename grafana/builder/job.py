@@ -79,9 +79,7 @@ def summary_row() -> Row:
                 "stat",
                 "GPU-hours",
                 "GPU-hours held so far (a die or a partition counts as one GPU), every node summed.",
-                Query(
-                    'sum(max_over_time(amdgpu_job_gpu_seconds_total{job_id="$job_id"}[$__range])) / 3600', "GPU-h"
-                ),
+                Query('sum(max_over_time(amdgpu_job_gpu_seconds_total{job_id="$job_id"}[$__range])) / 3600', "GPU-h"),
                 unit="none",
                 width=6,
                 height=5,
@@ -159,8 +157,7 @@ def gpus_row(t: Thresholds) -> Row:
             Panel(
                 "timeseries",
                 "Memory activity",
-                "Memory controller busy of each of the job's GPUs (a partition's is its socket's, on "
-                "partition 0).",
+                "Memory controller busy of each of the job's GPUs (a partition's is its socket's, on partition 0).",
                 Query(of_job('amdgpu_busy_ratio{engine="memory"}'), PER_GPU),
                 unit="percentunit",
                 width=8,
