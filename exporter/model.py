@@ -641,6 +641,7 @@ class DeviceUsage:
     die: int = 0
     partition: int = 0
     product: str = ""
+    place: str = ""  # "die 1", "partition 3"; "" for a whole GPU
     held_seconds: float = 0.0
     energy_joules: float = 0.0
     package_energy_joules: float = 0.0  # the whole package's counter increase while held (the share's base)

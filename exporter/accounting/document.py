@@ -44,6 +44,7 @@ def device_document(usage: DeviceUsage, history: bool = True) -> dict[str, Any]:
         "package": usage.package,
         "die": usage.die,
         "partition": usage.partition,
+        "place": usage.place,
         "held_seconds": usage.held_seconds,
         "energy_joules": usage.energy_joules,
         "package_energy_joules": usage.package_energy_joules,

@@ -247,9 +247,19 @@ def _charge(usage: DeviceUsage, interval: _Interval, taken_at: float, sharers: i
     return _history(changes, point)
 
 
-def _new_usage(state: DeviceState) -> DeviceUsage:
+def place(state: DeviceState, shared: bool) -> str:
+    """Where on its package a device is: "partition 3" (a partitioned socket), "die 1" (a package
+    of several dies), "" (a whole GPU)."""
+    identity = state.identity
+    if identity.compute_partition not in ("", "SPX") or identity.partition:
+        return f"partition {identity.partition}"
+    return f"die {identity.die}" if shared or identity.die else ""
+
+
+def _new_usage(state: DeviceState, shared: bool) -> DeviceUsage:
     identity = state.identity
     return DeviceUsage(
+        place=place(state, shared),
         gpu=state.gpu,
         device_key=identity.key,
         package=_package(state),
@@ -264,6 +274,7 @@ def _advance(
     intervals: Mapping[int, _Interval],
     states: Mapping[int, DeviceState],
     sharers: Mapping[int, int],
+    shared_packages: Mapping[int, bool],
     seconds: float,
     taken_at: float,
 ) -> JobUsage:
@@ -275,7 +286,8 @@ def _advance(
             state = states.get(gpu)
             if state is None:
                 continue
-            usage = _new_usage(state)
+            shared = shared_packages.get(gpu, False)
+            usage = _new_usage(state, shared)
         interval = intervals.get(gpu) or _Interval(seconds, 0.0, 0.0, None, None, frozen_map(), frozen_map(), ())
         devices[gpu] = _charge(usage, interval, taken_at, sharers.get(gpu, 1))
     return dataclasses.replace(job, devices=tuple(devices[g] for g in sorted(devices)), updated_at=taken_at)
@@ -289,12 +301,16 @@ def account(
     seconds = max(0.0, taken_at - ledger.taken_at) if ledger.taken_at is not None else 0.0
     intervals, readings = _intervals(ledger, snapshot, health, seconds)
     states = {d.gpu: d for d in snapshot.devices}
+    members: dict[str, int] = {}
+    for state in snapshot.devices:
+        members[_package(state)] = members.get(_package(state), 0) + 1
+    shared = {gpu: members[_package(state)] > 1 for gpu, state in states.items()}
     sharers: dict[int, int] = {}
     for job in ledger.running:
         for gpu in job.held_gpus:
             sharers[gpu] = sharers.get(gpu, 0) + 1
     charged = (
-        [_advance(job, intervals, states, sharers, seconds, taken_at) for job in ledger.running]
+        [_advance(job, intervals, states, sharers, shared, seconds, taken_at) for job in ledger.running]
         if seconds
         else list(ledger.running)
     )

@@ -44,8 +44,9 @@ def _pairs(values: Mapping[str, float], unit: str = "", digits: int = 0) -> str:
 
 
 def _device_name(device: Mapping[str, Any]) -> str:
-    where = f"partition {device['partition']}" if device["partition"] else f"die {device['die']}"
-    return f"gpu {device['gpu']} ({device['product'] or 'GPU'}, {where})"
+    product = (device.get("product") or "").removeprefix("AMD Instinct ") or "GPU"
+    where = device.get("place") or ""
+    return f"gpu {device['gpu']} ({product}, {where})" if where else f"gpu {device['gpu']} ({product})"
 
 
 def render_text(doc: Mapping[str, Any]) -> str:
@@ -65,13 +66,13 @@ def render_text(doc: Mapping[str, Any]) -> str:
         f"  errors        {_pairs(totals['errors'])}",
         f"  health        {', '.join(totals['failed_checks']) or 'no check failed'}",
         "",
-        f"  {'GPU':<30} {'held s':>9} {'energy J':>11} {'mean W':>7} {'peak W':>7} {'gfx %':>6}"
+        f"  {'GPU':<26} {'held s':>9} {'energy J':>11} {'mean W':>7} {'peak W':>7} {'gfx %':>6}"
         f" {'Tj max':>6} {'VRAM peak':>11}",
     ]
     for device in doc["devices"]:
         gfx = device["mean_busy_ratio"].get("gfx")
         lines.append(
-            f"  {_device_name(device):<30} {device['held_seconds']:>9.1f} {device['energy_joules']:>11,.1f}"
+            f"  {_device_name(device):<26} {device['held_seconds']:>9.1f} {device['energy_joules']:>11,.1f}"
             f" {_num(device['mean_power_watts']):>7} {_num(device['peak_power_watts']):>7}"
             f" {_num(gfx * 100 if gfx is not None else None):>6}"
             f" {_num(device['peak_temperatures_celsius'].get('junction')):>6} {_gib(device['vram_peak_bytes']):>11}"
@@ -150,7 +151,7 @@ header p{margin:4px 0 0;color:#c3c8d4}main{padding:20px 28px;max-width:1240px}
 .bad b{color:#c62828}.ok b{color:#2a9d50}
 table{border-collapse:collapse;width:100%;background:#fff;border-radius:8px;overflow:hidden;
 box-shadow:0 1px 2px rgba(0,0,0,.08)}
-th,td{padding:7px 10px;text-align:right;border-bottom:1px solid #eceef2}
+th,td{padding:7px 10px;text-align:right;border-bottom:1px solid #eceef2;white-space:nowrap}
 th{background:#fafbfc;color:#5b6475;font-weight:600}
 td:first-child,th:first-child{text-align:left}
 .plots{display:flex;flex-wrap:wrap;gap:14px;margin:18px 0}
