@@ -454,7 +454,8 @@ OPTIONS: tuple[Option, ...] = (
         str,
         "/var/lib/amdgpu-exporter/jobs.json",
         "with --kubernetes / --slurm.state-dir: where per-job accounting (/api/v1/jobs, docs/accounting.md) keeps "
-        "running and recently ended jobs across restarts, written atomically; empty: in memory only",
+        "running and recently ended jobs across restarts, written atomically; empty: in memory only (the "
+        "default with --demo or a --path.sysfs other than /sys)",
     ),
     Option(
         "collector.processes",

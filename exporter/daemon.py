@@ -130,6 +130,16 @@ def fast_sampler(settings: Settings) -> Sampler | None:
     return Sampler(interval=settings.fast_interval, window=settings.window, read_timeout=settings.read_timeout)
 
 
+def accounting_state_file(settings: Settings) -> str:
+    """The accounting state file: the setting, except that by default a demo or a simulated tree
+    (--path.sysfs elsewhere than /sys) keeps its jobs in memory: a test's or a demo's jobs are not
+    the host's, and must never be charged across into the next run."""
+    simulated = settings.demo or os.path.realpath(settings.path_sysfs) != "/sys"
+    if settings.origins.get("accounting.state-file", "default") == "default" and simulated:
+        return ""
+    return settings.accounting_state_file
+
+
 class Reloader:
     """SIGHUP: read the config file and the rule file again. New rules and what /metrics renders
     (collectors, families, window detail, extra labels) apply from the next cycle; an invalid file
@@ -235,7 +245,7 @@ async def serve(settings: Settings) -> None:
             stack.callback(attribution.close)
         accounting = None
         if settings.kubernetes or settings.slurm_state_dir:  # jobs and pods are known: account for them
-            accounting = Accounting(LedgerStore(settings.accounting_state_file), node=node_name(settings))
+            accounting = Accounting(LedgerStore(accounting_state_file(settings)), node=node_name(settings))
             stack.callback(accounting.close)
         http_stats = HttpStats()
         reload_counts: Counter[tuple[str, str]] = Counter()
