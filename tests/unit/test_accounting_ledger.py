@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -166,3 +167,48 @@ def test_split_ratios_always_sum_to_one(busy: list[float | None]) -> None:
     ratios = split_ratios(busy)
     assert len(ratios) == len(busy) and sum(ratios) == pytest.approx(1.0)
     assert all(r >= 0 for r in ratios)
+
+
+def test_pods_are_holders_by_namespace_and_name_and_the_api_serves_them() -> None:
+    from fastapi.testclient import TestClient
+
+    from exporter.cycle import PublishedState
+    from exporter.web.routes import create_app
+
+    def pods(t: float, held: bool) -> Snapshot:
+        base = snapshot(t, 100.0 * t, (0.5, 0.5), {})
+        allocations = (
+            tuple(
+                Allocation(
+                    gpu,
+                    "kubernetes",
+                    str(gpu),
+                    "amd.com/gpu",
+                    (("pod", "train"), ("namespace", "ml"), ("container", c)),
+                )
+                for gpu, c in ((0, "main"), (1, "side"))
+            )
+            if held
+            else ()
+        )
+        attribution = Attribution(
+            ("pod", "namespace", "container"), allocations=allocations, sources_up=frozen_map({"kubernetes": True})
+        )
+        return dataclasses.replace(base, attribution=attribution)
+
+    ledger, _ = account(Ledger(), pods(0.0, True))
+    ledger, _ = account(ledger, pods(1.0, True))
+    ledger, ended = account(ledger, pods(2.0, False))
+    (job,) = ended
+    assert (job.job_id, job.scheduler) == ("ml/train", "kubernetes")
+    assert dict(job.labels)["container"] == "main,side" and job.energy_joules == pytest.approx(200)
+    client = TestClient(create_app(lambda: PublishedState(jobs=ledger), "/metrics", node="n1"))
+    one = client.get("/api/v1/jobs/ml/train")
+    assert one.status_code == 200 and one.json()["state"] == "ended" and one.json()["devices"][0]["place"] == "die 0"
+    listing = client.get("/api/v1/jobs").json()
+    assert [j["job_id"] for j in listing["ended"]] == ["ml/train"] and "history" not in listing["ended"][0]["devices"][
+        0
+    ]
+    assert client.get("/api/v1/jobs/nope").status_code == 404
+    off = TestClient(create_app(lambda: PublishedState(), "/metrics")).get("/api/v1/jobs")
+    assert off.status_code == 404 and "accounting is off" in off.json()["error"]
