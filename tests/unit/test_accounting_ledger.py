@@ -170,7 +170,7 @@ def test_split_ratios_always_sum_to_one(busy: list[float | None]) -> None:
 
 
 def test_pods_are_holders_by_namespace_and_name_and_the_api_serves_them() -> None:
-    from fastapi.testclient import TestClient
+    from starlette.testclient import TestClient
 
     from exporter.cycle import PublishedState
     from exporter.web.routes import create_app
