@@ -33,6 +33,21 @@ def _highest(maps: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return peak
 
 
+def _socket_errors(devices: Iterable[DeviceUsage]) -> dict[str, float]:
+    """The job's error increases, each counter once: partitions 1..N-1 report their socket's (read on
+    partition 0), so a package's partitions > 0 count once, and not at all beside its partition 0."""
+    own: list[Mapping[str, float]] = []
+    borrowed: dict[str, list[Mapping[str, float]]] = {}
+    for device in devices:
+        if device.partition:
+            borrowed.setdefault(device.package, []).append(device.errors)
+        else:
+            own.append(device.errors)
+    held_leads = {d.package for d in devices if not d.partition}
+    counted = [_highest(errors) for package, errors in borrowed.items() if package not in held_leads]
+    return _sum([*own, *counted])
+
+
 def _mean(total: float, seconds: float) -> float | None:
     return total / seconds if seconds > 0 else None
 
@@ -101,7 +116,7 @@ def job_document(job: JobUsage, node: str = "", history: bool = True) -> dict[st
             "peak_temperatures_celsius": _highest(d.peak_temperatures_celsius for d in devices),
             "vram_peak_bytes": max(vram) if vram else None,
             "throttled_seconds": _sum(d.throttled_seconds for d in devices),
-            "errors": {k: int(v) for k, v in _sum(d.errors for d in devices).items()},
+            "errors": {k: int(v) for k, v in _socket_errors(devices).items()},
             "failed_checks": sorted({c for d in devices for c in d.failed_checks}),
         },
         "split_rule": SPLIT_RULE,

@@ -66,13 +66,13 @@ def render_text(doc: Mapping[str, Any]) -> str:
         f"  errors        {_pairs(totals['errors'])}",
         f"  health        {', '.join(totals['failed_checks']) or 'no check failed'}",
         "",
-        f"  {'GPU':<26} {'held s':>9} {'energy J':>11} {'mean W':>7} {'peak W':>7} {'gfx %':>6}"
+        f"  {'GPU':<28} {'held s':>9} {'energy J':>11} {'mean W':>7} {'peak W':>7} {'gfx %':>6}"
         f" {'Tj max':>6} {'VRAM peak':>11}",
     ]
     for device in doc["devices"]:
         gfx = device["mean_busy_ratio"].get("gfx")
         lines.append(
-            f"  {_device_name(device):<26} {device['held_seconds']:>9.1f} {device['energy_joules']:>11,.1f}"
+            f"  {_device_name(device):<28} {device['held_seconds']:>9.1f} {device['energy_joules']:>11,.1f}"
             f" {_num(device['mean_power_watts']):>7} {_num(device['peak_power_watts']):>7}"
             f" {_num(gfx * 100 if gfx is not None else None):>6}"
             f" {_num(device['peak_temperatures_celsius'].get('junction')):>6} {_gib(device['vram_peak_bytes']):>11}"
@@ -154,6 +154,7 @@ box-shadow:0 1px 2px rgba(0,0,0,.08)}
 th,td{padding:7px 10px;text-align:right;border-bottom:1px solid #eceef2;white-space:nowrap}
 th{background:#fafbfc;color:#5b6475;font-weight:600}
 td:first-child,th:first-child{text-align:left}
+td:nth-last-child(-n+2),th:nth-last-child(-n+2){white-space:normal;text-align:left;min-width:110px}
 .plots{display:flex;flex-wrap:wrap;gap:14px;margin:18px 0}
 .plot{background:#fff;border-radius:8px;margin:0;padding:10px 12px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
 .plot figcaption{font-weight:600;margin-bottom:4px}.grid{stroke:#e4e7ec}.axis{font-size:10px;fill:#6b7385}
