@@ -232,7 +232,7 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
     # The MI250X: die 0 and die 1 together used the package's counter increase (die 0's), within 1 %.
     package = log.energy(end, 0) - log.energy(start, 0)
     dies = one["totals"]["energy_joules"] + two["totals"]["energy_joules"]
-    print(f"MI250X package: counter increase {package:.1f} J, jobs 701+702 {dies:.1f} J")
+    print(f"MI250X package: counter increase {package:.3f} J, jobs 701+702 {dies:.3f} J ({dies / package - 1:+.1e})")
     assert package > 0 and abs(dies - package) <= 0.01 * package
     assert two["totals"]["energy_joules"] > 0.2 * package  # die 1 gets its share, not 0 J
     assert one["devices"][0]["package_energy_joules"] == pytest.approx(package, rel=1e-9)
@@ -257,6 +257,11 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
     assert s_device["package_energy_joules"] == pytest.approx(log.energy(s_end, 2) - log.energy(s_start, 2), rel=1e-9)
     assert 0 < s_device["energy_joules"] < s_device["package_energy_joules"]
     assert short["totals"]["gpu_seconds"] == pytest.approx(s_end - s_start, abs=1e-6)
+    print(
+        f"short job 704: {s_end - s_start:.2f} s, socket counter increase "
+        f"{log.energy(s_end, 2) - log.energy(s_start, 2):.3f} J, its base {s_device['package_energy_joules']:.3f} J, "
+        f"its share {s_device['energy_joules']:.3f} J"
+    )
     assert short_after["totals"] == short["totals"]
 
     assert text.returncode == 0, text.stderr
