@@ -150,7 +150,7 @@ def ledger_from_json(data: Any) -> Ledger:
             readings=frozen_map(readings),
             taken_at=None if data["taken_at"] is None else float(data["taken_at"]),
         )
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as error:
         raise ValueError(f"malformed accounting state file: {type(error).__name__}: {error}") from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -212,3 +213,24 @@ def test_pods_are_holders_by_namespace_and_name_and_the_api_serves_them() -> Non
     assert client.get("/api/v1/jobs/nope").status_code == 404
     off = TestClient(create_app(lambda: PublishedState(), "/metrics")).get("/api/v1/jobs")
     assert off.status_code == 404 and "accounting is off" in off.json()["error"]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON)
+def test_a_state_file_of_any_json_is_a_ledger_or_one_value_error(data: object) -> None:
+    with contextlib.suppress(ValueError):
+        ledger_from_json(data)
+
+
+@given(st.sampled_from(["running", "ended", "readings"]), _JSON)
+def test_a_state_file_with_one_part_replaced_is_a_ledger_or_one_value_error(part: str, value: object) -> None:
+    jobs = {"1": (0, 1)}
+    good = ledger_json(run([snapshot(0.0, 0.0, (0.5, 0.5), jobs), snapshot(1.0, 50.0, (0.5, 0.5), jobs)]))
+    with contextlib.suppress(ValueError):
+        ledger_from_json({**good, part: value})
