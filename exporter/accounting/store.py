@@ -73,9 +73,20 @@ def job_json(job: JobUsage) -> dict[str, Any]:
     }
 
 
+def _number(value: Any) -> float | None:
+    """A JSON number or null; anything else is not a state file of ours."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
+
+
 def _usage(data: Mapping[str, Any]) -> DeviceUsage:
     def point(p: list[Any]) -> tuple[float, float | None, float | None, float | None]:
-        return (float(p[0]), p[1], p[2], p[3])
+        if len(p) != 4:
+            raise ValueError("a history point has 4 values")
+        return (float(p[0]), _number(p[1]), _number(p[2]), _number(p[3]))
 
     return DeviceUsage(
         gpu=int(data["gpu"]),
@@ -89,9 +100,9 @@ def _usage(data: Mapping[str, Any]) -> DeviceUsage:
         energy_joules=float(data["energy_joules"]),
         package_energy_joules=float(data["package_energy_joules"]),
         busy_seconds=frozen_map({str(k): float(v) for k, v in data["busy_seconds"].items()}),
-        peak_power_watts=data["peak_power_watts"],
+        peak_power_watts=_number(data["peak_power_watts"]),
         peak_temperatures_celsius=frozen_map({str(k): float(v) for k, v in data["peak_temperatures_celsius"].items()}),
-        vram_peak_bytes=data["vram_peak_bytes"],
+        vram_peak_bytes=_number(data["vram_peak_bytes"]),
         throttled_seconds=frozen_map({str(k): float(v) for k, v in data["throttled_seconds"].items()}),
         errors=frozen_map({str(k): int(v) for k, v in data["errors"].items()}),
         failed_checks=tuple(str(c) for c in data["failed_checks"]),
@@ -138,7 +149,7 @@ def ledger_from_json(data: Any) -> Ledger:
     try:
         readings = {
             _unkey(key): Reading(
-                value["energy_joules"],
+                _number(value["energy_joules"]),
                 frozen_map({str(k): float(v) for k, v in value["errors"].items()}),
                 frozen_map({str(k): float(v) for k, v in value["throttle_residency_seconds"].items()}),
             )
