@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "write a simulated amdgpu sysfs tree and keep it ticking (see simulate --help)",
     "check-config": "check a config file (and the rule file it names) without starting anything",
     "check-rules": "check an alert rule file without starting anything",
+    "job-report": "what a job or pod used (energy, GPU time, peaks, errors): text, --json, --html",
 }
 _DESCRIPTIONS = {
     "serve": "Prometheus exporter for AMD Instinct GPUs (MI210, MI250X, MI300X).",
@@ -158,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.simulator.__main__ import main as simulate_main
 
             return simulate_main(argv, prog="amdgpu-exporter simulate")
+        if command == "job-report":
+            from exporter.operator.job_report import run as job_report
+
+            return job_report(argv)
         if command in ("check-config", "check-rules"):
             from exporter.configcheck import check_main
 

@@ -453,6 +453,14 @@ OPTIONS: tuple[Option, ...] = (
         default_text="off",
     ),
     Option(
+        "accounting.state-file",
+        str,
+        "/var/lib/amdgpu-exporter/jobs.json",
+        "with --kubernetes / --slurm.state-dir: where per-job accounting (/api/v1/jobs, docs/accounting.md) keeps "
+        "running and recently ended jobs across restarts, written atomically; empty: in memory only (the "
+        "default with --demo or a --path.sysfs other than /sys)",
+    ),
+    Option(
         "collector.processes",
         parse_bool,
         False,
@@ -543,6 +551,7 @@ class Settings:
     kubernetes_timeout: float
     kubernetes_resource_prefix: tuple[str, ...]
     slurm_state_dir: str
+    accounting_state_file: str
     collector_processes: bool
     collector_processes_top: int
     collector_board_temperatures: bool

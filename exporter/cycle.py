@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exporter.accounting.ledger import Ledger
+from exporter.accounting.stage import Accounting
 from exporter.alerting.rulefile import default_health
 from exporter.alerting.rules import Rule
 from exporter.alerting.state import evaluate
@@ -56,6 +58,7 @@ class PublishedState:
     metrics: RenderedMetrics | None = None
     rules: tuple[Rule, ...] = ()  # the alert rules evaluated from this cycle on (the status page colours by them)
     health_thresholds: HealthThresholds | None = None  # the health verdict's, from the same rule file
+    jobs: Ledger | None = None  # per-job accounting (running and ended jobs), None when off
 
 
 class Pipeline:
@@ -78,6 +81,7 @@ class Pipeline:
         reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
         health_thresholds: HealthThresholds | None = None,
         node: str = "",
+        accounting: Accounting | None = None,
     ) -> None:
         self.exposition = exposition  # what is rendered: families, window detail, extra labels (SIGHUP replaces it)
         self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
@@ -91,6 +95,7 @@ class Pipeline:
         self.fast = fast
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.health = health if health is not None else Health()
+        self.accounting = accounting  # per-job accounting (exporter/accounting/), after the verdict
         self.state = PublishedState(
             source=source_name, source_reason=source_reason, rules=self.rules, health_thresholds=self.health_thresholds
         )
@@ -153,7 +158,10 @@ class Pipeline:
             web=self.web_stats() if self.web_stats is not None else None,
             reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
         )
-        published = Published(snapshot=snapshot, alerts=alerts, stats=stats, health=verdict)
+        jobs = self._account(snapshot, verdict)
+        published = Published(
+            snapshot=snapshot, alerts=alerts, stats=stats, health=verdict, jobs=jobs.running if jobs else ()
+        )
         # Publishing is cheap: the bytes are rendered by the first scrape that asks (exposition/render.py).
         self.state = dataclasses.replace(
             self.state,
@@ -161,7 +169,22 @@ class Pipeline:
             metrics=render(published, self.exposition),
             rules=self.rules,
             health_thresholds=self.health_thresholds,
+            jobs=jobs,
         )
+
+    def _account(self, snapshot: Snapshot, verdict: HealthVerdict) -> Ledger | None:
+        """The accounting stage; a bug in it keeps the last ledger and fails readiness."""
+        if self.accounting is None:
+            return None
+        try:
+            ledger = self.accounting.on_cycle(snapshot, verdict)
+        except Exception as error:
+            if self.health.failed("accounting", f"{type(error).__name__}: {error}"):
+                log.exception("stage_failed", stage="accounting")
+            return self.accounting.ledger
+        if self.health.ok("accounting"):
+            log.info("stage_recovered", stage="accounting")
+        return ledger
 
     def _evaluate_health(self, snapshot: Snapshot) -> HealthVerdict:
         """The verdict on this snapshot; a bug in the stage keeps the last verdict and fails readiness."""

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from exporter.accounting.stage import Accounting
+from exporter.accounting.store import LedgerStore
 from exporter.alerting.clockdown import find_tool
 from exporter.alerting.rulefile import RuleFile, rule_file_of
 from exporter.alerting.rules import Rule
@@ -158,6 +160,16 @@ def reread(current: Settings) -> _Reread:
     except Exception as error:  # nothing a file holds may end the daemon: keep what runs
         detail = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
         raise _ReloadFailed(what, detail, config_read) from None
+
+
+def accounting_state_file(settings: Settings) -> str:
+    """The accounting state file: the setting, except that by default a demo or a simulated tree
+    (--path.sysfs elsewhere than /sys) keeps its jobs in memory: a test's or a demo's jobs are not
+    the host's, and must never be charged across into the next run."""
+    simulated = settings.demo or os.path.realpath(settings.path_sysfs) != "/sys"
+    if settings.origins.get("accounting.state-file", "default") == "default" and simulated:
+        return ""
+    return settings.accounting_state_file
 
 
 class Reloader:
@@ -306,6 +318,10 @@ async def serve(settings: Settings) -> None:
         if attribution.enabled:
             attribution.start()
             stack.callback(attribution.close)
+        accounting = None
+        if settings.kubernetes or settings.slurm_state_dir:  # jobs and pods are known: account for them
+            accounting = Accounting(LedgerStore(accounting_state_file(settings)), node=node_name(settings))
+            stack.callback(accounting.close)
         http_stats = HttpStats()
         reload_counts: Counter[tuple[str, str]] = Counter()
         health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
@@ -324,6 +340,7 @@ async def serve(settings: Settings) -> None:
             reloads=lambda: reload_counts,
             health_thresholds=rule_file.health,
             node=node_name(settings),
+            accounting=accounting,
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None

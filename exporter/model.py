@@ -589,6 +589,7 @@ STAGES = (
     "health",
     "render",
     "alertmanager",
+    "accounting",
 )  # the stages whose failures fail readiness (pipeline/readiness.py)
 
 
@@ -620,3 +621,62 @@ class Published:
     alerts: tuple[AlertState, ...] = ()
     stats: ExporterStats = ExporterStats()
     health: HealthVerdict = HealthVerdict()  # the health verdict on the same snapshot (beside the alerts)
+    jobs: tuple[JobUsage, ...] = ()  # the jobs and pods running on this cycle's devices, as accounted so far
+
+
+# --- what each job or pod used (exporter/accounting/): accumulated from cycle to cycle, carried on ---
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """What one job used of one device while it held it (exporter/accounting/ledger.py).
+
+    Energy is the job's share of its package's energy counter (docs/accounting.md: an MI250X's two
+    dies and an MI300X's partitions share one counter, split by busy-seconds); the temperatures of a
+    partition > 0 are its socket's (read on partition 0). `history` is the thinned (unix seconds,
+    power W, gfx busy 0..1, junction °C) of the job's lifetime, for the report's plots.
+    """
+
+    gpu: int
+    device_key: tuple[str, str, int]
+    package: str = ""
+    die: int = 0
+    partition: int = 0
+    product: str = ""
+    place: str = ""  # "die 1", "partition 3"; "" for a whole GPU
+    held_seconds: float = 0.0
+    energy_joules: float = 0.0
+    package_energy_joules: float = 0.0  # the whole package's counter increase while held (the share's base)
+    busy_seconds: Mapping[str, float] = field(default_factory=frozen_map)  # engine ("gfx", "memory") -> s
+    peak_power_watts: float | None = None  # the highest of the job's share over one cycle
+    peak_temperatures_celsius: Mapping[str, float] = field(default_factory=frozen_map)  # "junction", "memory"
+    vram_peak_bytes: float | None = None
+    throttled_seconds: Mapping[str, float] = field(default_factory=frozen_map)  # reason -> s
+    errors: Mapping[str, int] = field(default_factory=frozen_map)  # counter ("ecc_uncorrectable", ...) -> increase
+    failed_checks: tuple[str, ...] = ()  # health checks (docs/health.md) that failed while held
+    history: tuple[tuple[float, float | None, float | None, float | None], ...] = ()
+    history_stride: int = 1  # cycles per history point (doubled each time the history is full)
+    history_skipped: int = 0  # cycles since the last point kept
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """One job (Slurm, Flux, PBS) or pod, from the first cycle that saw it hold a device to the first
+    that no longer did (`ended_at`, None while it runs)."""
+
+    job_id: str  # the scheduler's job id; a pod's "namespace/name"
+    scheduler: str  # "slurm" | "flux" | "pbs" | "kubernetes"
+    labels: tuple[tuple[str, str], ...] = ()  # the holder's attribution labels (job_user, pod, ...)
+    started_at: float = 0.0  # unix seconds of the first cycle that saw it
+    ended_at: float | None = None
+    updated_at: float = 0.0  # unix seconds of the last cycle accounted
+    devices: tuple[DeviceUsage, ...] = ()
+    held_gpus: tuple[int, ...] = ()  # the gpus it holds now (() once ended)
+
+    @property
+    def energy_joules(self) -> float:
+        return sum(d.energy_joules for d in self.devices)
+
+    @property
+    def gpu_seconds(self) -> float:
+        return sum(d.held_seconds for d in self.devices)

@@ -6,6 +6,9 @@ Two layouts, told apart by the file name, so a site can point --slurm.state-dir 
 - AMD's device-metrics-exporter prolog: `<gpu index>` in /var/run/exporter, the same JSON keys.
 Both carry SLURM_JOB_ID, SLURM_JOB_USER, SLURM_JOB_PARTITION. The index is the gres index, which
 follows rocm-smi's order (AutoDetect=rsmi), as does the exporter's `gpu` label.
+- deploy/flux and deploy/pbs's prologs write ours too, with `scheduler` ("flux" | "pbs") and
+  `job_id`, `job_user`, `job_partition` (the queue); the name carries the id's leading digits (a
+  PBS id is "1234.server"). The claim's resource is the scheduler.
 
 Parsing is pure (name + bytes -> claim); reading the directory is the only I/O.
 """
@@ -29,6 +32,7 @@ LABELS = ("job_id", "job_user", "job_partition")
 DEFAULT_STATE_DIR = "/run/amdgpu-exporter/slurm"
 MAX_FILE_BYTES = 64 * 1024  # a state file is a few hundred bytes; anything larger is not one
 
+SCHEDULERS = ("slurm", "flux", "pbs")  # the batch systems whose prologs write these files
 _OURS = re.compile(r"^(\d{1,4})\.(\d{1,20})$")
 _DME = re.compile(r"^(\d{1,4})$")
 
@@ -51,18 +55,28 @@ def parse_state_file(name: str, data: bytes) -> Claim | None:
         return None
     if not isinstance(record, dict):
         return None
-    job_id = _text(record.get("SLURM_JOB_ID"))
+    scheduler = _text(record.get("scheduler")) or SOURCE
+    if scheduler not in SCHEDULERS:
+        return None
+    generic = scheduler != SOURCE
+    job_id = _text(record.get("job_id" if generic else "SLURM_JOB_ID"))
     if not job_id:
         return None
-    if ours is not None and job_id != ours.group(2):
+    if ours is not None and (_leading_digits(job_id) if generic else job_id) != ours.group(2):
         return None
     index = int((ours or dme).group(1))  # type: ignore[union-attr]
+    user, partition = ("job_user", "job_partition") if generic else ("SLURM_JOB_USER", "SLURM_JOB_PARTITION")
     labels = (
         ("job_id", job_id),
-        ("job_user", _text(record.get("SLURM_JOB_USER"))),
-        ("job_partition", _text(record.get("SLURM_JOB_PARTITION"))),
+        ("job_user", _text(record.get(user))),
+        ("job_partition", _text(record.get(partition))),
     )
-    return Claim(ByGpuIndex(index), str(index), labels, SOURCE)
+    return Claim(ByGpuIndex(index), str(index), labels, scheduler)
+
+
+def _leading_digits(job_id: str) -> str:
+    match = re.match(r"\d{1,20}", job_id)
+    return match.group(0) if match else ""
 
 
 def _text(value: object) -> str:

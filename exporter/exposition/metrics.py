@@ -1054,6 +1054,25 @@ METRICS: tuple[MetricSpec, ...] = (
             omit_when_empty=True,
             attributed=False,
         ),
+        # Per-job accounting (exporter/accounting/): two series per running job, none once it ended.
+        MetricSpec(
+            "amdgpu_job_energy_joules",
+            "Energy the running job or pod has used on this node so far (its share of each package's counter).",
+            _cycle(lambda p: [((j.job_id, j.scheduler), j.energy_joules) for j in p.jobs]),
+            ("job_id", "scheduler"),
+            kind="counter",
+            omit_when_empty=True,
+            attributed=False,
+        ),
+        MetricSpec(
+            "amdgpu_job_gpu_seconds",
+            "GPU-seconds the running job or pod has held on this node so far (a die or partition counts as one).",
+            _cycle(lambda p: [((j.job_id, j.scheduler), j.gpu_seconds) for j in p.jobs]),
+            ("job_id", "scheduler"),
+            kind="counter",
+            omit_when_empty=True,
+            attributed=False,
+        ),
         MetricSpec(
             "amdgpu_exporter_attribution_up",
             "1 if the attribution source's last read succeeded (kubernetes: within its deadline), else 0.",

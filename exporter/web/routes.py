@@ -35,6 +35,7 @@ from exporter.log import get_logger
 from exporter.model import Published
 from exporter.pipeline.readiness import Health
 from exporter.threads import DaemonPool
+from exporter.web.jobs import add_job_routes
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 
@@ -250,6 +251,8 @@ def create_app(
     async def waveform_route(request: Request) -> JSONResponse:
         status, body = waveform_response(waveform, request.query_params)
         return JSONResponse(body, status_code=status)
+
+    add_job_routes(app, state_ref, shown_node)
 
     @app.get("/", response_class=HTMLResponse)
     async def status_page() -> str:

@@ -4,7 +4,7 @@ panels.py   the primitives: Query, Panel, Row, Dashboard, shared mappings, links
 queries.py  PromQL both dashboards use (selectors, the MI250X package join, per-step rates)
 thresholds.py  the levels panels colour by, read from the shipped rule files
 memory_limits.py  the exporter's memory ceilings, read from the shipped systemd unit and DaemonSet
-fleet.py, node.py  one function per dashboard row
+fleet.py, node.py, job.py  one function per dashboard row
 variables.py, render.py  template variables; panels -> Grafana JSON
 
 A panel whose query can legitimately return nothing (an alert that is not firing, a field only
@@ -18,6 +18,7 @@ import json
 
 from . import memory_limits, thresholds
 from .fleet import fleet_dashboard
+from .job import job_dashboard
 from .node import node_dashboard
 from .panels import JSON
 from .render import render_dashboard
@@ -33,6 +34,7 @@ def dashboards(
     return {
         "amdgpu-fleet.json": render_dashboard(fleet_dashboard(levels, limits)),
         "amdgpu-node.json": render_dashboard(node_dashboard(levels, limits)),
+        "amdgpu-job.json": render_dashboard(job_dashboard(levels)),
     }
 
 

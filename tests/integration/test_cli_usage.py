@@ -40,9 +40,9 @@ def test_help_lists_commands_and_each_choice_once() -> None:
     assert result.returncode == 0
     text = result.stdout
     assert text.startswith(
-        "usage: amdgpu-exporter [serve|snapshot|doctor|simulate|check-config|check-rules] [FLAG ...]"
+        "usage: amdgpu-exporter [serve|snapshot|doctor|simulate|check-config|check-rules|job-report] [FLAG ...]"
     )
-    for command in ("serve", "snapshot", "doctor", "simulate", "check-config", "check-rules"):
+    for command in ("serve", "snapshot", "doctor", "simulate", "check-config", "check-rules", "job-report"):
         assert f"\n  {command}  " in text
     assert text.count("{auto,sysfs,rocm-smi,amd-smi}") == 1
     assert text.count("{debug,info,warn,error}") == 1
@@ -77,7 +77,8 @@ def test_help_lists_commands_and_each_choice_once() -> None:
         (["--source=cuda"], "--source: 'cuda' is not one of auto, sysfs, rocm-smi, amd-smi"),
         (
             ["bogus"],
-            "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate, check-config, check-rules)",
+            "unexpected argument 'bogus' (commands: serve, snapshot, doctor, simulate, check-config, check-rules, "
+            "job-report)",
         ),
     ],
 )

@@ -119,7 +119,7 @@ pytestmark = pytest.mark.timeout(180)
 
 def load_dashboards() -> dict[str, dict[str, Any]]:
     files = sorted(DASHBOARD_DIR.glob("*.json"))
-    assert [f.name for f in files] == ["amdgpu-fleet.json", "amdgpu-node.json"]
+    assert [f.name for f in files] == ["amdgpu-fleet.json", "amdgpu-job.json", "amdgpu-node.json"]
     return {f.name: json.loads(f.read_text(encoding="utf-8")) for f in files}
 
 

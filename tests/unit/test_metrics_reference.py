@@ -20,6 +20,8 @@ ONLY_WITH_HOST_INFO = {"amdgpu_driver_info": "gauge", "amdgpu_rocm_info": "gauge
 ONLY_WITH_ATTRIBUTION = {
     "amdgpu_allocation_info": "gauge",
     "amdgpu_job_info": "gauge",
+    "amdgpu_job_energy_joules_total": "counter",  # per running job (exporter/accounting/)
+    "amdgpu_job_gpu_seconds_total": "counter",
     "amdgpu_exporter_attribution_up": "gauge",
     "amdgpu_process_memory_bytes": "gauge",
     "amdgpu_process_compute_unit_occupancy_ratio": "gauge",

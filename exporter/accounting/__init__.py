@@ -1,0 +1,1 @@
+"""What each job or pod used of its devices: energy, GPU time, peaks, errors (docs/accounting.md)."""
