@@ -46,7 +46,7 @@ EVERYTHING = {
     "podLabels": {"team": "gpu"},
     "extraArgs": ["--log.level=debug"],
     "extraEnv": [{"name": "TZ", "value": "UTC"}],
-    "config": {"collectors": {"include": ["clock_*"]}},
+    "config": {"collectors": {"include": ["clock"]}},
     "webConfig": {"enabled": True},
     "podAttribution": {"enabled": True, "seriesLabels": True},
     "serviceMonitor": {
