@@ -267,7 +267,7 @@ def main(argv: list[str]) -> int:
     }
     for fleet in args.fleet or FLEETS:
         with tempfile.TemporaryDirectory(prefix="dme-dashboards-") as work:
-            results = measure(fleet, dashboards, Path(work), args.rules)
+            results = measure(fleet, dashboards, Path(work), args.rules.resolve())
         total: Counter[str] = Counter()
         parts = []
         for name, rows in results.items():
