@@ -237,15 +237,24 @@ def measure(fleet: str, dashboards: dict[str, dict[str, Any]], work: Path, rules
         _ready(f"{prometheus_url}/-/ready", prometheus_process, prometheus_log)
         prometheus = Prometheus(prometheus_url)
         deadline = time.monotonic() + 120
-        ready = f'count_over_time(gpu_gfx_busy_instantaneous[1m]) > 5 and on () count_over_time(amdgpu_allocation_info{{pod="{POD}"}}[1m]) > 5'
+        ready = (
+            "count_over_time(gpu_gfx_busy_instantaneous[1m]) > 5"
+            f' and on () count_over_time(amdgpu_allocation_info{{pod="{POD}"}}[1m]) > 5'
+        )
         while not prometheus.query(ready):
             if time.monotonic() > deadline:
                 raise RuntimeError("the compat rules or the pod's attribution never had five samples")
             time.sleep(0.5)
-        results: dict[str, Any] = {}
+        added = prometheus.query('count({__name__=~"gpu_.*|pcie_.*|gpu:amdgpu_device_info:dme_labels"})')
+        served = prometheus.query('count({__name__=~"amdgpu_.*", job="amdgpu-exporter"})')
+        results: dict[str, Any] = {
+            "_series": (added[0]["value"][1] if added else "0", served[0]["value"][1] if served else "0")
+        }
         for name, dashboard in dashboards.items():
             variables = resolve_variables(dashboard, prometheus)
-            rows = [(expr, *classify(classic(substitute(expr, variables)), prometheus)) for expr in panel_queries(dashboard)]
+            rows = [
+                (expr, *classify(classic(substitute(expr, variables)), prometheus)) for expr in panel_queries(dashboard)
+            ]
             results[name] = rows
         return results
     finally:
@@ -263,11 +272,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="list every unanswered query and why")
     args = parser.parse_args(argv)
     dashboards = {
-        name: json.loads((args.dashboards / f"dashboard_{name}.json").read_text(encoding="utf-8")) for name in DASHBOARDS
+        name: json.loads((args.dashboards / f"dashboard_{name}.json").read_text(encoding="utf-8"))
+        for name in DASHBOARDS
     }
     for fleet in args.fleet or FLEETS:
         with tempfile.TemporaryDirectory(prefix="dme-dashboards-") as work:
             results = measure(fleet, dashboards, Path(work), args.rules.resolve())
+        added, served = results.pop("_series")
         total: Counter[str] = Counter()
         parts = []
         for name, rows in results.items():
@@ -278,7 +289,7 @@ def main(argv: list[str]) -> int:
         print(
             f"{fleet}: {total['answered']} of {applicable} applicable queries answer ({'; '.join(parts)}); "
             f"left out: {total['profiler']} profiler, {total['empty by right']} empty by right, "
-            f"{total['not on this ASIC']} not on this ASIC"
+            f"{total['not on this ASIC']} not on this ASIC; the rules add {added} series to the {served} served"
         )
         absent = Counter(reason for rows in results.values() for _, kind, reason in rows if kind == "not on this ASIC")
         for reason, count in absent.most_common():

@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    stale = [output for output, rendered in outputs if not output.exists() or output.read_text(encoding="utf-8") != rendered]
+    stale = [
+        output for output, rendered in outputs if not output.exists() or output.read_text(encoding="utf-8") != rendered
+    ]
     if args.check:
         for output in stale:
             print(f"{output} is out of date: run {Path(__file__).name}", file=sys.stderr)

@@ -251,7 +251,8 @@ def _with_holders(identity: str) -> str:
     bare = "max by (instance, job, gpu) (amdgpu_device_info)"
     for series, labels in HOLDERS:
         holder = f"topk by (instance, job, gpu) (1, {series})"
-        expr = f"{expr} * on (instance, job, gpu) group_left ({', '.join(labels)}) ({holder} or on (instance, job, gpu) {bare})"
+        join = f"on (instance, job, gpu) group_left ({', '.join(labels)})"
+        expr = f"{expr} * {join} ({holder} or on (instance, job, gpu) {bare})"
     return expr
 
 

@@ -147,9 +147,7 @@ def _board_and_guest() -> list[str]:
 
 def _image() -> list[str]:
     """The container image's base, from the pins deploy/image/build.py and the Dockerfile build from."""
-    pins = dict(
-        line.split("=", 1) for line in IMAGE_PACKAGES.read_text(encoding="utf-8").splitlines() if "=" in line
-    )
+    pins = dict(line.split("=", 1) for line in IMAGE_PACKAGES.read_text(encoding="utf-8").splitlines() if "=" in line)
     suite = pins.pop("suite")
     packages = ", ".join(f"{name} {version}" for name, version in pins.items())
     return [

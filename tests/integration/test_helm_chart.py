@@ -112,7 +112,12 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     with kustomize's hash suffix off generated ConfigMap names."""
     obj = copy.deepcopy(obj)
     labels = obj["metadata"].get("labels", {})
-    for key in ("helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"):
+    for key in (
+        "helm.sh/chart",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/version",
+    ):
         labels.pop(key, None)
     if obj["kind"] == "DaemonSet":
         obj["spec"]["template"]["metadata"].pop("annotations", None)
@@ -321,7 +326,11 @@ def test_the_config_file_passes_the_daemons_check(tmp_path: Path) -> None:
 
 def test_a_rules_change_rolls_the_pods(tmp_path: Path) -> None:
     def checksum(values: dict[str, Any] | None) -> str:
-        return str(one(helm_template(tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["checksum/rules"])
+        return str(
+            one(helm_template(tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"]["annotations"][
+                "checksum/rules"
+            ]
+        )
 
     rules = (KUSTOMIZE_DIR / "default-rules.yaml").read_text()
     assert checksum(None) == checksum({"rules": rules})
