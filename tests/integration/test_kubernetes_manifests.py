@@ -378,7 +378,7 @@ def test_pod_is_unprivileged_and_reads_the_host_read_only(rendered: list[dict[st
     assert flag_value(main["args"], "--path.sysfs", "/sys") == sysfs_mount["mountPath"]
 
     resources = main["resources"]
-    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert resources["requests"] == {"cpu": "50m", "memory": "128Mi"}
     assert resources["limits"] == {"cpu": "500m", "memory": "256Mi"}
 
 
