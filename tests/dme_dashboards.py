@@ -138,12 +138,12 @@ def classify(expr: str, prometheus: Prometheus) -> tuple[str, str]:
     if "gpu_prof_" in expr:
         return "profiler", ""
     try:
-        # Three tries a second apart: on a loaded machine a missed scrape or rule evaluation can
+        # Two tries a second apart: on a loaded machine a missed scrape or rule evaluation can
         # leave a series out for a moment, which is not what is measured here.
-        for attempt in range(3):
+        for attempt in range(2):
             if prometheus.query(expr):
                 return "answered", ""
-            time.sleep(1 if attempt < 2 else 0)
+            time.sleep(1 if attempt == 0 else 0)
     except ValueError as error:
         return "unanswered", f"error: {error}"
     for selector in _selectors(expr):
