@@ -13,6 +13,7 @@ import copy
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -362,3 +363,31 @@ def test_every_value_is_in_the_readme_table() -> None:
     readme = (CHART / "README.md").read_text()
     documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", readme, re.MULTILINE))
     assert set(_leaf_keys(values)) == documented
+
+
+# --- the PrometheusRule generator ------------------------------------------------------------------
+
+
+def _generate(*args: str) -> subprocess.CompletedProcess[str]:
+    script = KUSTOMIZE_DIR / "generate_prometheusrule.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_both_committed_prometheusrules_are_the_generators_output() -> None:
+    result = _generate("--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_generator_wraps_any_rule_file_it_is_given(tmp_path: Path) -> None:
+    rules = REPO / "deploy" / "prometheus" / "dme-compat.rules.yml"
+    result = _generate("--stdout", "--name", "site-rules", str(rules))
+    assert result.returncode == 0, result.stderr
+    manifest = yaml.safe_load(result.stdout)
+    assert manifest["metadata"]["name"] == "site-rules"
+    assert manifest["spec"]["groups"] == yaml.safe_load(rules.read_text())["groups"]
+    missing = _generate("--stdout", str(tmp_path / "nope.rules.yml"))
+    assert missing.returncode == 1 and "No such file" in missing.stderr and "Traceback" not in missing.stderr
+    not_rules = tmp_path / "empty.rules.yml"
+    not_rules.write_text("groups: []\n")
+    empty = _generate("--stdout", str(not_rules))
+    assert empty.returncode == 1 and "non-empty 'groups'" in empty.stderr
