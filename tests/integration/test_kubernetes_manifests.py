@@ -378,7 +378,7 @@ def test_pod_is_unprivileged_and_reads_the_host_read_only(rendered: list[dict[st
     assert flag_value(main["args"], "--path.sysfs", "/sys") == sysfs_mount["mountPath"]
 
     resources = main["resources"]
-    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert resources["requests"] == {"cpu": "50m", "memory": "128Mi"}
     assert resources["limits"] == {"cpu": "500m", "memory": "256Mi"}
 
 
@@ -390,7 +390,7 @@ def test_ports_probes_service_and_servicemonitor_agree_with_the_daemon_flags(
     telemetry_path = flag_value(main["args"], "--web.telemetry-path", "/metrics")
     assert listen_port == 9442
     (port,) = main["ports"]
-    assert port == {"name": "metrics", "containerPort": listen_port, "protocol": "TCP"}
+    assert port == {"name": "metrics", "containerPort": listen_port, "hostPort": listen_port, "protocol": "TCP"}
     assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 

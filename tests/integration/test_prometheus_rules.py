@@ -54,7 +54,8 @@ NODE_LEVEL_ALERTS = frozenset(
 # enumerates them (None = free-form). To be replaced by an import of the exporter's metric table.
 _GPU: dict[str, frozenset[str] | None] = {"gpu": None}
 _IDENTITY = (
-    "card", "pci_bus_id", "unique_id", "serial", "product", "asic", "package", "die", "partition", "vbios", "driver",
+    "card", "pci_bus_id", "unique_id", "serial", "product", "product_number", "asic", "package", "die", "partition",
+    "vbios", "driver",
     "compute_partition", "memory_partition",
 )  # fmt: skip
 _STATS = frozenset({"min", "max", "mean"})

@@ -134,6 +134,7 @@ def identify(card: Card, listing: Listing) -> DeviceIdentity | None:
         vendor_id="0x1002",
         device_id=device_id,
         product=text("product_name") or default_product,
+        product_number=text("product_number"),
         asic=asic,
         serial=text("serial_number"),
         vbios=text("vbios_version"),

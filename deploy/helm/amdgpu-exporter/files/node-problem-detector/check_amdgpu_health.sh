@@ -1,0 +1,1 @@
+../../../../kubernetes/node-problem-detector/check_amdgpu_health.sh
