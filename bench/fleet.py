@@ -444,10 +444,11 @@ def run_nodes(
         _wait(lambda: client.get("/-/ready").status_code == 200, 60, "prometheus /-/ready")
 
         def all_up() -> bool:
+            # 99 %: on a loaded machine a scrape of the last few may time out once
             result = _instant(client, f'count(up{{job="{JOB}"}} == 1)')
-            return bool(result) and int(float(result[0]["value"][1])) == nodes
+            return bool(result) and int(float(result[0]["value"][1])) >= 0.99 * nodes
 
-        _wait(all_up, 3 * SCRAPE_INTERVAL + 30, f"{nodes} targets up")
+        _wait(all_up, 3 * SCRAPE_INTERVAL + 60 + 0.3 * nodes, f"{nodes} targets up")
         cpu_from, cpu_at = cpu_seconds(prometheus.pid), time.time()
         loads = [fmt.load_average()]
         while time.time() - started < warmup:
