@@ -336,7 +336,14 @@ def time_query(
     else:
         params = {"query": promql, "start": f"{now - query.range:.3f}", "end": f"{now:.3f}", "step": str(query.step)}
     measured = measure_query(client, params, repeats, pid)
-    return {"dashboard": query.dashboard, "where": query.where, **measured, "promql": promql}
+    return {
+        "dashboard": query.dashboard,
+        "where": query.where,
+        **measured,
+        "promql": promql,
+        "instant": query.instant,
+        "range": query.range,
+    }
 
 
 def measure_query(client: httpx.Client, params: dict[str, str], repeats: int, pid: int) -> dict[str, Any]:
@@ -412,7 +419,13 @@ def prometheus_config(nodes: int, server_port: int, rule_files: list[str], self_
 
 
 def run_nodes(
-    nodes: int, captures_file: Path, work: Path, warmup: float, repeats: int, rule_paths: Sequence[Path]
+    nodes: int,
+    captures_file: Path,
+    work: Path,
+    warmup: float,
+    repeats: int,
+    rule_paths: Sequence[Path],
+    dashboard_dir: Path = DASHBOARD_DIR,
 ) -> dict[str, Any]:
     run_dir = work / f"n{nodes}"
     run_dir.mkdir()
@@ -473,7 +486,7 @@ def run_nodes(
             groups.setdefault(_group(series["metric"]), {})["iterations"] = float(series["value"][1])
         for series in _instant(client, "prometheus_rule_group_interval_seconds"):
             groups.setdefault(_group(series["metric"]), {})["interval"] = float(series["value"][1])
-        values = dashboard_values(DASHBOARD_DIR, client)
+        values = dashboard_values(dashboard_dir, client)
         # The queries run on a Prometheus that does nothing else: scraping and rules stopped by a
         # reload (the head keeps the data), so a query's CPU is its own and the wall time carries
         # only the machine's other load. The range ends before the reload's staleness markers.
@@ -487,7 +500,7 @@ def run_nodes(
         rss_quiet = rss_bytes(prometheus.pid)
         timings = [
             time_query(client, q, values[q.dashboard], now, repeats, prometheus.pid)
-            for q in dashboard_queries(DASHBOARD_DIR)
+            for q in dashboard_queries(dashboard_dir)
         ]
         loads.append(fmt.load_average())
         return {
@@ -753,16 +766,27 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
                         else f"{fmt.seconds(q['seconds'])} / {fmt.seconds(q.get('cpu'))} / "
                         f"{_count(q.get('samples', 0))}"
                     )
+            cells.append(_count(full_range_samples(per_run[-1][i], runs[-1]["data_seconds"])))
             rows.append(cells)
         variables = ", ".join(f"{k}={v!r}" for k, v in runs[-1]["variables"].get(d, {}).items() if k != "datasource")
         out += [
             f"Every {d} query, wall / Prometheus CPU / samples read (slowest first at the largest N; variables: "
-            f"{variables or 'none'}).",
+            f"{variables or 'none'}). The last column scales the samples of a query over the range (a range "
+            f"query, or a window of $__range) from the {runs[-1]['data_seconds']:.0f} s of data to the "
+            "dashboard's whole default range: an estimate of what it reads with its range full of data.",
             "",
-            fmt.markdown_table(["panel query", *[f"N={n}" for n in ns]], rows),
+            fmt.markdown_table(["panel query", *[f"N={n}" for n in ns], f"N={ns[-1]}, full range (est.)"], rows),
             "",
         ]
     return "\n".join(out)
+
+
+def full_range_samples(query: dict[str, Any], data_seconds: float) -> float | None:
+    """The samples a query over the dashboard's range would read with the range full of data."""
+    if "range" not in query:
+        return None
+    over_range = not query.get("instant") or f"[{query['range']}s" in query.get("promql", "")
+    return float(query.get("samples", 0)) * (max(1.0, query["range"] / data_seconds) if over_range else 1.0)
 
 
 def quiet_report(runs: Sequence[dict[str, Any]], sums: Sequence[dict[str, Any]]) -> list[str]:
@@ -917,6 +941,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fleets", default=MIXED_FLEET, help="demo fleets the nodes take in turn, ';'-separated")
     parser.add_argument("--rules-dir", default=str(RULES_DIR), help="where the rule files are (another revision's)")
     parser.add_argument("--rule-files", default=DEFAULT_RULE_FILES, help="rule files to load, ','-separated")
+    parser.add_argument("--dashboards-dir", default=str(DASHBOARD_DIR), help="dashboard JSON (another revision's)")
     parser.add_argument("--warmup", type=float, default=240.0, help="seconds of scraping before measuring")
     parser.add_argument("--repeats", type=int, default=2, help="runs per dashboard query (best kept)")
     parser.add_argument("--label", default="run", help="section title in the results file")
@@ -1003,7 +1028,7 @@ def main(argv: list[str]) -> int:
         captures_file.write_text(json.dumps(captures), encoding="utf-8")
         for n in nodes:
             print(f"{n} nodes ...", flush=True)
-            run = run_nodes(n, captures_file, work, args.warmup, args.repeats, rule_paths)
+            run = run_nodes(n, captures_file, work, args.warmup, args.repeats, rule_paths, Path(args.dashboards_dir))
             result["runs"].append(run)
             s = summarise(run)
             print(
