@@ -515,7 +515,8 @@ def run_nodes(
             "rss_after_queries": max(rss_quiet, rss_bytes(prometheus.pid)),
             "queries": timings,
             "loads": loads,
-            "data_seconds": time.time() - started,
+            "data_seconds": now - started,  # scraped data before the reload stopped scraping
+            "data_until_reload": True,
             "variables": {k: {n: v for n, v in d.items() if not n.startswith("__")} for k, d in values.items()},
         }
     finally:
@@ -766,19 +767,28 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
                         else f"{fmt.seconds(q['seconds'])} / {fmt.seconds(q.get('cpu'))} / "
                         f"{_count(q.get('samples', 0))}"
                     )
-            cells.append(_count(full_range_samples(per_run[-1][i], runs[-1]["data_seconds"])))
+            cells.append(_count(full_range_samples(per_run[-1][i], data_span(runs[-1]))))
             rows.append(cells)
         variables = ", ".join(f"{k}={v!r}" for k, v in runs[-1]["variables"].get(d, {}).items() if k != "datasource")
         out += [
             f"Every {d} query, wall / Prometheus CPU / samples read (slowest first at the largest N; variables: "
             f"{variables or 'none'}). The last column scales the samples of a query over the range (a range "
-            f"query, or a window of $__range) from the {runs[-1]['data_seconds']:.0f} s of data to the "
+            f"query, or a window of $__range) from the {data_span(runs[-1]):.0f} s of data to the "
             "dashboard's whole default range: an estimate of what it reads with its range full of data.",
             "",
             fmt.markdown_table(["panel query", *[f"N={n}" for n in ns], f"N={ns[-1]}, full range (est.)"], rows),
             "",
         ]
     return "\n".join(out)
+
+
+def data_span(run: dict[str, Any]) -> float:
+    """Seconds of scraped data. Runs saved before the field meant that measured to the end of the
+    queries: their quiet queries' time is taken off."""
+    if run.get("data_until_reload"):
+        return float(run["data_seconds"])
+    quiet = sum(r["seconds"] for g in run.get("quiet_groups", {}).values() for r in g["rules"])
+    return float(run["data_seconds"]) - quiet - sum(q["seconds"] for q in run["queries"]) - 2
 
 
 def full_range_samples(query: dict[str, Any], data_seconds: float) -> float | None:
@@ -836,7 +846,7 @@ def quiet_report(runs: Sequence[dict[str, Any]], sums: Sequence[dict[str, Any]])
         "(scraping and rules stopped), with `stats=all`. Samples = totalQueryableSamples (independent of "
         "the machine's load); a node = samples / N; wall = the sum of the rules' query times on the loaded "
         "machine; CPU = Prometheus's CPU time during them (10 ms ticks; inflated by the other load's cache "
-        f"and scheduling); share = CPU / interval. Windows longer than the {runs[-1]['data_seconds']:.0f} s of "
+        f"and scheduling); share = CPU / interval. Windows longer than the {data_span(runs[-1]):.0f} s of "
         "data are partly filled: their samples are lower bounds.",
         "",
         fmt.markdown_table(headers, rows),
