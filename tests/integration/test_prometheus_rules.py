@@ -227,10 +227,10 @@ IDENTITY = "gpu:amdgpu_device_info:identity"
 READ_ACROSS_GROUPS = {
     IDENTITY: "changes when the hardware or its partition mode does",
     "node:amdgpu_devices:max1h": "a day's history, recorded every 5 minutes to keep AMDGPUDeviceMissing cheap",
-    # Recorded at every scrape (15 s) for the dashboards, read by once-a-minute alerts over windows
-    # of minutes: at most 15 s old (issue 34: each rule at the interval its consumer needs).
+    # Recorded for the dashboards (30 s) and for every 15 s window (15 s), read by once-a-minute
+    # alerts over windows of minutes (issue 34: each rule at the interval its consumer needs).
     "instance:amdgpu_busy_ratio:avg": "AMDGPUNodeBusyDrop reads its 5-minute and 1-hour means",
-    "gpu:amdgpu_junction_swing_celsius:window": "recorded for every 15 s window; AMDGPUTemperatureSwing reads its 2-minute max",
+    "gpu:amdgpu_junction_swing_celsius:window": "every 15 s window; AMDGPUTemperatureSwing reads its 2-minute max",
 }
 
 SEVERITIES = frozenset({"critical", "warning", "info"})
