@@ -38,12 +38,11 @@ from .queries import (
     with_identity,
 )
 from .thresholds import Thresholds
-from .variables import adhoc_filter_variable, datasource_variable, stale_after_variable
+from .variables import adhoc_filter_variable, datasource_variable, query_variable, stale_after_variable
 
-# The most steps of a panel that draws every GCD over the range: 72 (5 minutes at the default 6 h)
-# keeps such a query under Prometheus's default --query.max-samples (50 M) at any range, at 10,000
-# nodes of 64 devices (tests/unit/test_grafana_query_cost.py; docs/recording-rules.md).
-PER_GCD_POINTS = 72
+# The node whose GCDs the per-GCD panel draws (the variable gcd_instance): the fleet dashboard reads no
+# per-GCD series over a range for the whole fleet, only a node's few (issue 34; docs/recording-rules.md).
+ONE_NODE = 'instance="$gcd_instance"'
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
 # Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
 HOLDER_STEP_SECONDS = "300"
@@ -280,16 +279,16 @@ def utilisation_row() -> Row:
         (
             Panel(
                 "heatmap",
-                "GFX busy distribution across GCDs",
-                "How many GCDs sit at each gfx busy level over time (each GCD averaged over the step). A "
-                "healthy training job keeps the mass at the top; a band near 0 is idle or stalled GCDs. At most "
-                f"{PER_GCD_POINTS} steps over the range: every GCD is read at every step.",
-                f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
+                "GFX busy distribution across nodes",
+                "How many nodes sit at each gfx busy level over time (each node's mean over its GCDs, the "
+                "recorded instance:amdgpu_busy_ratio:avg). A healthy training fleet keeps the mass at the top; a "
+                "band near 0 is idle or stalled nodes. One GCD's stall shows in the panel beside it, per GCD of "
+                "one node.",
+                f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}',
                 unit="percentunit",
                 width=12,
                 height=9,
                 options={
-                    "maxDataPoints": PER_GCD_POINTS,
                     "calculate": True,
                     "calculation": {"yBuckets": {"mode": "size", "value": "0.1", "scale": {"type": "linear"}}},
                     "yAxis": {"axisPlacement": "left", "unit": "percentunit", "min": 0, "max": 1},
@@ -298,11 +297,12 @@ def utilisation_row() -> Row:
             ),
             Panel(
                 "status-history",
-                "GFX busy per GCD",
-                "One row per GCD, coloured by gfx busy averaged over the step: idle GCDs in a busy job stand out. "
-                f"At most {PER_GCD_POINTS} steps over the range; filter the nodes on a large fleet.",
+                "GFX busy per GCD of one node",
+                "One row per GCD of the node picked in 'Node (per-GCD panel)', coloured by gfx busy averaged over "
+                "the step: idle GCDs in a busy job stand out. One node at a time: every GCD of the fleet over the "
+                "range would be the dashboard's most expensive query by far.",
                 Query(
-                    f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, engine="gfx"}}[$__rate_interval])',
+                    f'avg_over_time(amdgpu_busy_ratio{{{FLEET}, {ONE_NODE}, engine="gfx"}}[$__rate_interval])',
                     "{{instance}} gpu {{gpu}}",
                 ),
                 unit="percentunit",
@@ -310,7 +310,7 @@ def utilisation_row() -> Row:
                 height=9,
                 minimum=0,
                 maximum=1,
-                options={"showValue": "never", "maxDataPoints": PER_GCD_POINTS},
+                options={"showValue": "never"},
                 links=(NODE_LINK_FROM_SERIES,),
             ),
             Panel(
@@ -661,8 +661,9 @@ def exporter_health_row(limits: MemoryLimits) -> Row:
             tile(
                 "Exporter stage failures",
                 "Failures of the exporter's stages after a poll (rules, render, Alertmanager) over the selected "
-                "range, all nodes.",
-                f"round(sum(increase(amdgpu_exporter_stage_failures_total{{{FLEET}}}[$__range])))",
+                "range, all nodes (the recorded 5-minute increases per node, summed every 5 minutes).",
+                f"round(sum(sum_over_time(instance:amdgpu_exporter_stage_failures:increase5m{{{FLEET}}}[$__range:5m])))"
+                " or vector(0)",
                 steps=ANY_IS_WORTH_A_LOOK,
             ),
         ),
@@ -679,6 +680,7 @@ def fleet_dashboard(t: Thresholds, limits: MemoryLimits) -> Dashboard:
             datasource_variable(),
             adhoc_filter_variable(),
             stale_after_variable(t.stale_after_seconds),
+            query_variable("gcd_instance", "Node (per-GCD panel)", "label_values(instance:amdgpu_up:count, instance)"),
         ),
         rows=(
             health_row(t),

@@ -228,6 +228,10 @@ IDENTITY = "gpu:amdgpu_device_info:identity"
 READ_ACROSS_GROUPS = {
     IDENTITY: "changes when the hardware or its partition mode does",
     "node:amdgpu_devices:max1h": "a day's history, recorded every 5 minutes to keep AMDGPUDeviceMissing cheap",
+    # Recorded for the dashboards (30 s) and for every 15 s window (15 s), read by once-a-minute
+    # alerts over windows of minutes (issue 34: each rule at the interval its consumer needs).
+    "instance:amdgpu_busy_ratio:avg": "AMDGPUNodeBusyDrop reads its 5-minute and 1-hour means",
+    "gpu:amdgpu_junction_swing_celsius:window": "every 15 s window; AMDGPUTemperatureSwing reads its 2-minute max",
 }
 
 SEVERITIES = frozenset({"critical", "warning", "info"})
@@ -631,10 +635,10 @@ def test_series_read_across_groups_are_recorded_in_a_group_of_their_own() -> Non
 
 
 def test_promtool_tests_evaluate_the_groups_in_the_rule_files_order() -> None:
-    """promtool evaluates groups in an undefined order unless told: the recording group, whose
-    identity series every per-device alert reads, must run first, as after a real first cycle."""
+    """promtool evaluates groups in an undefined order unless told: the identity group, whose
+    series every per-device alert reads, must run first, as after a real first cycle."""
     names = [group["name"] for group in load_rules()]
-    assert names[0] == "amdgpu-recording"
+    assert names[0] == "amdgpu-identity"
     for path in RULE_TESTS:
         assert load_yaml(path).get("group_eval_order") == names, path.name
 

@@ -127,7 +127,8 @@ def query_samples(expr: str, dashboard: dict[str, Any], panel: dict[str, Any], i
     subquery = _SUBQUERY.search(expr)
     if subquery:  # the selectors inside a subquery are evaluated at each of its steps
         steps *= int(subquery.group(1)) / int(subquery.group(2))
-    one_node = 'instance="$instance"' in expr
+    # the node dashboard's $instance, the fleet's per-GCD panel's $gcd_instance: one node each
+    one_node = 'instance="$instance"' in expr or 'instance="$gcd_instance"' in expr
     text = _CLAUSE.sub(" ", expr)
     strings: list[str] = []
 
