@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,7 +32,6 @@ CYCLES = "amdgpu_exporter_poll_duration_seconds_count"  # the poll cycles the da
 # (family sample name, sorted labels) -> value
 Labels = tuple[tuple[str, str], ...]
 Series = dict[tuple[str, Labels], float]
-T = TypeVar("T")
 
 # A bound that only ends a broken run: a wait that needs it has failed, however loaded the machine.
 BROKEN_RUN = 60.0
@@ -228,12 +227,12 @@ _NOT_YET = (httpx.HTTPError, OSError, ValueError, KeyError)
 
 
 def wait_until(
-    check: Callable[[], T | None],
+    check: Callable[[], Any],
     what: str = "the condition",
     timeout: float = BROKEN_RUN,
     process: subprocess.Popen[Any] | None = None,
-    step: float = 0.01,
-) -> T:
+    step: float = 0.05,
+) -> Any:
     """Call `check` until it returns something true, and return that. A check that raises an HTTP,
     OS, value or key error is 'not yet'; a `process` that exits meanwhile fails the wait at once.
     The timeout only ends a broken run."""
@@ -258,8 +257,9 @@ def wait_for_series(
     what: str = "",
     timeout: float = BROKEN_RUN,
     process: subprocess.Popen[Any] | None = None,
+    step: float = 0.1,
 ) -> Series:
-    """Scrape /metrics (a port on 127.0.0.1, or a URL) until `check(series)` holds; that scrape."""
+    """Scrape /metrics (a port on 127.0.0.1, or a URL) every `step` s until `check(series)` holds; that scrape."""
     last: list[Series] = [{}]
 
     def scraped() -> Series | None:
@@ -267,7 +267,7 @@ def wait_for_series(
         return last[0] if check(last[0]) else None
 
     try:
-        return wait_until(scraped, what or "the condition", timeout, process)
+        return wait_until(scraped, what or "the condition", timeout, process, step)
     except AssertionError as error:
         ups = [(k, v) for k, v in last[0].items() if k[0] == "amdgpu_up"]
         raise AssertionError(f"{error}; last amdgpu_up: {ups}") from None
@@ -339,9 +339,11 @@ class Daemon:
             lambda: (n := self.cycles()) >= target and n, f"{more} more poll cycles", timeout, self.process
         )
 
-    def wait_for(self, check: Callable[[Series], bool], what: str = "", timeout: float = BROKEN_RUN) -> Series:
-        """Scrape until `check(series)` holds; that scrape."""
-        return wait_for_series(self.url("/metrics"), check, what, timeout, self.process)
+    def wait_for(
+        self, check: Callable[[Series], bool], what: str = "", timeout: float = BROKEN_RUN, step: float = 0.1
+    ) -> Series:
+        """Scrape every `step` s until `check(series)` holds; that scrape."""
+        return wait_for_series(self.url("/metrics"), check, what, timeout, self.process, step)
 
     def stop(self, timeout: float = BROKEN_RUN) -> int:
         """SIGTERM, and its exit code (killed after `timeout`, which fails)."""
@@ -362,18 +364,26 @@ def start_daemon(
     wrapper: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     scheme: str = "http",
+    port: int | None = None,
     **popen_kwargs: Any,
 ) -> Daemon:
-    """`amdgpu-exporter *args` on a free loopback port, JSON logs in folder/exporter-PORT.log; by
-    default waits for /readyz (plain HTTP only). A --web.listen-address among args is used as is."""
+    """`amdgpu-exporter *args` (after `wrapper`, a command that execs it) on a free loopback port,
+    JSON logs in folder/exporter-PORT.log; by default waits for /readyz (plain HTTP only).
+
+    A --web.listen-address or --web.systemd-socket among args is used as is: `port` (or the first
+    such address's) is then the one the Daemon speaks to, and nothing retries a port taken meanwhile.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     argv = [*wrapper, EXPORTER, "--log.format=json", *args]
     if env is not None:
         popen_kwargs["env"] = dict(env)
     popen_kwargs.setdefault("stdout", subprocess.DEVNULL)
     own_address = any(a.startswith("--web.listen-address") or a == "--web.systemd-socket" for a in args)
-    if own_address:
-        port = next((int(a.rsplit(":", 1)[1]) for a in args if a.startswith("--web.listen-address=")), 0)
+    if own_address or port is not None:
+        if port is None:
+            port = next((int(a.rsplit(":", 1)[1]) for a in args if a.startswith("--web.listen-address=")), 0)
+        if not own_address:
+            argv.append(f"--web.listen-address=127.0.0.1:{port}")
         log = folder / f"exporter-{port}.log"
         with log.open("wb") as err:
             process = subprocess.Popen(argv, stderr=err, **popen_kwargs)
