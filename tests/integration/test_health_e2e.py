@@ -265,13 +265,16 @@ def unhang(path: Path, content: bytes) -> None:
 
 
 def wait_health(port: int, condition: Any, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        document = get(port, "/api/v1/health").json()
-        if condition(document):
-            return document
-        time.sleep(0.1)
-    raise AssertionError(f"never: {what}; last: {document}")
+    last: list[Any] = [None]
+
+    def document() -> dict[str, Any] | None:
+        last[0] = get(port, "/api/v1/health").json()
+        return last[0] if condition(last[0]) else None
+
+    try:
+        return wait_until(document, what, step=0.1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last: {last[0]}") from None
 
 
 def test_an_unreadable_gpu_is_not_fit_and_readyz_names_it_then_it_recovers(tmp_path: Path) -> None:
