@@ -7,6 +7,9 @@ librocm_smi64 hard-codes /sys, so tools that use it run in a private mount names
 simulated tree bind-mounted over /sys and a private tmpfs on /dev/shm (the library keeps
 process-shared mutexes there; a private one means no stale lock from another test can block it).
 Needs root (CAP_SYS_ADMIN) for unshare/mount.
+
+Starting the daemon, ports, scrapes and waits live in tests/harness.py; the names re-exported at the
+end keep older imports working.
 """
 
 from __future__ import annotations
