@@ -174,10 +174,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 seen.taint = document["commands"]["kubernetes"]["suggested_command"]
                 gpu, name = str(key[0]), key[1]
                 labels = (("check", name), ("gpu", gpu), ("severity", check["severity"]))
-                seen.metric = series.get(("amdgpu_health_check", labels), seen.metric)
-                age = series.get(("amdgpu_health_check_since_seconds", (("check", name), ("gpu", gpu))))
-                seen.since_metric = max(seen.since_metric or 0.0, age or 0.0)
-                seen.status_metric = series.get(("amdgpu_health_status", (("gpu", gpu),)))
+                # /metrics is read a moment after the document: a cycle may have cleared the check in
+                # between. Only a scrape that still shows the check says what /metrics says about it.
+                metric = series.get(("amdgpu_health_check", labels))
+                if metric is not None:
+                    seen.metric = metric
+                    age = series.get(("amdgpu_health_check_since_seconds", (("check", name), ("gpu", gpu))))
+                    seen.since_metric = max(seen.since_metric or 0.0, age or 0.0)
+                    seen.status_metric = series.get(("amdgpu_health_status", (("gpu", gpu),)))
             for key, seen in result.seen.items():
                 if key not in failing and seen.first is not None and seen.cleared_at is None:
                     seen.cleared_at = now
