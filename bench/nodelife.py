@@ -55,7 +55,7 @@ def hang(path: Path) -> None:
 # --- soak ---------------------------------------------------------------------------------------
 
 
-def soak(cycles: int, work: Path) -> list[str]:
+def soak(cycles: int, work: Path, warm: int = 1000) -> list[str]:
     from exporter.alerting.rulefile import default_rules
     from exporter.cycle import Pipeline
     from exporter.pipeline.poller import Poller
@@ -76,7 +76,6 @@ def soak(cycles: int, work: Path) -> list[str]:
     async def run() -> list[str]:
         assert await poller.discover_within(10.0) is not None
         hang(Path(hung.device_dir) / "gpu_metrics")  # after discovery: the poll path gets stuck in it too
-        warm = 1000
         marks: dict[str, tuple[int, int, int, float]] = {}
         names: dict[str, str] = {}
         most = 0

@@ -108,8 +108,11 @@ def published_node(fleet: str, seed: int = 1) -> Published:
 
 def series(published: Published, options: ExpositionOptions = DEFAULTS) -> list[tuple[str, dict[str, str]]]:
     """(sample name, labels) of every sample of the text /metrics."""
-    text = render(published, options).text.decode()
-    return [(s.name, dict(s.labels)) for f in text_string_to_metric_families(text) for s in f.samples]
+    return _samples(render(published, options).text)
+
+
+def _samples(body: bytes) -> list[tuple[str, dict[str, str]]]:
+    return [(s.name, dict(s.labels)) for f in text_string_to_metric_families(body.decode()) for s in f.samples]
 
 
 WITHOUT_ATTRIBUTION = replace(DEFAULTS, families=Selection(collectors_exclude=("attribution",)).families())
@@ -132,9 +135,10 @@ class Count:
 
 
 def count(published: Published, options: ExpositionOptions = DEFAULTS) -> Count:
-    found = series(published, options)
+    body = render(published, options).text  # rendered once: counted and measured
+    found = _samples(body)
     by_gpu = Counter(labels["gpu"] for _name, labels in found if "gpu" in labels)
-    size = len(render(published, options).text)
+    size = len(body)
     return Count(len(published.snapshot.devices), len(found), by_gpu, size)
 
 

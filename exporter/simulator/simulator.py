@@ -56,6 +56,7 @@ class Simulator:
         self._readings: list[DieReading] = []
         self._boards: list[BoardReading | None] = []
         self._elapsed = 0.0
+        self._ticks = 0  # tick() calls so far: a reader of the truth file can tell it missed one
         self._written_at = 0.0
         self._started_wall: float | None = None
         self._started_monotonic = 0.0
@@ -106,6 +107,7 @@ class Simulator:
             self._readings = readings
             self._boards = boards
             self._elapsed = float(elapsed)
+            self._ticks += 1
             self._written_at = time.time()
         if self.history is not None:
             points = [window_point(d, self._readings_by_gpu[d.gpu]) for d in self.truth()]
@@ -184,6 +186,7 @@ class Simulator:
             "scenario": str(self.scenario),
             "seed": self.seed,
             "elapsed": self._elapsed,
+            "ticks": self._ticks,
             "devices": to_jsonable(self.truth()),
         }
         if self.history is not None:

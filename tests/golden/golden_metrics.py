@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import tempfile
 import time
@@ -117,7 +118,10 @@ async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> Non
 def render_golden(exposition: ExpositionOptions = EVERYTHING) -> dict[bool, str]:
     """{openmetrics: normalised /metrics body} for the frozen tree, every family on (the families off by
     default included: the golden covers every family's rendering; tests/unit/test_series_budget.py the defaults)."""
-    with tempfile.TemporaryDirectory(prefix="amdgpu-golden-") as tmp:
+    # On disk, not on a tmpfs (the unit tests' TMPDIR): the exporter emits the RAS blocks of a device in
+    # the order its folder lists them, which is the filesystem's (ext4: creation order, tmpfs: reversed).
+    on_disk = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    with tempfile.TemporaryDirectory(prefix="amdgpu-golden-", dir=on_disk) as tmp:
         root = Path(tmp) / "sys"
         simulator = Simulator(root, FLEET, SCENARIO, seed=SEED)
         simulator.write_tree()

@@ -3,20 +3,15 @@ prolog/epilog run with slurmd's environment, the simulator's kfd/proc; what /met
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fake_kubelet import FakeContainer, FakeKubelet, FakePod
-from tests.realtools import start_exporter, stop, wait_ready, wait_until
+from tests.harness import Daemon, Series, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -25,49 +20,28 @@ POD_LABELS = ("pod", "namespace", "container")
 JOB_LABELS = ("job_id", "job_user", "job_partition")
 ATTRIBUTION_FAMILIES = {"amdgpu_allocation_info", "amdgpu_job_info", "amdgpu_exporter_attribution_up"}
 
-Series = dict[str, list[tuple[dict[str, str], float]]]
+Families = dict[str, list[tuple[dict[str, str], float]]]  # sample name -> (labels, value) of each sample
 
 
-def scrape(port: int) -> Series:
-    response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-    assert response.status_code == 200
-    result: Series = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            result.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+def by_name(series: Series) -> Families:
+    result: Families = {}
+    for (name, labels), number in series.items():
+        result.setdefault(name, []).append((dict(labels), number))
     return result
 
 
-def wait_for(port: int, condition: Callable[[Series], bool], what: str, timeout: float = 15.0) -> Series:
-    deadline = time.monotonic() + timeout
-    while True:
-        series = scrape(port)
-        if condition(series):
-            return series
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not seen within {timeout} s: {what}")
-        time.sleep(0.2)
+def scrape(daemon: Daemon) -> Families:
+    return by_name(daemon.scrape())
 
 
-class Log:
-    """The daemon's JSON log lines, read from its stderr as they come (the pipe never fills)."""
+def wait_for(daemon: Daemon, condition: Callable[[Families], bool], what: str) -> Families:
+    # every 0.2 s: the fake kubelet answers from this process, and must do so within its deadline
+    return by_name(daemon.wait_for(lambda s: condition(by_name(s)), what, step=0.2))
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.lines: list[dict] = []
-        assert process.stderr is not None
-        self._thread = threading.Thread(target=self._read, args=(process.stderr,), daemon=True)
-        self._thread.start()
 
-    def _read(self, stream) -> None:  # type: ignore[no-untyped-def]
-        for raw in stream:
-            try:
-                self.lines.append(json.loads(raw))
-            except ValueError:
-                self.lines.append({"event": raw.decode(errors="replace")})
-
-    def events(self, event: str, **fields: str) -> list[dict]:
-        wanted = {"event": event, **fields}
-        return [line for line in self.lines if all(line.get(k) == v for k, v in wanted.items())]
+def events(daemon: Daemon, event: str, **fields: str) -> list[dict]:
+    """The daemon's JSON log lines of this event with these fields."""
+    return [line for line in daemon.events(event) if all(line.get(k) == v for k, v in fields.items())]
 
 
 @pytest.fixture
@@ -76,11 +50,11 @@ def work() -> Iterator[Path]:
         yield Path(tmp)
 
 
-def gpu_bdfs(series: Series) -> dict[str, str]:
+def gpu_bdfs(series: Families) -> dict[str, str]:
     return {labels["gpu"]: labels["pci_bus_id"] for labels, _value in series["amdgpu_device_info"]}
 
 
-def per_gpu_families(series: Series) -> dict[str, list[dict[str, str]]]:
+def per_gpu_families(series: Families) -> dict[str, list[dict[str, str]]]:
     return {
         name: [labels for labels, _ in samples]
         for name, samples in series.items()
@@ -88,9 +62,9 @@ def per_gpu_families(series: Series) -> dict[str, list[dict[str, str]]]:
     }
 
 
-def holders(port: int) -> dict[int, list[dict]]:
+def holders(daemon: Daemon) -> dict[int, list[dict]]:
     """/api/v1/devices: each device's `holders` (absent when attribution is off), by gpu."""
-    response = httpx.get(f"http://127.0.0.1:{port}/api/v1/devices", timeout=5)
+    response = daemon.get("/api/v1/devices")
     assert response.status_code == 200
     return {device["gpu"]: device["holders"] for device in response.json()["devices"] if "holders" in device}
 
@@ -109,10 +83,12 @@ def slurm(script: str, state: Path, job: str, gpus: str = "") -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing_behind(work: Path) -> None:
+def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing_behind(
+    work: Path, start_daemon: Callable[..., Daemon]
+) -> None:
     kubelet = FakeKubelet(str(work / "kubelet.sock")).start()
     state = work / "slurm"
-    process, port = start_exporter(
+    daemon = start_daemon(
         "--demo",
         "--demo.fleet=2xMI250X",
         "--interval=0.25s",
@@ -120,16 +96,16 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
         "--kubernetes",
         f"--kubernetes.pod-resources-socket={kubelet.socket_path}",
         "--kubernetes.interval=0.25s",
-        "--kubernetes.timeout=0.5s",
+        # the fake kubelet answers from this process: 2 s, so that on a loaded machine only the
+        # deliberate silence below takes attribution down (0.5 s flaked at a load of 15 on 2 cores)
+        "--kubernetes.timeout=2s",
         f"--slurm.state-dir={state}",
         "--collector.processes",
         "--collector.processes.top=2",
         "--attribution.series-labels",  # by default only amdgpu_allocation_info / amdgpu_job_info carry them
     )
-    log = Log(process)
     try:
-        wait_ready(port, process)
-        bdfs = gpu_bdfs(scrape(port))
+        bdfs = gpu_bdfs(scrape(daemon))
         assert sorted(bdfs) == ["0", "1", "2", "3"]
         kubelet.set_pods(
             [
@@ -140,7 +116,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
         slurm("prolog.sh", state, "4242", gpus="2")
 
         series = wait_for(
-            port,
+            daemon,
             lambda s: len(s.get("amdgpu_allocation_info", [])) == 2 and len(s.get("amdgpu_job_info", [])) == 1,
             "two pods and one job",
         )
@@ -179,7 +155,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
         assert all(len(pids) <= 2 for pids in per_gpu.values()) and set(per_gpu) == {"0", "1", "2", "3"}
 
         # /api/v1/devices names the same holders per device, and the same processes as /metrics.
-        held = holders(port)
+        held = holders(daemon)
         assert sorted(held) == [0, 1, 2, 3]
         non_process = {gpu: [h for h in entries if h["source"] != "processes"] for gpu, entries in held.items()}
         assert non_process == {
@@ -223,7 +199,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
         kubelet.set_pods([FakePod("infer-1", "serve", [FakeContainer("server", {"amd.com/gpu": [bdfs["1"]]})])])
         slurm("epilog.sh", state, "4242")
         series = wait_for(
-            port,
+            daemon,
             lambda s: len(s.get("amdgpu_allocation_info", [])) == 1 and not s.get("amdgpu_job_info"),
             "train-0 and job 4242 gone",
         )
@@ -231,7 +207,7 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
             for labels, _ in samples:
                 assert labels.get("pod") != "train-0" and labels.get("job_id") != "4242", (name, labels)
         assert all(labels["pod"] == "" for labels, _ in series["amdgpu_up"] if labels["gpu"] == "0")
-        held = holders(port)
+        held = holders(daemon)
         assert [h for h in held[0] + held[2] if h["source"] != "processes"] == []
         assert [h["pod"] for h in held[1] if h["source"] == "kubernetes"] == ["infer-1"]
 
@@ -239,37 +215,38 @@ def test_pods_and_jobs_label_every_per_gpu_series_as_an_option_and_leave_nothing
         # source would wait for ever), one log line for the change.
         kubelet.answering.clear()
         series = wait_for(
-            port,
+            daemon,
             lambda s: ({"source": "kubernetes"}, 0.0) in s["amdgpu_exporter_attribution_up"],
             "kubernetes attribution down",
         )
         late = kubelet.calls
-        wait_until(lambda: kubelet.calls >= late + 2)  # more reads, each given up at the 0.5 s deadline
+        wait_until(lambda: kubelet.calls >= late + 2, step=0.1)  # more reads, each given up at the 2 s deadline
         # The last good answer is kept (for 60 s after it): labels do not flap with the kubelet.
-        series = scrape(port)
+        series = scrape(daemon)
         assert [lab["pod"] for lab, _ in series["amdgpu_allocation_info"]] == ["infer-1"]
         assert [lab["pod"] for lab, _ in series["amdgpu_up"] if lab["gpu"] == "1"] == ["infer-1"]
         kubelet.answering.set()
         wait_for(
-            port,
+            daemon,
             lambda s: ({"source": "kubernetes"}, 1.0) in s["amdgpu_exporter_attribution_up"],
             "kubernetes attribution up again",
         )
-        downs = log.events("attribution_source_down", source="kubernetes")
+        downs = events(daemon, "attribution_source_down", source="kubernetes")
         assert len(downs) == 1, downs
-        assert "did not answer within 0.5 s" in downs[0]["error"]
-        assert len(log.events("attribution_source_up", source="kubernetes")) == 2  # at start and after
+        assert "did not answer within 2 s" in downs[0]["error"]
+        assert len(events(daemon, "attribution_source_up", source="kubernetes")) == 2  # at start and after
         # One line per claim change, with the holder's labels.
-        assert len(log.events("attribution_claim_removed", source="kubernetes", pod="train-0")) == 1
-        assert len(log.events("attribution_claim_added", source="slurm", job_id="4242")) == 1
-        assert len(log.events("attribution_claim_removed", source="slurm", job_id="4242")) == 1
+        assert len(events(daemon, "attribution_claim_removed", source="kubernetes", pod="train-0")) == 1
+        assert len(events(daemon, "attribution_claim_added", source="slurm", job_id="4242")) == 1
+        assert len(events(daemon, "attribution_claim_removed", source="slurm", job_id="4242")) == 1
     finally:
-        stop(process)
         kubelet.stop()
 
 
-def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(work: Path) -> None:
-    process, port = start_exporter(
+def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(
+    work: Path, start_daemon: Callable[..., Daemon]
+) -> None:
+    daemon = start_daemon(
         "--demo",
         "--demo.fleet=1xMI210",
         "--interval=0.25s",
@@ -278,37 +255,28 @@ def test_missing_kubelet_socket_and_state_dir_are_down_and_metrics_still_served(
         "--kubernetes.interval=0.25s",
         f"--slurm.state-dir={work / 'absent'}",
     )
-    log = Log(process)
-    try:
-        wait_ready(port, process)
-        series = wait_for(
-            port,
-            lambda s: (
-                len(s.get("amdgpu_exporter_attribution_up", [])) == 2
-                and all(v == 0.0 for _, v in s["amdgpu_exporter_attribution_up"])
-            ),
-            "both sources down",
-        )
-        (up,) = series["amdgpu_up"]
-        assert up == ({"gpu": "0"}, 1.0)  # who holds it is on the _info series only (none here)
-        assert "amdgpu_allocation_info" not in series and "amdgpu_job_info" not in series
-        assert holders(port) == {0: []}  # attribution on, nobody holds it (both sources down)
-        time.sleep(1.0)
-        assert len(log.events("attribution_source_down", source="kubernetes")) == 1
-        (slurm_down,) = log.events("attribution_source_down", source="slurm")
-        assert "does not exist" in slurm_down["error"]
-    finally:
-        stop(process)
+    series = wait_for(
+        daemon,
+        lambda s: (
+            len(s.get("amdgpu_exporter_attribution_up", [])) == 2
+            and all(v == 0.0 for _, v in s["amdgpu_exporter_attribution_up"])
+        ),
+        "both sources down",
+    )
+    (up,) = series["amdgpu_up"]
+    assert up == ({"gpu": "0"}, 1.0)  # who holds it is on the _info series only (none here)
+    assert "amdgpu_allocation_info" not in series and "amdgpu_job_info" not in series
+    assert holders(daemon) == {0: []}  # attribution on, nobody holds it (both sources down)
+    daemon.wait_cycles(4)  # a second of cycles; the kubelet is asked as often (0.25 s): still one line
+    assert len(events(daemon, "attribution_source_down", source="kubernetes")) == 1
+    (slurm_down,) = events(daemon, "attribution_source_down", source="slurm")
+    assert "does not exist" in slurm_down["error"]
 
 
-def test_attribution_off_adds_nothing(work: Path) -> None:
-    process, port = start_exporter("--demo", "--demo.fleet=1xMI210", "--interval=0.25s")
-    try:
-        wait_ready(port, process)
-        series = scrape(port)
-        assert not ATTRIBUTION_FAMILIES & set(series)
-        assert "amdgpu_process_memory_bytes" not in series
-        assert set(series["amdgpu_up"][0][0]) == {"gpu"}
-        assert holders(port) == {}  # no `holders` key at all with attribution off
-    finally:
-        stop(process)
+def test_attribution_off_adds_nothing(start_daemon: Callable[..., Daemon]) -> None:
+    daemon = start_daemon("--demo", "--demo.fleet=1xMI210", "--interval=0.25s")
+    series = scrape(daemon)
+    assert not ATTRIBUTION_FAMILIES & set(series)
+    assert "amdgpu_process_memory_bytes" not in series
+    assert set(series["amdgpu_up"][0][0]) == {"gpu"}
+    assert holders(daemon) == {}  # no `holders` key at all with attribution off

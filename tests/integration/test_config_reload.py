@@ -8,15 +8,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.realtools import free_port, poll_cycles, wait_for_cycles
+from tests.harness import Daemon, free_port, poll_cycles, start_daemon, stop, wait_for_cycles, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -120,65 +119,44 @@ def test_check_rules_sends_a_prometheus_rule_file_to_promtool() -> None:
 # ---------------------------------------------------------------------------------------------- SIGHUP
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert process.poll() is None, f"the exporter exited with {process.returncode} while waiting for {what}"
-        try:
-            found = check()
-        except (httpx.HTTPError, OSError, ValueError, KeyError):
-            found = None
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
-        time.sleep(0.1)
+class Reloadable:
+    """A config file and a rule file, and the demo daemon started on them (tests.harness)."""
 
-
-class Daemon:
     def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
+        self.folder = tmp_path
         self.rules = tmp_path / "rules.yaml"
         self.config = tmp_path / "config.yaml"
-        self.log_path = tmp_path / "exporter.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.daemon: Daemon | None = None
 
     def start(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [*EXPORTER, "--demo", f"--config.file={self.config}", f"--web.listen-address=127.0.0.1:{self.port}"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                env={**os.environ, "AMDGPU_EXPORTER_LOG_FORMAT": "json"},
-            )
-        return self.process
+        self.daemon = start_daemon(self.folder, "--demo", f"--config.file={self.config}", ready=False, cwd=REPO)
+        return self.daemon.process
+
+    @property
+    def port(self) -> int:
+        assert self.daemon is not None
+        return self.daemon.port
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log_path.read_text().splitlines():
-            if line.startswith("{"):
-                event = json.loads(line)
-                if event.get("event") == name:
-                    found.append(event)
-        return found
+        assert self.daemon is not None
+        return self.daemon.events(name)
 
     def reload_counts(self) -> dict[tuple[str, str], int]:
-        body = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
+        body = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
         found = re.findall(r'^amdgpu_exporter_reloads_total\{result="(\w+)",what="(\w+)"\} (\S+)$', body, re.MULTILINE)
         return {(what, result): int(float(value)) for result, what, value in found}
 
     def alert_names(self) -> set[str]:
-        alerts = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=2).json()["alerts"]
+        alerts = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=5).json()["alerts"]
         return {a["alert"] for a in alerts}
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    found = Daemon(tmp_path)
+def daemon(tmp_path: Path) -> Iterator[Reloadable]:
+    found = Reloadable(tmp_path)
     yield found
-    if found.process is not None and found.process.poll() is None:
-        found.process.kill()
-        found.process.wait(timeout=10)
+    if found.daemon is not None:
+        stop(found.daemon.process)
 
 
 EDGE_RULE = (
@@ -186,23 +164,25 @@ EDGE_RULE = (
 )
 
 
-def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemon: Daemon) -> None:
+def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemon: Reloadable) -> None:
     daemon.rules.write_text((REPO / "exporter/alerting/default_rules.yaml").read_text())
     daemon.config.write_text(f"rules.file: {daemon.rules}\ninterval: 1s\n")
     process = daemon.start()
-    wait_until(lambda: daemon.alert_names() == {"GpuJunctionTemperatureHigh"}, 30, "the first rules' alerts", process)
+    wait_until(
+        lambda: daemon.alert_names() == {"GpuJunctionTemperatureHigh"}, "the first rules' alerts", process=process
+    )
 
     # New rules: applied from the next cycle, logged.
     daemon.rules.write_text(EDGE_RULE)
     process.send_signal(signal.SIGHUP)
-    wait_until(lambda: daemon.alert_names() == {"EdgeSeen"}, 10, "the new rules' alerts", process)
-    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), 5, "the reloaded log line", process)
+    wait_until(lambda: daemon.alert_names() == {"EdgeSeen"}, "the new rules' alerts", process=process)
+    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), "the reloaded log line", process=process)
     assert reloaded["rules"] == 1 and reloaded["changed"] == [] and reloaded["restart_needed"] == []
 
     # An invalid rule file: the running rules stay, and the log says why with the line.
     daemon.rules.write_text(EDGE_RULE + "  - {alert: Broken, metric: nothing}\n")
     process.send_signal(signal.SIGHUP)
-    (failed,) = wait_until(lambda: daemon.events("reload_failed"), 5, "the reload_failed log line", process)
+    (failed,) = wait_until(lambda: daemon.events("reload_failed"), "the reload_failed log line", process=process)
     assert f"{daemon.rules} line 3: unknown metric 'nothing'" in failed["error"]
     wait_for_cycles(daemon.port, poll_cycles(daemon.port) + 2)  # a whole cycle after the failed reload
     assert daemon.alert_names() == {"EdgeSeen"} and process.poll() is None
@@ -211,30 +191,30 @@ def test_sighup_rereads_rules_and_config_and_an_invalid_file_keeps_the_old(daemo
     daemon.rules.write_text(EDGE_RULE)
     daemon.config.write_text(f"rules.file: {daemon.rules}\ninterval: 2s\n")
     process.send_signal(signal.SIGHUP)
-    events = wait_until(lambda: daemon.events("reloaded")[1:], 5, "the second reloaded log line", process)
+    events = wait_until(lambda: daemon.events("reloaded")[1:], "the second reloaded log line", process=process)
     assert events[0]["changed"] == ["interval"] and events[0]["restart_needed"] == ["interval"]
     # An invalid config file keeps everything too.
     daemon.config.write_text("interval: soon\n")
     process.send_signal(signal.SIGHUP)
-    failures = wait_until(lambda: daemon.events("reload_failed")[1:], 5, "the second reload_failed", process)
+    failures = wait_until(lambda: daemon.events("reload_failed")[1:], "the second reload_failed", process=process)
     assert f"{daemon.config} line 1: interval:" in failures[0]["error"]
     # Each re-read is counted by what and result: 3 config files read well, 1 not; rules 2 good, 1 bad.
     expected = {("config", "success"): 3, ("config", "failure"): 1, ("rules", "success"): 2, ("rules", "failure"): 1}
-    wait_until(lambda: daemon.reload_counts() == expected, 10, "the reload counts in /metrics", process)
+    wait_until(lambda: daemon.reload_counts() == expected, "the reload counts in /metrics", process=process)
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
 
 
 def families_served(port: int) -> set[str]:
-    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     return set(re.findall(r"^# TYPE (\S+) ", body, re.MULTILINE))
 
 
-def test_sighup_changes_the_families_served_and_a_name_that_matches_nothing_keeps_them(daemon: Daemon) -> None:
+def test_sighup_changes_the_families_served_and_a_name_that_matches_nothing_keeps_them(daemon: Reloadable) -> None:
     daemon.config.write_text("families:\n  exclude: [amdgpu_voltage_volts]\n")
     process = daemon.start()
-    served = wait_until(lambda: families_served(daemon.port), 30, "the first /metrics", process)
+    served = wait_until(lambda: families_served(daemon.port), "the first /metrics", process=process)
     assert "amdgpu_voltage_volts" not in served and "amdgpu_firmware_info" not in served  # off by default
     assert "amdgpu_temperature_celsius" in served
 
@@ -242,18 +222,17 @@ def test_sighup_changes_the_families_served_and_a_name_that_matches_nothing_keep
     process.send_signal(signal.SIGHUP)
     served = wait_until(
         lambda: (found := families_served(daemon.port)) and "amdgpu_firmware_info" in found and found,
-        10,
         "the firmware families after the reload",
-        process,
+        process=process,
     )
     assert "amdgpu_voltage_volts" in served and not [name for name in served if name.startswith("amdgpu_pcie_")]
-    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), 5, "the reloaded log line", process)
+    (reloaded,) = wait_until(lambda: daemon.events("reloaded"), "the reloaded log line", process=process)
     assert set(reloaded["changed"]) == {"collectors.include", "collectors.exclude", "families.exclude"}
     assert reloaded["restart_needed"] == []
 
     daemon.config.write_text("collectors:\n  include: [firmwre]\n")
     process.send_signal(signal.SIGHUP)
-    (failed,) = wait_until(lambda: daemon.events("reload_failed"), 5, "the reload_failed log line", process)
+    (failed,) = wait_until(lambda: daemon.events("reload_failed"), "the reload_failed log line", process=process)
     assert "collectors.include: 'firmwre' matches no collector; did you mean firmware?" in failed["error"]
     wait_for_cycles(daemon.port, poll_cycles(daemon.port) + 2)
     assert "amdgpu_firmware_info" in families_served(daemon.port)

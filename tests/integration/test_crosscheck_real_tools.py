@@ -18,27 +18,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import free_port, require_tool, run_in_sysfs_namespace, start_exporter, wait_ready
+from tests.harness import Series, free_port, scrape, start_exporter, value, wait_ready
+from tests.realtools import require_tool, run_in_sysfs_namespace
 
 pytestmark = pytest.mark.integration
-
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Series:
-    text = httpx.get(url, timeout=5).text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def get(series: Series, name: str, **labels: str) -> float | None:
-    return series.get((name, tuple(sorted(labels.items()))))
 
 
 @pytest.fixture(scope="module")
@@ -91,37 +76,39 @@ def test_rocm_smi_reports_our_values(ours: tuple[Series, dict], rocm_smi: dict[s
         )["unique_id"].lstrip("0")
         for sensor, key in (("edge", "edge"), ("junction", "junction"), ("memory", "memory"),
                             ("hbm0", "HBM 0"), ("hbm1", "HBM 1"), ("hbm2", "HBM 2"), ("hbm3", "HBM 3")):  # fmt: skip
-            assert get(series, "amdgpu_temperature_celsius", gpu=gpu, sensor=sensor) == float(
+            assert value(series, "amdgpu_temperature_celsius", gpu=gpu, sensor=sensor) == float(
                 card[f"Temperature (Sensor {key}) (C)"]
             ), (bdf, sensor)
         power = card["Average Graphics Package Power (W)"]
-        ours_power = get(series, "amdgpu_power_watts", gpu=gpu)
+        ours_power = value(series, "amdgpu_power_watts", gpu=gpu)
         if power.startswith("N/A"):  # the secondary die of an MI250X
-            assert ours_power is None and get(series, "amdgpu_energy_joules_total", gpu=gpu) is None
+            assert ours_power is None and value(series, "amdgpu_energy_joules_total", gpu=gpu) is None
         else:
             assert ours_power == float(power)
             # Same accumulator; we apply the kernel's exact 2^-16 J tick, rocm-smi 15.3 uJ (0.27 % high).
-            assert get(series, "amdgpu_energy_joules_total", gpu=gpu) == int(card["Energy counter"]) * 2.0**-16
+            assert value(series, "amdgpu_energy_joules_total", gpu=gpu) == int(card["Energy counter"]) * 2.0**-16
             assert float(card["Accumulated Energy (uJ)"]) == pytest.approx(int(card["Energy counter"]) * 15.3)
-            assert get(series, "amdgpu_power_cap_max_watts", gpu=gpu) is not None
-        assert get(series, "amdgpu_busy_ratio", gpu=gpu, engine="gfx") == int(card["GPU use (%)"]) / 100
-        assert get(series, "amdgpu_busy_ratio", gpu=gpu, engine="memory") == int(card["GPU memory use (%)"]) / 100
-        assert get(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="vram") == int(card["VRAM Total Memory (B)"])
-        assert get(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="vram") == int(card["VRAM Total Used Memory (B)"])
-        assert get(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="gtt") == int(card["GTT Total Memory (B)"])
-        assert get(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="gtt") == int(card["GTT Total Used Memory (B)"])
+            assert value(series, "amdgpu_power_cap_max_watts", gpu=gpu) is not None
+        assert value(series, "amdgpu_busy_ratio", gpu=gpu, engine="gfx") == int(card["GPU use (%)"]) / 100
+        assert value(series, "amdgpu_busy_ratio", gpu=gpu, engine="memory") == int(card["GPU memory use (%)"]) / 100
+        assert value(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="vram") == int(card["VRAM Total Memory (B)"])
+        assert value(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="vram") == int(
+            card["VRAM Total Used Memory (B)"]
+        )
+        assert value(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="gtt") == int(card["GTT Total Memory (B)"])
+        assert value(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="gtt") == int(card["GTT Total Used Memory (B)"])
         for domain, key in (("gfx", "sclk"), ("memory", "mclk"), ("fabric", "fclk"), ("soc", "socclk")):
             mhz = float(card[f"{key} clock speed:"].strip("()").removesuffix("Mhz"))
-            assert get(series, "amdgpu_clock_hertz", gpu=gpu, domain=domain) == mhz * 1e6, (bdf, domain)
-        assert get(series, "amdgpu_voltage_volts", gpu=gpu, rail="gfx") == pytest.approx(
+            assert value(series, "amdgpu_clock_hertz", gpu=gpu, domain=domain) == mhz * 1e6, (bdf, domain)
+        assert value(series, "amdgpu_voltage_volts", gpu=gpu, rail="gfx") == pytest.approx(
             int(card["Voltage (mV)"]) / 1000
         )
         speed, width = card["pcie clock level"].split("(")[1].rstrip(")").split(" x")
         assert (
-            get(series, "amdgpu_pcie_current_link_transfers_per_second", gpu=gpu)
+            value(series, "amdgpu_pcie_current_link_transfers_per_second", gpu=gpu)
             == float(speed.removesuffix("GT/s")) * 1e9
         )
-        assert get(series, "amdgpu_pcie_current_link_width", gpu=gpu) == int(width)
+        assert value(series, "amdgpu_pcie_current_link_width", gpu=gpu) == int(width)
 
 
 @pytest.fixture(scope="module")
@@ -155,16 +142,16 @@ def test_node_exporter_reports_our_values(ours: tuple[Series, dict], node_export
     for bdf, gpu in gpus.items():
         card = devices[bdf]["identity"]["card"]
         drm = {
-            "gpu_busy_percent": get(node_exporter, "node_drm_gpu_busy_percent", card=card),
-            "vram_size": get(node_exporter, "node_drm_memory_vram_size_bytes", card=card),
-            "vram_used": get(node_exporter, "node_drm_memory_vram_used_bytes", card=card),
-            "gtt_used": get(node_exporter, "node_drm_memory_gtt_used_bytes", card=card),
+            "gpu_busy_percent": value(node_exporter, "node_drm_gpu_busy_percent", card=card),
+            "vram_size": value(node_exporter, "node_drm_memory_vram_size_bytes", card=card),
+            "vram_used": value(node_exporter, "node_drm_memory_vram_used_bytes", card=card),
+            "gtt_used": value(node_exporter, "node_drm_memory_gtt_used_bytes", card=card),
         }
         assert drm["gpu_busy_percent"] is not None, f"node_exporter lost {card}"
-        assert get(series, "amdgpu_busy_ratio", gpu=gpu, engine="gfx") == drm["gpu_busy_percent"] / 100
-        assert get(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="vram") == drm["vram_size"]
-        assert get(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="vram") == drm["vram_used"]
-        assert get(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="gtt") == drm["gtt_used"]
+        assert value(series, "amdgpu_busy_ratio", gpu=gpu, engine="gfx") == drm["gpu_busy_percent"] / 100
+        assert value(series, "amdgpu_memory_total_bytes", gpu=gpu, pool="vram") == drm["vram_size"]
+        assert value(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="vram") == drm["vram_used"]
+        assert value(series, "amdgpu_memory_used_bytes", gpu=gpu, pool="gtt") == drm["gtt_used"]
         # hwmon: node_exporter names the chip after the PCI path; find ours by its device BDF.
         chip = next(
             dict(labels)["chip"]
@@ -172,19 +159,19 @@ def test_node_exporter_reports_our_values(ours: tuple[Series, dict], node_export
             if name == "node_hwmon_chip_names" and dict(labels)["chip"].endswith(bdf.replace(".", "_"))
         )
         for sensor, hwmon in (("edge", "temp1"), ("junction", "temp2"), ("memory", "temp3")):
-            assert get(series, "amdgpu_temperature_celsius", gpu=gpu, sensor=sensor) == get(
+            assert value(series, "amdgpu_temperature_celsius", gpu=gpu, sensor=sensor) == value(
                 node_exporter, "node_hwmon_temp_celsius", chip=chip, sensor=hwmon
             ), (bdf, sensor)
-            assert get(series, "amdgpu_temperature_threshold_celsius", gpu=gpu, sensor=sensor,
-                       threshold="critical") == get(node_exporter, "node_hwmon_temp_crit_celsius", chip=chip,
+            assert value(series, "amdgpu_temperature_threshold_celsius", gpu=gpu, sensor=sensor,
+                       threshold="critical") == value(node_exporter, "node_hwmon_temp_crit_celsius", chip=chip,
                                                     sensor=hwmon)  # fmt: skip
-        their_power = get(node_exporter, "node_hwmon_power_average_watt", chip=chip, sensor="power1")
-        our_power = get(series, "amdgpu_power_watts", gpu=gpu)
+        their_power = value(node_exporter, "node_hwmon_power_average_watt", chip=chip, sensor="power1")
+        our_power = value(series, "amdgpu_power_watts", gpu=gpu)
         assert our_power == their_power or (our_power is None and their_power == 0), (bdf, our_power, their_power)
-        their_cap = get(node_exporter, "node_hwmon_power_cap_watt", chip=chip, sensor="power1")
-        assert get(series, "amdgpu_power_cap_watts", gpu=gpu) == (their_cap or None)
-        assert get(series, "amdgpu_voltage_volts", gpu=gpu, rail="gfx") == pytest.approx(
-            get(node_exporter, "node_hwmon_in_volts", chip=chip, sensor="in0")
+        their_cap = value(node_exporter, "node_hwmon_power_cap_watt", chip=chip, sensor="power1")
+        assert value(series, "amdgpu_power_cap_watts", gpu=gpu) == (their_cap or None)
+        assert value(series, "amdgpu_voltage_volts", gpu=gpu, rail="gfx") == pytest.approx(
+            value(node_exporter, "node_hwmon_in_volts", chip=chip, sensor="in0")
         )
         checked += 1
     assert checked == 5
@@ -242,10 +229,10 @@ def test_rocm_smi_reads_our_ras_counts_and_bad_pages(faulted: tuple[Path, Series
         for line in lines:
             if match := RAS_ROW.match(line):
                 block = match.group(1).lower()
-                assert get(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="correctable") == int(
+                assert value(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="correctable") == int(
                     match.group(2)
                 ), (gpu, block)
-                assert get(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="uncorrectable") == int(
+                assert value(series, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="uncorrectable") == int(
                     match.group(3)
                 ), (gpu, block)
                 rows += 1
@@ -255,7 +242,7 @@ def test_rocm_smi_reads_our_ras_counts_and_bad_pages(faulted: tuple[Path, Series
     moved = 0
     for gpu in _gpu_of(series).values():
         statuses = page_statuses(sections.get(gpu, []))
-        assert statuses["reserved"] == get(series, "amdgpu_ras_retired_pages", gpu=gpu), gpu
-        assert statuses["pending"] == get(series, "amdgpu_ras_pending_pages", gpu=gpu), gpu
+        assert statuses["reserved"] == value(series, "amdgpu_ras_retired_pages", gpu=gpu), gpu
+        assert statuses["pending"] == value(series, "amdgpu_ras_pending_pages", gpu=gpu), gpu
         moved += statuses["pending"]
     assert moved > 0

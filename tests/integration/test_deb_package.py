@@ -20,8 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.deb.build import PREFIX, TARGET, DebBuildError, build
+from deploy.deb.build import PREFIX, TARGET, DebBuildError
 from exporter import __version__
+from tests.built import release_deb
 from tests.integration.test_doctor_cli import make_host
 from tests.oracles.chroots import ChrootBuildError, cache_root, ensure_chroot
 from tests.realtools import require_root, require_tool, start_listening, stop, wait_ready
@@ -68,16 +69,17 @@ class Node:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The .deb, and the cached chroot of a fresh node; on a new machine both are built from the
-    mirror at once (mostly waiting on downloads and dpkg, not on the cores)."""
+def built() -> tuple[Path, Path]:
+    """The .deb (built once per machine for these inputs: tests/built.py), and the cached chroot of a
+    fresh node; on a new machine both are built from the mirror at once (mostly waiting on downloads
+    and dpkg, not on the cores)."""
     require_root()
     for tool in ("mmdebstrap", "dpkg-deb", "unshare", "nsenter"):
         require_tool(tool)
     with ThreadPoolExecutor(max_workers=1) as pool:
         base = pool.submit(ensure_chroot, TARGET.install_chroot)
         try:
-            deb = build(tmp_path_factory.mktemp("deb"))
+            deb = release_deb()
             return deb, base.result()
         except (ChrootBuildError, DebBuildError) as error:
             pytest.fail(str(error), pytrace=False)

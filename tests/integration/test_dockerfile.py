@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import free_port
 from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
@@ -258,12 +258,6 @@ def replay() -> Iterator[Replay]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -334,7 +328,7 @@ def test_replayed_image_serves_as_its_user_and_passes_its_healthcheck(replay: Re
     final = replay.stages[-1]
     entrypoint = [replay.host_path(part) for part in exec_form(final.all("ENTRYPOINT")[-1])]
     uid, _, gid = final.all("USER")[-1].args.partition(":")
-    port = _free_port()
+    port = free_port()
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         **{key: replay.host_path(value) for key, value in final.env().items()},

@@ -26,7 +26,8 @@ import yaml
 from exporter.exposition.metrics import all_metric_names
 from grafana import builder
 from grafana.builder import memory_limits, thresholds
-from tests.realtools import free_port, require_tool
+from tests.harness import free_port, stop, wait_until
+from tests.realtools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
@@ -464,27 +465,11 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def wait_for(check: Any, timeout: float, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            pytest.fail(f"{what}: process exited with {process.returncode}")
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not ready after {timeout:.0f} s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
+def wait_for(check: Any, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
     try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+        wait_until(check, what, process=process, step=0.2)
+    except AssertionError as error:
+        pytest.fail(str(error))
 
 
 class ScrapeTarget:
@@ -498,7 +483,7 @@ class ScrapeTarget:
             return
         ready = self.url.replace("/metrics", "/readyz")
         try:
-            wait_for(lambda: httpx.get(ready, timeout=2).status_code == 200, 30, "demo exporter /readyz", self.process)
+            wait_for(lambda: httpx.get(ready, timeout=2).status_code == 200, "demo exporter /readyz", self.process)
         except pytest.fail.Exception as failure:
             output = self.log.read_text(errors="replace")
             raise AssertionError(f"{failure}\n--- exporter output ---\n{output}") from None
@@ -602,7 +587,7 @@ def prometheus(scrape_target: ScrapeTarget, tmp_path_factory: pytest.TempPathFac
     server = Prometheus(f"http://127.0.0.1:{port}")
     try:
         scrape_target.wait_ready()
-        wait_for(lambda: server.client.get("/-/ready").status_code == 200, 30, "prometheus /-/ready", process)
+        wait_for(lambda: server.client.get("/-/ready").status_code == 200, "prometheus /-/ready", process)
 
         # Enough scrapes for rate() over $__rate_interval (4 s) to have several samples everywhere.
         def scraped_enough() -> bool:
@@ -612,7 +597,7 @@ def prometheus(scrape_target: ScrapeTarget, tmp_path_factory: pytest.TempPathFac
             return bool(result) and float(result[0]["value"][1]) >= 4 and bool(recorded["result"])
 
         try:
-            wait_for(scraped_enough, 40, f"prometheus scraping {scrape_target.url}", process)
+            wait_for(scraped_enough, f"prometheus scraping {scrape_target.url}", process)
         except pytest.fail.Exception as failure:
             targets = server.client.get("/api/v1/targets").json()
             raise AssertionError(f"{failure}\ntargets: {json.dumps(targets)[:2000]}") from None

@@ -25,21 +25,18 @@ import pytest
 import yaml
 
 from exporter.attribution import slurm
+from tests.harness import free_port, stop, wait_until
 from tests.integration.test_web_security import PASSWORD, Daemon, basic, series, start_daemon, wait_ready
-from tests.realtools import free_port, stop
 from tests.webtls import Pki, bcrypt_hash, make_pki, write_web_config
 
 pytestmark = pytest.mark.integration
 
 
-def wait_for(condition: Callable[[], bool], what: str, daemon: Daemon, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert daemon.process.poll() is None, f"the daemon exited while waiting for {what}: {daemon.stderr()[-3000:]}"
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}: {daemon.stderr()[-3000:]}")
+def wait_for(condition: Callable[[], bool], what: str, daemon: Daemon) -> None:
+    try:
+        wait_until(condition, what, process=daemon.process, step=0.1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {daemon.stderr()[-3000:]}") from None
 
 
 def reload_failures(client: httpx.Client, base: str) -> float:
@@ -68,7 +65,7 @@ def tls_auth_daemon(tmp_path: Path, pki: Pki) -> Iterator[tuple[Daemon, httpx.Cl
         yield daemon, client, base, tmp_path / "web.yml"
     finally:
         client.close()
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
 
 
 def test_no_live_web_config_edit_ends_the_daemon_or_turns_auth_off(
@@ -119,7 +116,7 @@ def test_start_up_with_a_hostile_web_config_is_one_line_and_exit_2(tmp_path: Pat
         try:
             assert daemon.process.wait(15) == 2
         finally:
-            stop(daemon.process)  # type: ignore[arg-type]
+            stop(daemon.process)
         log = daemon.stderr()
         assert "Traceback" not in log and str(path) in log, log
 
@@ -165,7 +162,7 @@ def test_anonymous_clients_cannot_lock_the_scraper_out(tmp_path: Path) -> None:
         assert 401 in anonymous_answers
     finally:
         stop_flood.set()
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
 
 
 def test_a_wrong_user_takes_as_long_as_a_wrong_password(tmp_path: Path) -> None:
@@ -187,7 +184,7 @@ def test_a_wrong_user_takes_as_long_as_a_wrong_password(tmp_path: Path) -> None:
             known, unknown = median_seconds("prom"), median_seconds("nobody")
         assert 0.5 < unknown / known < 2.0, (known, unknown)
     finally:
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
 
 
 # --- Alertmanagers that misbehave ---------------------------------------------------------------
@@ -281,7 +278,7 @@ def test_broken_alertmanagers_cost_a_counter_not_memory_or_a_stuck_sender(tmp_pa
         assert "Traceback" not in log
         assert "no complete answer within" in log  # the trickle, named
     finally:
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
         for server, _url in servers.values():
             server.shutdown()
 
@@ -322,7 +319,7 @@ def test_non_ascii_numbers_and_garbage_requests_are_answered_and_logged_without_
         assert "Traceback" not in log
         assert len(log.splitlines()) < 200, "protocol errors are logged rate-limited"
     finally:
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
 
 
 # --- Slurm state: planted links and directories, foreign bytes, a FIFO standing for a file ---------
@@ -400,7 +397,7 @@ def test_a_fifo_in_the_state_dir_holds_nothing_back(tmp_path: Path) -> None:
         daemon.process.terminate()
         assert daemon.process.wait(10) == 0  # nothing stuck on the FIFO holds the exit back
     finally:
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)
 
 
 # --- running out of address space ----------------------------------------------------------------
@@ -435,6 +432,6 @@ def test_running_out_of_address_space_is_survived_and_recovered_from(tmp_path: P
                 ready = client.get(f"{base}/readyz").status_code == 200
                 return ready and len(ups) == 8 and all(v == 1.0 for v in ups)
 
-            wait_for(whole, "every device up and the daemon ready again", daemon, timeout=30)
+            wait_for(whole, "every device up and the daemon ready again", daemon)
     finally:
-        stop(daemon.process)  # type: ignore[arg-type]
+        stop(daemon.process)

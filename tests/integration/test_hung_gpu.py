@@ -5,46 +5,27 @@ threads stay bounded, it comes back without a restart, and SIGTERM still stops t
 from __future__ import annotations
 
 import os
-import signal
-import time
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import start_exporter
+from tests.harness import CYCLES, Daemon, Series, value
 
 pytestmark = pytest.mark.integration
 
 
-CYCLES = "amdgpu_exporter_poll_duration_seconds_count"  # poll cycles published
+def up(series: Series, gpu: int | str) -> float | None:
+    return value(series, "amdgpu_up", gpu=str(gpu))
 
 
-def scrape(port: int) -> dict[tuple[str, str], float]:
-    response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-    response.raise_for_status()  # 503 until the first cycle
-    text = response.text
-    return {
-        (s.name, s.labels.get("gpu", "")): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name in ("amdgpu_up", "amdgpu_sample_timestamp_seconds", CYCLES)
-    }
+def sampled(series: Series, gpu: str) -> float | None:
+    return value(series, "amdgpu_sample_timestamp_seconds", gpu=gpu)
 
 
-def wait_until(port: int, predicate, timeout: float = 10.0) -> dict[tuple[str, str], float]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            series = scrape(port)
-            if predicate(series):
-                return series
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "condition never met"
-        time.sleep(0.05)
+def cycles(series: Series) -> float:
+    return value(series, CYCLES) or 0
 
 
 def hang(path: Path) -> bytes:
@@ -76,42 +57,37 @@ def unhang(path: Path, content: bytes) -> None:
     held.unlink()
 
 
-def test_hung_gpu_goes_down_alone_and_comes_back(tmp_path: Path) -> None:
+def test_hung_gpu_goes_down_alone_and_comes_back(tmp_path: Path, start_daemon: Callable[..., Daemon]) -> None:
     simulator = Simulator(tmp_path / "sys", fleet="2xMI250X", scenario="training", seed=2)
     simulator.write_tree()
     gcds = simulator.truth()
-    proc, port = start_exporter(f"--path.sysfs={tmp_path / 'sys'}", "--interval=100ms", "--read-timeout=300ms")
-    try:
-        wait_until(port, lambda s: all(s.get(("amdgpu_up", str(g.gpu))) == 1 for g in gcds))
-        threads_before = len(os.listdir(f"/proc/{proc.pid}/task"))
-        hung = Path(gcds[1].identity.device_dir) / "gpu_metrics"
-        content = hang(hung)
-        # Down within two cycles, counted in cycles the daemon published, not in seconds: a scrape
-        # begun after the hang counts no more cycles than were done at the hang, so once two more
-        # are published the hung one is down (a scrape that lags behind only makes this weaker).
-        hung_at = scrape(port)[(CYCLES, "")]
-        series = wait_until(port, lambda s: s[(CYCLES, "")] >= hung_at + 2)
-        assert series[("amdgpu_up", "1")] == 0, "down within two cycles"
-        assert all(series[("amdgpu_up", str(g))] == 1 for g in (0, 2, 3))
-        # The others keep updating while it hangs; the hung one's sample stops aging forward.
-        before = scrape(port)
-        after = wait_until(port, lambda s: s[(CYCLES, "")] >= before[(CYCLES, "")] + 5)
-        for gpu in ("0", "2", "3"):
-            assert after[("amdgpu_sample_timestamp_seconds", gpu)] > before[("amdgpu_sample_timestamp_seconds", gpu)]
-        assert after[("amdgpu_sample_timestamp_seconds", "1")] == before[("amdgpu_sample_timestamp_seconds", "1")]
-        # Cycles with the read stuck: a thread left behind by each would be 20 more threads.
-        wait_until(port, lambda s: s[(CYCLES, "")] >= after[(CYCLES, "")] + 20, timeout=30)
-        assert len(os.listdir(f"/proc/{proc.pid}/task")) <= threads_before + 2
-        unhang(hung, content)
-        wait_until(port, lambda s: s.get(("amdgpu_up", "1")) == 1)  # back, no restart
-        assert proc.poll() is None
-        # Hang it again and stop the daemon while the read is stuck: it must still exit promptly.
-        hang(hung)
-        wait_until(port, lambda s: s.get(("amdgpu_up", "1")) == 0)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(5) == 0
-        assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+    daemon = start_daemon(f"--path.sysfs={tmp_path / 'sys'}", "--interval=100ms", "--read-timeout=300ms")
+    daemon.wait_for(lambda s: all(up(s, g.gpu) == 1 for g in gcds), "every GCD up")
+    threads_before = len(os.listdir(f"/proc/{daemon.pid}/task"))
+    hung = Path(gcds[1].identity.device_dir) / "gpu_metrics"
+    content = hang(hung)
+    # Down within two cycles, counted in cycles the daemon published, not in seconds: a scrape
+    # begun after the hang counts no more cycles than were done at the hang, so once two more
+    # are published the hung one is down (a scrape that lags behind only makes this weaker).
+    hung_at = cycles(daemon.scrape())
+    series = daemon.wait_for(lambda s: cycles(s) >= hung_at + 2, "two cycles after the hang")
+    assert up(series, 1) == 0, "down within two cycles"
+    assert all(up(series, g) == 1 for g in (0, 2, 3))
+    # The others keep updating while it hangs; the hung one's sample stops aging forward.
+    before = daemon.scrape()
+    after = daemon.wait_for(lambda s: cycles(s) >= cycles(before) + 5, "five more cycles")
+    for gpu in ("0", "2", "3"):
+        assert (sampled(after, gpu) or 0) > (sampled(before, gpu) or 0)
+    assert sampled(after, "1") == sampled(before, "1")
+    # Cycles with the read stuck: a thread left behind by each would be 20 more threads.
+    daemon.wait_for(lambda s: cycles(s) >= cycles(after) + 20, "twenty more cycles")
+    assert len(os.listdir(f"/proc/{daemon.pid}/task")) <= threads_before + 2
+    unhang(hung, content)
+    daemon.wait_for(lambda s: up(s, 1) == 1, "the GCD back")  # no restart
+    daemon.alive()
+    # Hang it again and stop the daemon while the read is stuck: it must still exit (a daemon that
+    # waited for the read would never exit: the wait's bound only ends such a broken run).
+    hang(hung)
+    daemon.wait_for(lambda s: up(s, 1) == 0, "the GCD hung again")
+    assert daemon.stop() == 0
+    assert "Traceback" not in daemon.stderr()

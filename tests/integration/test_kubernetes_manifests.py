@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from exporter import __version__
+from tests.harness import free_port
 from tests.realtools import require_tool
 
 pytestmark = pytest.mark.integration
@@ -234,7 +235,7 @@ def test_web_config_component_serves_https_with_basic_auth_and_the_servicemonito
             }
         )
     )
-    port = _free_port()
+    port = free_port()
     args = [a for a in main["args"] if not a.startswith(("--web.listen-address=", "--web.config.file="))]
     args += ["--demo", f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={secret / config_path.name}"]
     log_path = tmp_path / "exporter.log"
@@ -439,12 +440,6 @@ def test_image_is_named_once_by_the_kustomizations_images_entry(rendered: list[d
 # --- The daemon behind the probes ----------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -477,7 +472,7 @@ def test_daemon_started_like_the_pod_answers_its_probes(rendered: list[dict[str,
     loopback port: the liveness and readiness paths and the scrape path answer 200."""
     main = container(rendered)
     configmap = one(rendered, "ConfigMap")
-    port = _free_port()
+    port = free_port()
     env = {e["name"]: e["value"] if "value" in e else _downward_api(e) for e in main.get("env", [])}
     rules_path = PurePosixPath(env["AMDGPU_EXPORTER_RULES_FILE"])
     rules_copy = tmp_path / rules_path.name

@@ -11,18 +11,17 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import EXPORTER, free_port, require_root, require_tool, stop, wait_for_cycles
+from tests.harness import free_port, start_daemon, stop, wait_for_cycles
+from tests.realtools import require_root, require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -75,37 +74,27 @@ def _gpu_groups() -> list[int]:
 
 def _run(argv_prefix: list[str], tree: Path) -> tuple[set[tuple[str, tuple]], str]:
     """Start the daemon (after argv_prefix), wait for two poll cycles, return its series and log."""
-    port = free_port()
-    log = Path(tempfile.mkstemp(prefix="amdgpu-exporter-lp-", suffix=".log")[1])
-    argv = [
-        *argv_prefix,
-        EXPORTER,
+    # Its own session: under strace, SIGTERM to strace only detaches it and the traced daemon would
+    # live on, so the whole group is stopped. strace forks the daemon: the port is given, not retried.
+    daemon = start_daemon(
+        Path(tempfile.mkdtemp(prefix="amdgpu-exporter-lp-")),
         f"--path.sysfs={tree}",
         "--source=sysfs",
         "--interval=0.5s",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.format=json",
-    ]
-    # Its own session: under strace, SIGTERM to strace only detaches it and the traced daemon would
-    # live on, so the whole group is stopped.
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
+        wrapper=argv_prefix,
+        port=free_port(),
+        ready=False,
+        start_new_session=True,
+    )
+    process, log = daemon.process, daemon.log
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        wait_for_cycles(port, 4)  # a few cycles, slow-schedule reads included
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        daemon.wait_ready()
+        wait_for_cycles(daemon.port, 4)  # a few cycles, slow-schedule reads included
+        text = daemon.scrape_text()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        stop(process)  # type: ignore[arg-type]
+        stop(process)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # the group's other members (the traced daemon) end too
             try:
@@ -123,7 +112,7 @@ def _run(argv_prefix: list[str], tree: Path) -> tuple[set[tuple[str, tuple]], st
         if s.name.startswith("amdgpu_") and not s.name.startswith("amdgpu_exporter_poll_duration")
     }
     out = log.read_text()
-    log.unlink()
+    shutil.rmtree(log.parent, ignore_errors=True)
     return series, out
 
 

@@ -39,8 +39,9 @@ import pytest
 
 from exporter import __version__
 from exporter.simulator import Simulator
+from tests.built import BuildError, release_image
 from tests.integration.test_dockerfile import DOCKERFILE, exec_form, image_build, parse_dockerfile
-from tests.oracles.chroots import SID, ChrootBuildError, debian_mirror, ensure_chroot, ensure_fake_libdrm
+from tests.oracles.chroots import SID, ChrootBuildError, ensure_chroot, ensure_fake_libdrm
 from tests.oracles.runner import cpuinfo_without_hypervisor
 from tests.realtools import free_port, listens_on, require_root, require_tool, wait_until
 
@@ -108,26 +109,17 @@ def _blob(layout: Path, digest: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
-    """The image, built as `make image` builds it (its base layer from the per-machine cache)."""
+    """The image as `make image` builds it, built once per machine for these inputs (tests/built.py;
+    its Debian layer from build.py's own cache), unpacked for this run."""
     require_root()
     require_tool("mmdebstrap")
     umoci = require_tool("umoci")
-    work = tmp_path_factory.mktemp("oci-image")
-    wheels = work / "dist"
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, REPO],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    (wheel,) = wheels.glob("amdgpu_exporter-*.whl")
-    layout = work / "image"
-    argv = [sys.executable, BUILD_SCRIPT, "--wheel", wheel, "--output", layout, "--mirror", debian_mirror()]
-    build = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
-    if build.returncode != 0:
-        pytest.fail(f"building the image failed: {build.stderr.strip()}", pytrace=False)
+    try:
+        layout = release_image(sys.executable)
+    except (BuildError, ChrootBuildError) as error:
+        pytest.fail(str(error), pytrace=False)
     _name, tag = image_build.image_reference()
+    work = tmp_path_factory.mktemp("oci-image")
     bundle = work / "bundle"
     result = subprocess.run([umoci, "unpack", "--image", f"{layout}:{tag}", bundle], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

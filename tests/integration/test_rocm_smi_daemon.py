@@ -13,53 +13,25 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import Simulator
-from tests.realtools import (
-    ROCM_SMI_LIBRARY,
-    free_port,
-    require_file,
-    start_in_sysfs_namespace,
-    stop,
-    wait_for_port,
-)
+from tests.harness import CYCLES, EXPORTER, Series, poll_cycles, scrape, start_listening, stop, value, wait_for_series
+from tests.realtools import ROCM_SMI_LIBRARY, namespace_argv, require_file
 
 pytestmark = pytest.mark.integration
 
-EXPORTER = str(Path(sys.executable).parent / "amdgpu-exporter")
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # Series that describe the exporter process or a wall-clock instant, not the GPUs.
 NOT_GPU_VALUES = ("amdgpu_exporter_", "amdgpu_sample_timestamp_seconds", "process_")  # the daemon, not a GPU
 
 
-def scrape(port: int) -> Series:
-    response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-    if response.status_code == 503:  # before the first poll cycle
-        return {}
-    response.raise_for_status()
-    text = response.text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def gpu_values(series: Series) -> Series:
     return {key: value for key, value in series.items() if not key[0].startswith(NOT_GPU_VALUES)}
-
-
-def get(series: Series, name: str, **labels: str) -> float | None:
-    return series.get((name, tuple(sorted(labels.items()))))
 
 
 def frozen_tree(tmp_path: Path, fleet: str, scenario: str, elapsed: float) -> Path:
@@ -79,35 +51,29 @@ def give_mi300x_a_vddgfx_label(sys_dir: Path) -> None:
 
 @contextmanager
 def daemon(sys_dir: Path, source: str, *extra: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
-    """A daemon over sys_dir: rocm-smi inside a namespace with sys_dir as /sys, sysfs outside."""
-    port = free_port()
-    common = [f"--web.listen-address=127.0.0.1:{port}", "--interval=200ms", "--log.format=json", *extra]
+    """A daemon over sys_dir: rocm-smi inside a namespace with sys_dir as /sys, sysfs outside; its
+    JSON log beside the tree."""
+
+    def argv(port: int) -> list[str]:
+        common = [f"--web.listen-address=127.0.0.1:{port}", "--interval=200ms", "--log.format=json", *extra]
+        if source == "rocm-smi":
+            return namespace_argv(sys_dir, [EXPORTER, "--source=rocm-smi", "--path.sysfs=/sys", *common])
+        return [EXPORTER, "--source=sysfs", f"--path.sysfs={sys_dir}", *common]
+
     if source == "rocm-smi":
         require_file(ROCM_SMI_LIBRARY, "librocm_smi64 (Debian librocm-smi64-1)")
-        process = start_in_sysfs_namespace(
-            sys_dir, [EXPORTER, "--source=rocm-smi", "--path.sysfs=/sys", *common], stdout=subprocess.DEVNULL
-        )
-    else:
-        process = subprocess.Popen(
-            [EXPORTER, "--source=sysfs", f"--path.sysfs={sys_dir}", *common],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    # unshare and sh exec the daemon: the process that listens is the one started
+    process, port = start_listening(
+        argv, log_for=lambda port: sys_dir.parent / f"{source}-{port}.log", stdout=subprocess.DEVNULL
+    )
     try:
-        wait_for_port(port, process, timeout=20)
         yield port, process
     finally:
         stop(process)
 
 
-def wait_for(port: int, ready: Callable[[Series], bool], timeout: float = 15.0) -> Series:
-    deadline = time.monotonic() + timeout
-    while True:
-        series = scrape(port)
-        if ready(series) or time.monotonic() > deadline:
-            return series
-        time.sleep(0.1)
+def wait_for(port: int, ready: Callable[[Series], bool], process: subprocess.Popen[str] | None = None) -> Series:
+    return wait_for_series(port, ready, "the daemon settled", process=process)
 
 
 # Measured (MI300X, gpu_metrics) and the pcie_bw upper bound (MI2xx, background reader).
@@ -132,8 +98,8 @@ def test_rocm_smi_daemon_metrics_equal_the_sysfs_daemons(tmp_path: Path) -> None
     with daemon(sys_dir, "rocm-smi") as (rocm_port, _), daemon(sys_dir, "sysfs") as (sysfs_port, _):
         ours = wait_for(rocm_port, settled(3, 3))
         theirs = wait_for(sysfs_port, settled(3, 3))
-    assert get(ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="flag", version="0.1.0")
-    assert get(ours, "amdgpu_exporter_worker_restarts_total") == 0
+    assert value(ours, "amdgpu_exporter_build_info", source="rocm-smi", source_reason="flag", version="0.1.0")
+    assert value(ours, "amdgpu_exporter_worker_restarts_total") == 0
     ours_gpu, theirs_gpu = gpu_values(ours), gpu_values(theirs)
     assert len(ours_gpu) > 250  # every family of the contract that the tree supplies, for 3 GCDs
     only_ours = sorted(set(ours_gpu) - set(theirs_gpu))
@@ -157,8 +123,8 @@ def test_mi300x_node_stays_up_counts_restarts_and_matches_sysfs(tmp_path: Path) 
         theirs = wait_for(sysfs_port, settled(4, 4))
         assert process.poll() is None
     for gpu in "0123":
-        assert get(ours, "amdgpu_up", gpu=gpu) == 1, gpu
-    restarts = get(ours, "amdgpu_exporter_worker_restarts_total")
+        assert value(ours, "amdgpu_up", gpu=gpu) == 1, gpu
+    restarts = value(ours, "amdgpu_exporter_worker_restarts_total")
     assert restarts is not None and restarts >= 1
     assert gpu_values(ours) == gpu_values(theirs)
 
@@ -188,59 +154,57 @@ def test_hung_power_file_takes_one_gcd_down_and_it_comes_back(tmp_path: Path) ->
     with daemon(sys_dir, "rocm-smi") as (port, process):
         # Past start-up (first slow refresh, worker warm-up) so the count below is steady-state.
         ready = settled(3, 0)
-        before = wait_for(
-            port, lambda s: ready(s) and (get(s, "amdgpu_exporter_poll_duration_seconds_count") or 0) >= 10
-        )
+        before = wait_for(port, lambda s: ready(s) and (value(s, CYCLES) or 0) >= 10)
         power_file.unlink()
         os.mkfifo(power_file)  # reading a FIFO with no writer blocks like a hung GPU
         # Counted from the first cycle published after the FIFO exists: the one running then may
         # have read the power file already, the next one cannot have.
-        cycles = get(scrape(port), "amdgpu_exporter_poll_duration_seconds_count") or 0
+        cycles = value(scrape(port), CYCLES) or 0
         went_down_at: float | None = None
         up_at_two_cycles: float | None = None
-        first_stamps = {gpu: get(before, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0 for gpu in "01"}
+        first_stamps = {gpu: value(before, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0 for gpu in "01"}
         threads = children = None
         seen = cycles
         while seen < cycles + 30:
             series = scrape(port)
-            seen = get(series, "amdgpu_exporter_poll_duration_seconds_count") or 0
-            if went_down_at is None and get(series, "amdgpu_up", gpu=hung_gpu) == 0:
+            seen = value(series, CYCLES) or 0
+            if went_down_at is None and value(series, "amdgpu_up", gpu=hung_gpu) == 0:
                 went_down_at = seen
             # A scrape can miss cycles (after the long hung cycle the poller catches up at once), so
             # "down within two cycles" is checked on the first scrape that shows cycle +2 or later.
             if up_at_two_cycles is None and seen >= cycles + 2:
-                up_at_two_cycles = get(series, "amdgpu_up", gpu=hung_gpu)
+                up_at_two_cycles = value(series, "amdgpu_up", gpu=hung_gpu)
             for gpu in "01":
-                assert get(series, "amdgpu_up", gpu=gpu) == 1, (gpu, seen)
+                assert value(series, "amdgpu_up", gpu=gpu) == 1, (gpu, seen)
             if threads is None and seen >= cycles + 10:
                 threads, children = _threads(process.pid), len(_children(process.pid))
             time.sleep(0.2)
         assert went_down_at is not None and up_at_two_cycles == 0
         # The others kept being read all along: once another cycle is published, their samples are
         # newer than the end of the last cycle the loop saw (both times are the daemon's own).
-        count = "amdgpu_exporter_poll_duration_seconds_count"
-        after = wait_for(port, lambda s: (get(s, count) or 0) > (get(series, count) or 0))
-        last_end = get(series, "amdgpu_exporter_last_poll_timestamp_seconds") or 0.0
+        count = CYCLES
+        after = wait_for(port, lambda s: (value(s, count) or 0) > (value(series, count) or 0))
+        last_end = value(series, "amdgpu_exporter_last_poll_timestamp_seconds") or 0.0
         for gpu in "01":
-            sample_time = get(after, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0
+            sample_time = value(after, "amdgpu_sample_timestamp_seconds", gpu=gpu) or 0.0
             assert sample_time > last_end > first_stamps[gpu]
-        assert get(after, "amdgpu_up", gpu=hung_gpu) == 0
+        assert value(after, "amdgpu_up", gpu=hung_gpu) == 0
         # No leak: after 30 cycles the daemon has the child processes it had after 10 and at most two
         # more threads (allowing a moment for a worker restart in progress, whose old reader thread
         # is finishing, and for executor pools that grow lazily under load). A read re-issued while
         # stuck would add a thread per cycle: 20 here.
         assert threads is not None
-        settle = time.monotonic() + 3
-        while (
-            _threads(process.pid) > threads or len(_children(process.pid)) != children
-        ) and time.monotonic() < settle:
+        settle = poll_cycles(port) + 10  # counted in the daemon's cycles, not in seconds
+        while (_threads(process.pid) > threads or len(_children(process.pid)) != children) and poll_cycles(
+            port
+        ) < settle:
             time.sleep(0.05)
         assert _threads(process.pid) <= threads + 2
         assert len(_children(process.pid)) == children == 1  # one worker; the killed ones were reaped
-        restarts = get(after, "amdgpu_exporter_worker_restarts_total")
+        restarts = value(after, "amdgpu_exporter_worker_restarts_total")
         assert restarts is not None and restarts >= 1
         power_file.unlink()
         power_file.write_bytes(content)
-        back = wait_for(port, lambda s: get(s, "amdgpu_up", gpu=hung_gpu) == 1, timeout=20)
-        assert get(back, "amdgpu_up", gpu=hung_gpu) == 1
+        back = wait_for(port, lambda s: value(s, "amdgpu_up", gpu=hung_gpu) == 1, process)
+        assert value(back, "amdgpu_up", gpu=hung_gpu) == 1
         assert process.poll() is None

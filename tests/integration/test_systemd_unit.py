@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import free_port, wait_until
 from tests.realtools import require_tool
 from tests.release import install_release
 
@@ -172,12 +172,6 @@ def exec_start_path() -> Path:
 
 
 # --- A real install at the ExecStart path, visible only inside a private mount namespace ----------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -405,22 +399,19 @@ def _get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-def _wait_for(url: str, process: subprocess.Popen[bytes], log: Path, deadline_s: float) -> tuple[int, bytes]:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        assert process.poll() is None, f"exporter exited with {process.returncode}:\n{log.read_text()}"
-        try:
-            status, body = _get(url)
-            if status == 200:
-                return status, body
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"{url} not 200 within {deadline_s} s:\n{log.read_text()}"
-        time.sleep(0.2)
+def _wait_for(url: str, process: subprocess.Popen[bytes], log: Path) -> tuple[int, bytes]:
+    def answered() -> tuple[int, bytes] | None:
+        status, body = _get(url)
+        return (status, body) if status == 200 else None
+
+    try:
+        return wait_until(answered, f"{url} answering 200", process=process)
+    except AssertionError as error:
+        raise AssertionError(f"{error}:\n{log.read_text()}") from None
 
 
 def test_exec_start_serves_as_the_unit_would_run_it(install_root: Path) -> None:
-    port = _free_port()
+    port = free_port()
     # --demo comes in the way an operator would add a flag: through ARGS in the environment file.
     env_file = ENV_FILE.read_text(encoding="utf-8") + f"\nARGS=--demo --web.listen-address=127.0.0.1:{port}\n"
     environment = {**SYSTEMD_BASE_ENV, **parse_environment_file(env_file)}
@@ -447,7 +438,7 @@ def test_exec_start_serves_as_the_unit_would_run_it(install_root: Path) -> None:
             in_namespace(install_root, command), env=environment, stdout=log, stderr=subprocess.STDOUT, cwd="/"
         )
     try:
-        _wait_for(f"http://127.0.0.1:{port}/healthz", process, log_path, 30)
+        _wait_for(f"http://127.0.0.1:{port}/healthz", process, log_path)
         # unshare, sh, the wrapper and setpriv all exec in place: this pid is the exporter.
         status = _status_fields(process.pid)
         assert status["Uid"].split() == [str(uid)] * 4
@@ -460,7 +451,7 @@ def test_exec_start_serves_as_the_unit_would_run_it(install_root: Path) -> None:
         environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
         assert b"AMDGPU_EXPORTER_LOG_FORMAT=json" in environ
 
-        _wait_for(f"http://127.0.0.1:{port}/readyz", process, log_path, 30)
+        _wait_for(f"http://127.0.0.1:{port}/readyz", process, log_path)
         metrics_status, metrics = _get(f"http://127.0.0.1:{port}/metrics")
         assert metrics_status == 200
         assert b"amdgpu_up{" in metrics

@@ -64,7 +64,10 @@ def test_hung_device_goes_down_is_not_reissued_and_comes_back() -> None:
     source = ScriptedSource(4)
     hung = source.devices[2].pci_bus_id
     source.hung.add(hung)
-    poller = Poller(source, interval=0.05, read_timeout=0.2)
+    # The hung read never returns by itself, so only it can miss the deadline; 2 s (the default)
+    # leaves the healthy in-memory reads room on a loaded machine (0.2 s did not). Only the first
+    # cycle waits it out: from the second on the hung device is "stuck", not read again.
+    poller = Poller(source, interval=0.05, read_timeout=2.0)
     poller.discover()
     threads_before = threading.active_count()
 

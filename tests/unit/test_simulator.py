@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import re
 import shutil
@@ -366,6 +367,8 @@ def test_truth_json_round_trips(sysfs: Path) -> None:
     sim.tick(11.0)
     sim.write_truth_json(sysfs.parent / "truth.json")
     assert load_truth_json(sysfs.parent / "truth.json") == sim.truth()
+    # write_tree's own tick and ours: a reader of the file can tell it missed a tick
+    assert json.loads((sysfs.parent / "truth.json").read_text())["ticks"] == 2
 
 
 # --------------------------------------------------------------------------- MI250X die 1
