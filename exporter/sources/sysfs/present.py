@@ -71,8 +71,10 @@ def probe(device: DeviceIdentity, root: str, partition_dirs: Iterable[str] = ())
 
 
 def _names(folder: str) -> list[str]:
-    """The folder's entries; none when it is absent or may not be listed (the reads then have nothing there)."""
+    """The folder's entries, sorted; none when it is absent or may not be listed (the reads then have
+    nothing there). Sorted: the order a file system lists a folder in (tmpfs: newest first) must not
+    decide the order of /metrics' series."""
     try:
-        return os.listdir(folder)
+        return sorted(os.listdir(folder))
     except OSError:
         return []
