@@ -21,12 +21,12 @@ import time
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
-from exporter.sources.cper import CperParseError, parse_cper_ring
+from exporter.sources.cper import RING_BYTES, RING_POINTERS_BYTES, scan_cper_ring
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.board import read_board
-from exporter.sources.sysfs.files import listdir, parse_read, read_file_bytes, read_file_head, read_parsed
+from exporter.sources.sysfs.files import listdir, read_file_bytes, read_file_chunks, read_file_head, read_parsed
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
 
 # clock domain -> its DPM table: the highest level is the domain's max, the starred one its current clock
@@ -41,8 +41,9 @@ DPM_FILES = {
 
 
 AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
-CPER_RING_MAX_BYTES = 12 + (1 << 20)  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
+CPER_RING_MAX_BYTES = RING_POINTERS_BYTES + RING_BYTES  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
 COREDUMP_HEAD_BYTES = 4096
+FUTURE_SLACK_SECONDS = 60.0  # evidence dated further ahead is counted `future` (the verdict ages it from first sight)
 BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's formula: one retired page per 100 MiB of VRAM
 
 
@@ -93,10 +94,7 @@ def read_slow_layer(
 
 def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str) -> None:
     dev = device.device_dir
-    pages = read_parsed(f"{dev}/ras/gpu_vram_bad_pages", tf.parse_bad_pages)
-    if pages is not None:
-        values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
-        values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
+    _read_bad_pages(f"{dev}/ras/gpu_vram_bad_pages", values)
     debugfs = _debugfs_dir(device, root)
     threshold = bad_page_threshold(device, values, root, debugfs)
     values.set("ras_bad_page_threshold", None, threshold, "bad_page_threshold")
@@ -112,11 +110,30 @@ def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str
         ring_path = f"{debugfs}/amdgpu_ring_cper"
         ring = read_file_bytes(ring_path, CPER_RING_MAX_BYTES)
         if ring is not None:
-            try:
-                values.set("cper_records", None, parse_cper_ring(ring), "amdgpu_ring_cper")
-            except CperParseError as error:
-                record(ring_path, "parse", str(error))
+            scan = scan_cper_ring(ring)
+            for error in scan.errors:  # each record skipped; the others still count
+                record(ring_path, "bad_record", error)
+            now = time.time()
+            for future in (r for r in scan.records if r.timestamp > now + FUTURE_SLACK_SECONDS):
+                record(ring_path, "future", f"record {future.record_id!r} dated {future.timestamp - now:.0f} s ahead")
+            values.set("cper_records", None, scan.records, "amdgpu_ring_cper")
     values.set("last_reset_at", None, _last_reset_at(dev), "devcoredump/data")
+
+
+def _read_bad_pages(path: str, values: SampleValues) -> None:
+    """Retired and pending pages, counted while the file streams in and bounded by what the EEPROM can
+    hold (textfiles.BadPageCount): a bad line is counted and skipped, the records around it count."""
+    count = tf.BadPageCount()
+    if not read_file_chunks(path, count.feed, tf.BAD_PAGES_MAX_BYTES):
+        return
+    pages = count.finish()
+    if count.bad_lines:
+        record(path, "bad_record", f"{count.bad_lines} lines not a bad page record, the first {count.first_bad!r}")
+    if count.too_many:
+        record(path, "too_large", f"{count.records} records, more than the EEPROM holds")
+        return
+    values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
+    values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
 
 
 def _debugfs_dir(device: DeviceIdentity, root: str) -> str:
@@ -154,8 +171,15 @@ def _last_reset_at(dev: str) -> float | None:
     head = read_file_head(path, COREDUMP_HEAD_BYTES)
     if head is None:
         return None
-    monotonic = parse_read(path, head, tf.parse_devcoredump_time)
-    return None if monotonic is None else time.time() - time.monotonic() + monotonic
+    try:
+        monotonic = tf.parse_devcoredump_time(head)  # any bytes: the comm line is the user's
+    except tf.TextParseError as error:
+        record(path, "parse", str(error))
+        return None
+    now = time.monotonic()
+    if monotonic > now + FUTURE_SLACK_SECONDS:
+        record(path, "future", f"a reset {monotonic - now:.0f} s after now on the monotonic clock")
+    return time.time() - now + monotonic
 
 
 class PcieBandwidthReader(threading.Thread):
