@@ -29,7 +29,7 @@ from exporter.model import DeviceIdentity, Sample, Snapshot
 from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.known_devices import KnownDevices, TrackedDevice
 from exporter.sources.base import Source, SourceError
-from exporter.sources.plausible import without_implausible
+from exporter.sources.plausible import within_series_cap, without_implausible
 from exporter.threads import DaemonPool
 
 log = get_logger("exporter.pipeline.poller")
@@ -202,6 +202,9 @@ class Poller:
             if not self._values_checked:
                 outcome, rejected = without_implausible(outcome)
                 _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
+            outcome, dropped = within_series_cap(outcome)
+            if dropped:
+                _add_counts(tracked.file_errors, {(field, "series_cap"): n for field, n in dropped.items()})
             was_down = not tracked.up and tracked.sample is not None
             if tracked.counters is None:
                 tracked.counters = CounterState()

@@ -10,7 +10,8 @@ text or blob is not what the driver writes), implausible (parsed, but outside th
 plausible.py), unavailable (the driver's own "no value right now" text), too_large (longer than any
 real attribute, or more records than the hardware holds: not slurped), bad_record (one record of a
 list or ring that is not what the driver writes: skipped, the others still count), future (evidence
-dated ahead of now: the verdict ages it from when it was first seen), label (an identity string cut
+dated ahead of now: the verdict ages it from when it was first seen), series_cap (keys of a
+mapping field past plausible.MAX_KEYS, dropped: the file is the field's name), label (an identity string cut
 to length or cleaned of control characters), timeout (a reader that hung, such as pcie_bw's), and
 one per errno below (ENODEV / ENXIO: the device itself is gone), "other" for any other errno.
 """
