@@ -9,7 +9,8 @@ given once, when the key is first seen, and never changes while the process runs
   FORGET_GONE_AFTER_SECONDS (10 minutes), then forgotten: it leaves the snapshot, so its series, its
   verdict and its in-daemon alerts (resolved, alerting/state.py) go with it;
 - a compute partition that disappears because its socket now runs another partition mode (CPX ->
-  SPX: the socket is still found, in the new mode) did not fail: it is dropped at once, never gone;
+  SPX: the socket is still found, in the new mode) did not fail: it is dropped at once, never gone
+  (a read that finds its files gone first asks for a rediscovery, and is not judged until it ends);
 - a device that returns under a key once known (a mode switched back, a device back after it was
   forgotten) gets its index back: an index names one device for the life of the process.
 
@@ -54,6 +55,9 @@ class TrackedDevice:
     file_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # (file, reason) -> total
     counters: Any = None  # pipeline/counters.py state: wrap offsets and last raw values
     gone_since: float | None = None  # monotonic seconds it was marked gone
+    # A partition whose read found it gone may have left with its socket's mode: "asked" while a
+    # rediscovery is to say so (not judged meanwhile), "checked" once one found it still there.
+    vanishing: str = ""
 
 
 def rocm_smi_order(identity: DeviceIdentity) -> tuple[int, str, int]:
@@ -105,6 +109,8 @@ class KnownDevices:
                     tracked.gone_since = None
                     if tracked.down_reason == "gone":
                         tracked.down_reason = "not_read_yet"
+            if tracked.vanishing == "asked":
+                tracked.vanishing = "checked"  # still there: its next failed read is judged
             seen.add(identity.key)
         sockets = {(i.pci_bus_id, i.unique_id): i for i in found if i.partition == 0}
         for key, tracked in list(self._devices.items()):

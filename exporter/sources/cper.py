@@ -18,8 +18,8 @@ from exporter.model import CperRecord
 
 RING_POINTERS_BYTES = 12
 HEADER_BYTES = 128
-# The kernel's ring (CPER_MAX_RING_SIZE): no record in it can be longer, and a read holds at most this
-# after the three ring pointers.
+# The kernel's ring (CPER_MAX_RING_SIZE): no record in it can be longer (nor in a larger ring than a
+# read that long), and a read holds this much after the three ring pointers.
 RING_BYTES = 1 << 20
 # enum cper_error_severity (the UEFI record header's): 3, informational, is no error and not kept
 SEVERITIES = {0: "nonfatal", 1: "fatal", 2: "corrected"}
@@ -84,6 +84,7 @@ def scan_cper_ring(data: bytes) -> CperScan:
     errors: list[str] = []
     offset = RING_POINTERS_BYTES
     end = len(data)
+    longest = max(RING_BYTES, end - RING_POINTERS_BYTES)  # no record is longer than the ring it is in
 
     def skip(reason: str) -> int:
         """Count the bad stretch at `offset` and go on at the next header (or stop)."""
@@ -96,7 +97,7 @@ def scan_cper_ring(data: bytes) -> CperScan:
         if signature != _SIGNATURE or tail != 0xFFFFFFFF:
             offset = skip(f"no CPER record header at byte {offset}: {bytes(data[offset : offset + 10])!r}")
             continue
-        if not HEADER_BYTES <= length <= RING_BYTES:
+        if not HEADER_BYTES <= length <= longest:
             offset = skip(f"a CPER record at byte {offset} says it is {length} bytes long")
             continue
         if length > end - offset:

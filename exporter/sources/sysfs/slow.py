@@ -43,6 +43,7 @@ DPM_FILES = {
 AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
 CPER_RING_MAX_BYTES = RING_POINTERS_BYTES + RING_BYTES  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
 COREDUMP_HEAD_BYTES = 4096
+RING_LIMIT_BYTES = 64 << 20  # no kernel sizes a CPER ring near this
 FUTURE_SLACK_SECONDS = 60.0  # evidence dated further ahead is counted `future` (the verdict ages it from first sight)
 BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's formula: one retired page per 100 MiB of VRAM
 
@@ -108,7 +109,7 @@ def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str
                 values.set("pcie_aer_errors", (port, severity), count, name)
     if debugfs:
         ring_path = f"{debugfs}/amdgpu_ring_cper"
-        ring = read_file_bytes(ring_path, CPER_RING_MAX_BYTES)
+        ring = read_file_bytes(ring_path, _ring_bytes(ring_path))
         if ring is not None:
             scan = scan_cper_ring(ring)
             for error in scan.errors:  # each record skipped; the others still count
@@ -118,6 +119,16 @@ def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str
                 record(ring_path, "future", f"record {future.record_id!r} dated {future.timestamp - now:.0f} s ahead")
             values.set("cper_records", None, scan.records, "amdgpu_ring_cper")
     values.set("last_reset_at", None, _last_reset_at(dev), "devcoredump/data")
+
+
+def _ring_bytes(path: str) -> int:
+    """How much a read of a ring may give: its debugfs file's size, which the kernel sets to the ring's
+    size plus the pointers (debugfs_create_file_size), else the 1 MiB ring; never over RING_LIMIT_BYTES."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+    return min(max(size, CPER_RING_MAX_BYTES), RING_LIMIT_BYTES)
 
 
 def _read_bad_pages(path: str, values: SampleValues) -> None:
