@@ -68,8 +68,8 @@ def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
     serials = Counter(d.serial for d in devices if d.serial)
     shared: set[str] = set()
     for serial, count in serials.items():
-        dual = sum(1 for d in devices if d.serial == serial and d.device_id in DUAL_DIE_DEVICE_IDS)
-        if count > (2 if dual == count == 2 else 1):  # the two dies of one package share its serial
+        dies = sum(1 for d in devices if d.serial == serial and d.device_id in DUAL_DIE_DEVICE_IDS)
+        if count > (2 if dies == count == 2 else 1):  # the two dies of one package share its serial
             shared.add(serial)
             where = [d.pci_bus_id for d in devices if d.serial == serial]
             log.warning("serial_seen_twice", serial=serial, devices=count, pci_bus_ids=where)

@@ -240,7 +240,7 @@ def test_a_failing_ecc_check_stays_failing_through_an_inaccessible_spell_and_a_f
 def test_a_reset_is_seen_whatever_the_process_is_called(tmp_path: Path, comm: bytes) -> None:
     root = tmp_path / "sys"
     simulator = tree(root)
-    monotonic = time.monotonic() - 30
+    monotonic, wall = time.monotonic() - 30, time.time() - 30
     head = (
         b"**** AMDGPU Device Coredump ****\nversion: 1\nkernel: 6.8.0\nmodule: amdgpu\n"
         + f"time: {monotonic:.9f}\n".encode()
@@ -250,9 +250,9 @@ def test_a_reset_is_seen_whatever_the_process_is_called(tmp_path: Path, comm: by
     with daemon(root) as port:
         reason = wait(lambda: failing(health(port)).get("gpu_reset"), "gpu_reset fails")
         ago = re.search(r"the GPU was reset (\d+)s ago", reason)
-        assert ago is not None and 30 <= int(ago.group(1)) < 90, reason
+        assert ago is not None and 30 <= int(ago.group(1)) < 120, reason
         at = value(metrics(port), "amdgpu_last_reset_timestamp_seconds", gpu="0")
-        assert at is not None and abs(at - (time.time() - 30)) < 5
+        assert at is not None and abs(at - wall) < 2
 
 
 # --- case 5: one bad CPER record hides nothing -----------------------------------------------------------
