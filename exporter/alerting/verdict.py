@@ -370,7 +370,7 @@ def _down(state: DeviceState, previous: GpuHealth | None, thresholds: HealthThre
     it unread); the memory is kept, so its counters continue from where they were when it comes back."""
     why = state.down_reason or "unknown"
     reason = (
-        "the device is gone from the bus (no longer discovered)"
+        "the device is gone from the bus (no longer discovered; forgotten 10 minutes after it went)"
         if not state.present
         else f"the device cannot be read ({why}); its other checks keep their last evidence"
     )

@@ -373,3 +373,40 @@ def test_a_table_with_1023_xgmi_links_gives_a_gpu_a_bounded_count_of_series(tmp_
 
 def _with_xgmi_links(blob: bytes, count: int) -> bytes:
     return with_attribute_instances(blob, "xgmi_link_status", count, 1)
+
+
+# --- every input at once ------------------------------------------------------------------------------
+
+
+def test_metrics_answers_with_every_input_of_these_cases_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    simulator = tree(root, "MI300X:SPX:gpu_metrics=1.9")
+    dev = device_dir(simulator, 0)
+    write(dev / "ras" / "gpu_vram_bad_pages", bad_page_lines(2400) + "0xZZ : garbage\n")
+    write(dev / "ras" / "umc_err_count", "Query currently inaccessible\n")
+    write(
+        dev / "aer_dev_nonfatal",
+        aer_counts("nonfatal", 0).replace("TOTAL_ERR_NONFATAL 0", f"TOTAL_ERR_NONFATAL {2**64 - 1}"),
+    )
+    write(
+        dev / "devcoredump" / "data",
+        b"**** AMDGPU Device Coredump ****\ntime: 99999999999.000000000\nprocess_name: \xe8\xae\n",
+    )
+    huge = bytearray(cper_writer.record(4_083_000_000, "fatal", "\x1b]0;PWN\x07", 0x74A1, 0))
+    huge[20:24] = struct.pack("<I", 1 << 30)
+    untimed = bytearray(cper_writer.record(int(time.time()), "fatal", "0:2", 0x74A1, 0))
+    untimed[16:20] = struct.pack("<I", 1)
+    write(cper_ring_path(root, simulator), cper_writer.ring([bytes(huge), bytes(untimed)]))
+    write(dev / "serial_number", "\xff\n".encode("latin-1"))
+    write(dev / "current_compute_partition", "SPX\x01\n")
+    write(dev / "gpu_metrics", _with_xgmi_links((dev / "gpu_metrics").read_bytes(), 1023))
+    with daemon(root) as port:
+        document = wait(
+            lambda: (
+                (d := health(port)) and {"bad_pages_threshold", "cper_fatal", "gpu_reset"} <= failing(d).keys() and d
+            ),
+            "judged",
+        )
+        assert "device_down" not in failing(document)
+        for path in ("/metrics", "/api/v1/devices", "/api/v1/health", "/readyz"):
+            assert httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200, path
