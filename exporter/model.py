@@ -290,8 +290,8 @@ class GpuHealth:
     counters: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=frozen_map)  # (monotonic, value)
     held: Mapping[str, tuple[float, float]] = field(default_factory=frozen_map)  # condition -> (monotonic, unix) since
     residency: Mapping[str, float] = field(default_factory=frozen_map)
-    # (check, key) -> the last good count of one RAS block or AER port (kept while it is unreadable)
-    last_counts: Mapping[tuple[str, str], float] = field(default_factory=frozen_map)
+    # check -> key -> the last good count of one RAS block or AER port (kept while it is unreadable)
+    last_counts: Mapping[str, Mapping[str, float]] = field(default_factory=frozen_map)
     # evidence with no usable time of its own (a CPER record without a valid or with a future timestamp,
     # a reset dated ahead) -> unix seconds it was first seen: its age counts from there
     first_seen: Mapping[str, float] = field(default_factory=frozen_map)

@@ -117,6 +117,7 @@ _COUNTERS: Mapping[str, _Counter] = {
     "pcie_aer_correctable_rate": _Counter(_aer("correctable"), "correctable PCIe AER errors"),
     "xgmi_errors": _Counter(_xgmi, "XGMI error events"),
 }
+_NONE: Mapping[str, float] = frozen_map()
 _CPER = {"cper_fatal": "fatal", "cper_nonfatal": "nonfatal", "cper_corrected": "corrected"}
 
 
@@ -159,7 +160,7 @@ class _Gpu:
         self.failing: dict[str, tuple[str, float | None]] = {}  # check -> (reason, evidence's time)
         self.counters: dict[str, tuple[tuple[float, float], ...]] = dict(previous.counters) if previous else {}
         self.last_counts_before = previous.last_counts if previous is not None else frozen_map()
-        self.last_counts: dict[tuple[str, str], float] = {}
+        self.last_counts: dict[str, Mapping[str, float]] = {}
         self.first_seen_before = previous.first_seen if previous is not None else frozen_map()
         self.first_seen: dict[str, float] = {}
         self.held: dict[str, tuple[float, float]] = {}
@@ -183,20 +184,24 @@ class _Gpu:
         takes it), so a flap down and back never clears a failing check early nor counts twice in
         reverse. The check's history is the running total of that growth."""
         counts = spec.counts(sample)
-        last = {key: value for (c, key), value in self.last_counts_before.items() if c == check}
-        if not counts and not last:
+        before = self.last_counts_before.get(check, _NONE)
+        if not counts and not before:
             self.counters.pop(check, None)
             return
         points = list(self.counters.get(check, ()))
         total = points[-1][1] if points else 0.0
-        for key, value in counts.items():
-            before = last.get(key)
-            if before is not None:
-                total += value - before if value >= before else value
-            last[key] = value
-        for key, value in last.items():
-            self.last_counts[(check, key)] = value
-        unreadable = sorted(key for key in last if key not in counts)
+        if counts == before:  # the common case: nothing moved, every key read
+            last: Mapping[str, float] = before
+        else:
+            last = dict(before)
+            for key, value in counts.items():
+                was = last.get(key)
+                if was is not None:
+                    total += value - was if value >= was else value
+                last[key] = value
+            last = frozen_map(last)
+        self.last_counts[check] = last
+        unreadable = sorted(key for key in last if key not in counts) if len(last) > len(counts) else []
         limits = self.of(check)
         window = limits.window_seconds
         if not points or total != points[-1][1]:
@@ -287,7 +292,13 @@ class _Gpu:
         records = [r for r in sample.cper_records if r.severity == severity]
         if not limits.enabled or not records:
             return
-        times = [self.when(f"cper {severity} {r.record_id} {r.timestamp:.0f}", r.timestamp) for r in records]
+        now = self.now
+        times = [
+            r.timestamp
+            if 0 < r.timestamp <= now
+            else self.when(f"cper {severity} {r.record_id} {r.timestamp:.0f}", 0.0)
+            for r in records
+        ]
         recent = [(t, r) for t, r in zip(times, records, strict=True) if self.now - t < limits.window_seconds]
         if len(recent) >= limits.threshold and recent:
             newest_at, newest = max(recent, key=lambda pair: pair[0])
