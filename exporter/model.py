@@ -281,9 +281,10 @@ class HealthCheck:
 class GpuHealth:
     """The verdict on one GPU: fit when no check fails, with what the next cycle's verdict needs.
 
-    `counters`, `held` and `residency` are the stage's memory (alerting/verdict.py), carried from one
-    cycle to the next and never shown: the thinned history of each counter the checks watch, since
-    when each held condition has held, and the throttle residencies of the last cycle.
+    `counters`, `held`, `residency`, `last_counts` and `first_seen` are the stage's memory
+    (alerting/verdict.py), carried from one cycle to the next and never shown: the thinned history of
+    each counter the checks watch, since when each held condition has held, the throttle residencies
+    of the last cycle, each counted key's last good count, when untimed evidence was first seen.
     """
 
     gpu: int
@@ -292,6 +293,11 @@ class GpuHealth:
     counters: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=frozen_map)  # (monotonic, value)
     held: Mapping[str, tuple[float, float]] = field(default_factory=frozen_map)  # condition -> (monotonic, unix) since
     residency: Mapping[str, float] = field(default_factory=frozen_map)
+    # check -> key -> the last good count of one RAS block or AER port (kept while it is unreadable)
+    last_counts: Mapping[str, Mapping[str, float]] = field(default_factory=frozen_map)
+    # evidence with no usable time of its own (a CPER record without a valid or with a future timestamp,
+    # a reset dated ahead) -> unix seconds it was first seen: its age counts from there
+    first_seen: Mapping[str, float] = field(default_factory=frozen_map)
 
     @property
     def fit(self) -> bool:

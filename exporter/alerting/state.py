@@ -20,8 +20,9 @@ Semantics of one rule on one device:
 - when a clock-down alert resolves, the suggestion becomes the restore advice (the undo command);
   it stays until the value has been on the cool side of clear_threshold for restore_after.
 - a rule's asic_overrides give a device of that ASIC other thresholds and durations.
-- a device that is down, absent, or does not supply the metric keeps its state unchanged: missing
-  data neither resolves nor fires an alert.
+- a device that is down, gone, or does not supply the metric keeps its state unchanged: missing
+  data neither resolves nor fires an alert. A device that left the snapshot (forgotten 10 minutes
+  after it went, or a partition dropped by a mode change) takes its alerts with it, resolved.
 """
 
 from __future__ import annotations
@@ -117,11 +118,19 @@ def evaluate(
             states[key] = state
             if transition is not None:
                 transitions.append(transition)
-    # A device missing from this snapshot keeps its alerts as they were (no resolving on missing
-    # data); a rule no longer configured takes its states with it.
+    # A device in the snapshot without a value keeps its alerts as they were (no resolving on missing
+    # data: a gone device stays in the snapshot, device_down, for known_devices.FORGET_GONE_AFTER_SECONDS).
+    # A device no longer in the snapshot was forgotten, or dropped by a partition mode change: its
+    # alerts end (a firing one resolves, and the pusher posts it resolved), as does every alert of a
+    # rule no longer configured.
+    present = {device.identity.key for device in snapshot.devices}
     for key, state in by_key.items():
-        if key not in states and state.alert in configured:
+        if key in states or state.alert not in configured:
+            continue
+        if key[0] in present:
             states[key] = state
+        elif state.firing:
+            transitions.append(_left(state, now))
     ordered = tuple(sorted(states.values(), key=lambda s: (s.gpu, s.alert, s.device_key)))
     transitions.sort(key=lambda t: (t.gpu, t.alert))
     return ordered, tuple(transitions)
@@ -344,6 +353,11 @@ def _rule_suggestion(ctx: _Context) -> str:
     if not ctx.rule.suggestion:
         return ""
     return render_template(ctx.rule.suggestion, ctx.rule, ctx.device, ctx.value, ctx.smi_index)
+
+
+def _left(state: AlertState, now: float) -> Transition:
+    """The alert of a device that left the snapshot, resolved."""
+    return Transition(gpu=state.gpu, alert=state.alert, severity=state.severity, kind="resolved", value=None, at=now)
 
 
 def _transition(ctx: _Context, state: AlertState, kind: TransitionKind, suggestion: str | None = None) -> Transition:

@@ -81,62 +81,43 @@ CHECKS: Mapping[str, tuple[str, ...]] = {
 _POINTS_PER_WINDOW = 16
 
 
-# --- the counters the counter checks watch (a Sample -> one total, None when the device has none) ---
+# --- the counters the counter checks watch (a Sample -> the count of each key: RAS block, AER port) ---
 
 
-def _ecc(kind: str) -> Callable[[Sample], float | None]:
-    def total(sample: Sample) -> float | None:
-        counts = [count for (_block, type_), count in sample.ecc_errors.items() if type_ == kind]
-        return float(sum(counts)) if counts else None
+def _ecc(kind: str) -> Callable[[Sample], dict[str, float]]:
+    def counts(sample: Sample) -> dict[str, float]:
+        return {block: float(count) for (block, type_), count in sample.ecc_errors.items() if type_ == kind}
 
-    return total
-
-
-def _aer(severity: str) -> Callable[[Sample], float | None]:
-    def total(sample: Sample) -> float | None:
-        counts = [count for (_port, sev), count in sample.pcie_aer_errors.items() if sev == severity]
-        return float(sum(counts)) if counts else None
-
-    return total
+    return counts
 
 
-def _ecc_blocks(kind: str) -> Callable[[Sample], str]:
-    def where(sample: Sample) -> str:
-        return ", ".join(f"{block} {count}" for (block, t), count in sorted(sample.ecc_errors.items()) if t == kind)
+def _aer(severity: str) -> Callable[[Sample], dict[str, float]]:
+    def counts(sample: Sample) -> dict[str, float]:
+        return {port: float(count) for (port, sev), count in sample.pcie_aer_errors.items() if sev == severity}
 
-    return where
+    return counts
 
 
-def _aer_ports(severity: str) -> Callable[[Sample], str]:
-    def where(sample: Sample) -> str:
-        parts = (f"{port} {count}" for (port, sev), count in sorted(sample.pcie_aer_errors.items()) if sev == severity)
-        return ", ".join(parts)
-
-    return where
+def _xgmi(sample: Sample) -> dict[str, float]:
+    return {} if sample.xgmi_error_events is None else {"": float(sample.xgmi_error_events)}
 
 
 @dataclass(frozen=True, slots=True)
 class _Counter:
-    total: Callable[[Sample], float | None]
+    counts: Callable[[Sample], dict[str, float]]  # key (RAS block, AER port) -> its count; {} when unreadable
     what: str  # "uncorrectable ECC errors"
-    detail: Callable[[Sample], str]  # the totals by block or port, for the reason
 
 
 _COUNTERS: Mapping[str, _Counter] = {
-    "ecc_uncorrectable": _Counter(_ecc("uncorrectable"), "uncorrectable ECC errors", _ecc_blocks("uncorrectable")),
-    "ecc_deferred": _Counter(_ecc("deferred"), "deferred ECC errors", _ecc_blocks("deferred")),
-    "ecc_correctable_rate": _Counter(_ecc("correctable"), "correctable ECC errors", _ecc_blocks("correctable")),
-    "pcie_aer_fatal": _Counter(_aer("fatal"), "fatal PCIe AER errors", _aer_ports("fatal")),
-    "pcie_aer_nonfatal": _Counter(_aer("nonfatal"), "non-fatal PCIe AER errors", _aer_ports("nonfatal")),
-    "pcie_aer_correctable_rate": _Counter(
-        _aer("correctable"), "correctable PCIe AER errors", _aer_ports("correctable")
-    ),
-    "xgmi_errors": _Counter(
-        lambda s: None if s.xgmi_error_events is None else float(s.xgmi_error_events),
-        "XGMI error events",
-        lambda s: "",
-    ),
+    "ecc_uncorrectable": _Counter(_ecc("uncorrectable"), "uncorrectable ECC errors"),
+    "ecc_deferred": _Counter(_ecc("deferred"), "deferred ECC errors"),
+    "ecc_correctable_rate": _Counter(_ecc("correctable"), "correctable ECC errors"),
+    "pcie_aer_fatal": _Counter(_aer("fatal"), "fatal PCIe AER errors"),
+    "pcie_aer_nonfatal": _Counter(_aer("nonfatal"), "non-fatal PCIe AER errors"),
+    "pcie_aer_correctable_rate": _Counter(_aer("correctable"), "correctable PCIe AER errors"),
+    "xgmi_errors": _Counter(_xgmi, "XGMI error events"),
 }
+_NONE: Mapping[str, float] = frozen_map()
 _CPER = {"cper_fatal": "fatal", "cper_nonfatal": "nonfatal", "cper_corrected": "corrected"}
 
 
@@ -178,6 +159,10 @@ class _Gpu:
         self.monotonic = monotonic
         self.failing: dict[str, tuple[str, float | None]] = {}  # check -> (reason, evidence's time)
         self.counters: dict[str, tuple[tuple[float, float], ...]] = dict(previous.counters) if previous else {}
+        self.last_counts_before = previous.last_counts if previous is not None else frozen_map()
+        self.last_counts: dict[str, Mapping[str, float]] = {}
+        self.first_seen_before = previous.first_seen if previous is not None else frozen_map()
+        self.first_seen: dict[str, float] = {}
         self.held: dict[str, tuple[float, float]] = {}
         self.residency: dict[str, float] = {}
 
@@ -190,36 +175,58 @@ class _Gpu:
     # -- counters --
 
     def counter(self, check: str, spec: _Counter, sample: Sample) -> None:
-        value = spec.total(sample)
-        if value is None:
+        """Judge one counter check on the growth of each of its keys (RAS block, AER port), added up.
+
+        A key read before and missing now is unreadable (a `Query currently inaccessible`, an
+        implausible value rejected): it keeps its last good count and adds nothing, so neither a read
+        that fails nor the one after it moves the check. A key that reads lower than before was reset
+        (a driver reload): what it reads now is growth since the reset (as Prometheus's increase()
+        takes it), so a flap down and back never clears a failing check early nor counts twice in
+        reverse. The check's history is the running total of that growth."""
+        counts = spec.counts(sample)
+        before = self.last_counts_before.get(check, _NONE)
+        if not counts and not before:
             self.counters.pop(check, None)
             return
+        points = list(self.counters.get(check, ()))
+        total = points[-1][1] if points else 0.0
+        if counts == before:  # the common case: nothing moved, every key read
+            last: Mapping[str, float] = before
+        else:
+            last = dict(before)
+            for key, value in counts.items():
+                was = last.get(key)
+                if was is not None:
+                    total += value - was if value >= was else value
+                last[key] = value
+            last = frozen_map(last)
+        self.last_counts[check] = last
+        unreadable = sorted(key for key in last if key not in counts) if len(last) > len(counts) else []
         limits = self.of(check)
         window = limits.window_seconds
-        points = list(self.counters.get(check, ()))
-        if points and value < points[-1][1]:
-            points = []  # the driver was reloaded or the count reset: a new history from here
-        if not points or value != points[-1][1]:
+        if not points or total != points[-1][1]:
             # A point per change; a change within 1/_POINTS_PER_WINDOW of a window of the point before the
             # newest moves the newest (to now: the growth leaves the window no earlier than it should).
             if len(points) >= 2 and self.monotonic - points[-2][0] < window / _POINTS_PER_WINDOW:
-                points[-1] = (self.monotonic, value)
+                points[-1] = (self.monotonic, total)
             else:
-                points.append((self.monotonic, value))
+                points.append((self.monotonic, total))
         # The baseline: the newest point at least a window old, else the first one seen.
         start = self.monotonic - window
         old = [i for i, (t, _v) in enumerate(points) if t <= start]
         points = points[old[-1] :] if old else points
         self.counters[check] = tuple(points)
-        grown = value - points[0][1]
+        grown = total - points[0][1]
         if limits.enabled and grown >= limits.threshold:
             seen = "since the exporter started reading it" if not old else f"within {_duration(window)}"
-            detail = spec.detail(sample)
+            detail = ", ".join(f"{key} {_count(value)}" for key, value in sorted(last.items()) if key)
+            if unreadable:
+                detail += f"; unreadable now, its last count kept: {', '.join(unreadable)}"
+            detail = f"{_count(sum(last.values()))} in all" + (f": {detail}" if detail else "")
             self.fail(
                 check,
-                f"{_count(grown)} {spec.what} {seen} ({_count(value)} in all"
-                + (f": {detail}" if detail else "")
-                + f"); the threshold is {_count(limits.threshold)} within {_duration(window)}",
+                f"{_count(grown)} {spec.what} {seen} ({detail}); the threshold is {_count(limits.threshold)} "
+                f"within {_duration(window)}",
             )
 
     # -- held conditions --
@@ -270,33 +277,54 @@ class _Gpu:
                 f"{pending} VRAM pages found bad and not yet retired (retired at the next GPU reset)",
             )
 
+    def when(self, evidence: str, timestamp: float) -> float:
+        """The time to age evidence by: its own, unless it has none (0: a CPER record without the
+        timestamp-valid bit) or it lies ahead of now (a record dated 2099, a reset after now): then the
+        time it was first seen, so its age is never negative and it ages from there like any other."""
+        if 0 < timestamp <= self.now:
+            return timestamp
+        seen = self.first_seen_before.get(evidence, self.now)
+        self.first_seen[evidence] = seen
+        return seen
+
     def cper(self, check: str, severity: str, sample: Sample) -> None:
         limits = self.of(check)
-        if not limits.enabled:
+        records = [r for r in sample.cper_records if r.severity == severity]
+        if not limits.enabled or not records:
             return
-        recent = [
-            r for r in sample.cper_records if r.severity == severity and self.now - r.timestamp < limits.window_seconds
+        now = self.now
+        times = [
+            r.timestamp
+            if 0 < r.timestamp <= now
+            else self.when(f"cper {severity} {r.record_id} {r.timestamp:.0f}", 0.0)
+            for r in records
         ]
+        recent = [(t, r) for t, r in zip(times, records, strict=True) if self.now - t < limits.window_seconds]
         if len(recent) >= limits.threshold and recent:
-            newest = max(recent, key=lambda r: r.timestamp)
-            afids = sorted({afid for r in recent for afid in r.afids})
+            newest_at, newest = max(recent, key=lambda pair: pair[0])
+            afids = sorted({afid for _t, r in recent for afid in r.afids})
+            untimed = sum(1 for _t, r in recent if not 0 < r.timestamp <= self.now)
             self.fail(
                 check,
                 f"{len(recent)} {severity} CPER record{'s' if len(recent) != 1 else ''} within "
-                f"{_duration(limits.window_seconds)}, the newest {_duration(self.now - newest.timestamp)} old"
+                f"{_duration(limits.window_seconds)}, the newest {_duration(self.now - newest_at)} old"
                 + (f" (AFID {', '.join(map(str, afids))})" if afids else "")
-                + (f", record {newest.record_id}" if newest.record_id else ""),
-                min(r.timestamp for r in recent),
+                + (f", record {newest.record_id}" if newest.record_id else "")
+                + (f"; {untimed} without a usable time, aged from when first seen" if untimed else ""),
+                min(t for t, _r in recent),
             )
 
     def reset(self, sample: Sample) -> None:
         limits = self.of("gpu_reset")
-        at = sample.last_reset_at
-        if limits.enabled and at is not None and self.now - at < limits.window_seconds:
+        if sample.last_reset_at is None:
+            return
+        at = self.when(f"reset {sample.last_reset_at:.0f}", sample.last_reset_at)
+        if limits.enabled and self.now - at < limits.window_seconds:
             self.fail(
                 "gpu_reset",
                 f"the GPU was reset {_duration(self.now - at)} ago (fails for {_duration(limits.window_seconds)} "
-                "after a reset)",
+                "after a reset)"
+                + ("; its time lies ahead, aged from when first seen" if at != sample.last_reset_at else ""),
                 at,
             )
 
@@ -343,6 +371,8 @@ class _Gpu:
             counters=frozen_map(self.counters),
             held=frozen_map(self.held),
             residency=frozen_map(self.residency),
+            last_counts=frozen_map(self.last_counts),
+            first_seen=frozen_map(self.first_seen),
         )
 
 
@@ -351,7 +381,7 @@ def _down(state: DeviceState, previous: GpuHealth | None, thresholds: HealthThre
     it unread); the memory is kept, so its counters continue from where they were when it comes back."""
     why = state.down_reason or "unknown"
     reason = (
-        "the device is gone from the bus (no longer discovered)"
+        "the device is gone from the bus (no longer discovered; forgotten 10 minutes after it went)"
         if not state.present
         else f"the device cannot be read ({why}); its other checks keep their last evidence"
     )
@@ -370,6 +400,8 @@ def _down(state: DeviceState, previous: GpuHealth | None, thresholds: HealthThre
         counters=previous.counters,
         held=frozen_map(),
         residency=previous.residency,
+        last_counts=previous.last_counts,
+        first_seen=previous.first_seen,
     )
 
 

@@ -29,7 +29,7 @@ from exporter.model import DeviceIdentity, Sample, Snapshot
 from exporter.pipeline.counters import CounterState, continue_counters
 from exporter.pipeline.known_devices import KnownDevices, TrackedDevice
 from exporter.sources.base import Source, SourceError
-from exporter.sources.plausible import without_implausible
+from exporter.sources.plausible import within_series_cap, without_implausible
 from exporter.threads import DaemonPool
 
 log = get_logger("exporter.pipeline.poller")
@@ -68,6 +68,7 @@ class Poller:
         self._discovery_started = 0.0
         self._discovery_stuck_logged = False
         self._last_discovery = 0.0
+        self._rediscover_soon = False  # a partition's read found it gone: rediscover before judging it
         self._cycle = 0
         self.discoveries = 0
         self.discovery_failures = 0
@@ -123,6 +124,7 @@ class Poller:
         known_bdfs = {t.identity.pci_bus_id for t in self._devices}
         self._devices.merge([d for d in found if d.complete or d.pci_bus_id not in known_bdfs], incomplete=incomplete)
         self._last_discovery = time.monotonic()
+        self._rediscover_soon = False
         self.discoveries += 1
         self._readers.resize(len(self._devices) + 2)
 
@@ -134,7 +136,8 @@ class Poller:
             # A card that could not be identified in time: try again soon, not in five minutes.
             every = min(every, max(self.interval, self.read_timeout) * 5)
         # A source that knows its devices changed (an MI300 partition mode switch) says so.
-        return time.monotonic() - self._last_discovery >= every or self.source.needs_rediscovery()
+        due = time.monotonic() - self._last_discovery >= every or self._rediscover_soon
+        return due or self.source.needs_rediscovery()
 
     @property
     def device_count(self) -> int:
@@ -202,17 +205,28 @@ class Poller:
             if not self._values_checked:
                 outcome, rejected = without_implausible(outcome)
                 _add_counts(tracked.file_errors, {(field, "implausible"): n for field, n in rejected.items()})
+            outcome, dropped = within_series_cap(outcome)
+            if dropped:
+                _add_counts(tracked.file_errors, {(field, "series_cap"): n for field, n in dropped.items()})
             was_down = not tracked.up and tracked.sample is not None
             if tracked.counters is None:
                 tracked.counters = CounterState()
             tracked.sample = continue_counters(tracked.counters, tracked.identity, outcome)
             tracked.up = True
             tracked.down_reason = ""
+            tracked.vanishing = ""
             if was_down:
                 log.info("device_recovered", gpu=tracked.gpu, pci_bus_id=tracked.identity.pci_bus_id)
             return
         error = outcome
         reason = error.reason if isinstance(error, SourceError) else type(error).__name__
+        if reason == "gone" and tracked.identity.partition > 0 and tracked.vanishing != "checked":
+            # Its socket may have switched partition mode: a rediscovery says whether it left (then it
+            # is dropped, never judged down) before its read failure counts.
+            if not tracked.vanishing:
+                tracked.vanishing = "asked"
+                self._rediscover_soon = True
+            return
         if isinstance(error, SourceError):
             _add_counts(tracked.file_errors, error.file_errors)
         tracked.read_errors[reason] = tracked.read_errors.get(reason, 0) + 1

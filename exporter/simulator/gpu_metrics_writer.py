@@ -159,3 +159,24 @@ def encode_partition_metrics(version: tuple[int, int], values: Mapping[str, Valu
     fixed = {name: value for name, value in values.items() if name not in _XCP_NAMES}
     block = {name: value for name, value in values.items() if name in _XCP_NAMES}
     return encode_layout(PARTITION_V1_0, version, {**fixed, "xcp_stats": [block]})
+
+
+def with_attribute_instances(blob: bytes, name: str, instances: int, value: int) -> bytes:
+    """A v1.9 table with attribute `name` re-encoded as `instances` values of `value` (a fault: a table
+    that claims 1,023 XGMI links). The header's structure_size follows; every other record is kept."""
+    size, *version, count = struct.unpack_from("<HBBi", blob)
+    position, out = 8, []
+    target = ATTR_NAMES.index(name)
+    for _ in range(count):
+        (encoding,) = struct.unpack_from("<Q", blob, position)
+        kind = next(letter for letter, code in ATTR_TYPES.items() if code == (encoding >> 20) & 0xF)
+        width, had = struct.calcsize(kind), encoding & 0x3FF
+        values = blob[position + 8 : position + 8 + had * width]
+        if (encoding >> 10) & 0x3FF == target:
+            encoding = (encoding & ~0x3FF) | instances
+            values = struct.pack(f"<{instances}{kind}", *[value] * instances)
+        out.append(struct.pack("<Q", encoding) + values)
+        position += 8 + had * width
+    body = b"".join(out)
+    assert position == size, f"walked {position} of {size} bytes"
+    return struct.pack("<HBBi", 8 + len(body), *version, count) + body

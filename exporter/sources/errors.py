@@ -8,9 +8,12 @@ into `amdgpu_exporter_file_errors_total{gpu, file, reason}`.
 Reasons are a small fixed set, so the label stays bounded whatever the kernel returns: parse (the
 text or blob is not what the driver writes), implausible (parsed, but outside the field's range in
 plausible.py), unavailable (the driver's own "no value right now" text), too_large (longer than any
-real attribute: not slurped), label (an identity string cut to length or cleaned of control
-characters), timeout (a reader that hung, such as pcie_bw's), and one per errno below (ENODEV /
-ENXIO: the device itself is gone), "other" for any other errno.
+real attribute, or more records than the hardware holds: not slurped), bad_record (one record of a
+list or ring that is not what the driver writes: skipped, the others still count), future (evidence
+dated ahead of now: the verdict ages it from when it was first seen), series_cap (keys of a
+mapping field past plausible.MAX_KEYS, dropped: the file is the field's name), label (an identity string cut
+to length or cleaned of control characters), timeout (a reader that hung, such as pcie_bw's), and
+one per errno below (ENODEV / ENXIO: the device itself is gone), "other" for any other errno.
 """
 
 from __future__ import annotations

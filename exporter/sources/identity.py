@@ -7,9 +7,13 @@ are not stable across boots. Both sources (sysfs, rocm_smi) name products and pa
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import replace
 
+from exporter.log import get_logger
 from exporter.model import DeviceIdentity
+
+log = get_logger("exporter.sources.identity")
 
 # PCI device id -> (asic, product name used when the board has no FRU EEPROM)
 KNOWN_DEVICES: dict[str, tuple[str, str]] = {
@@ -49,22 +53,41 @@ def is_secondary_die(device_id: str, power_cap_uw: int | None, power_cap_default
 def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
     """Pair the dies of dual-die packages (MI250X); every other device is a package of its own.
 
+    A package is identified by its serial and its place together: a serial that more devices carry
+    than one package holds (a board vendor's copy-paste, a FRU EEPROM programmed twice) is logged and
+    merges nothing: each such package is named `<serial>@<BDF>` of its first die.
+
     A die known to be secondary (`secondary_die`, from its power cap) is paired with a primary die:
-    the one sharing its serial when the FRU EEPROM gives both the board serial; otherwise (no FRU:
-    the kernel falls back to each die's own unique_id for serial_number) the one nearest in topology:
-    the lightest XGMI link between them (the in-package links), then the deepest shared PCIe
-    ancestor (the package's switch), then the nearest BDF. Without secondary-die signals (a source
-    that cannot read the caps) dies sharing a serial are numbered in BDF order, as before.
+    the nearest in topology of those sharing its serial when the FRU EEPROM gives both the board
+    serial; otherwise (no FRU: the kernel falls back to each die's own unique_id for serial_number) the
+    one nearest in topology: the lightest XGMI link between them (the in-package links), then the
+    deepest shared PCIe ancestor (the package's switch), then the nearest BDF. Without secondary-die
+    signals (a source that cannot read the caps) two dual-die devices sharing a serial are numbered in
+    BDF order, as before; more than two sharing one are not paired.
     """
+    serials = Counter(d.serial for d in devices if d.serial)
+    shared: set[str] = set()
+    for serial, count in serials.items():
+        dies = sum(1 for d in devices if d.serial == serial and d.device_id in DUAL_DIE_DEVICE_IDS)
+        if count > (2 if dies == count == 2 else 1):  # the two dies of one package share its serial
+            shared.add(serial)
+            where = [d.pci_bus_id for d in devices if d.serial == serial]
+            log.warning("serial_seen_twice", serial=serial, devices=count, pci_bus_ids=where)
+
+    def own(device: DeviceIdentity) -> str:
+        if device.serial and device.serial in shared:
+            return f"{device.serial}@{device.pci_bus_id}"
+        return _own_package(device)
+
     dual = [i for i, d in enumerate(devices) if d.device_id in DUAL_DIE_DEVICE_IDS]
-    result = [replace(device, package=_own_package(device), die=0) for device in devices]
+    result = [replace(device, package=own(device), die=0) for device in devices]
     if not any(devices[i].secondary_die for i in dual):
         by_serial: dict[str, list[int]] = {}
         for i in dual:
             if devices[i].serial:
                 by_serial.setdefault(devices[i].serial, []).append(i)
         for siblings in by_serial.values():
-            if len(siblings) > 1:
+            if len(siblings) == 2 and devices[siblings[0]].serial not in shared:
                 for die, i in enumerate(siblings):
                     result[i] = replace(devices[i], package=devices[i].serial, die=die, secondary_die=die > 0)
         return result
@@ -73,11 +96,11 @@ def assign_packages(devices: list[DeviceIdentity]) -> list[DeviceIdentity]:
     for i in (j for j in dual if devices[j].secondary_die):
         device = devices[i]
         free = [p for p in primaries if p not in taken]
-        partner = next((p for p in free if device.serial and devices[p].serial == device.serial), None)
-        if partner is None and free:
-            partner = min(free, key=lambda p: _distance(device, devices[p]))
+        same = [p for p in free if device.serial and devices[p].serial == device.serial]
+        candidates = same or free
+        partner = min(candidates, key=lambda p: _distance(device, devices[p])) if candidates else None
         if partner is None:
-            result[i] = replace(device, package=_own_package(device), die=1)
+            result[i] = replace(device, package=own(device), die=1)
             continue
         taken.add(partner)
         result[i] = replace(device, package=result[partner].package, die=1)

@@ -85,3 +85,35 @@ def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
             changes[name] = None
             rejected[name] = 1
     return (dataclasses.replace(sample, **changes) if changes else sample), rejected
+
+
+# The series a device can have at run time: at most this many keys per mapping field (each key is a
+# series of its family). Far above what any Instinct part has (8 XGMI link slots, 8 XCCs per socket,
+# a few dozen RAS blocks and sensors), far below what a table that lies makes (a v1.9 gpu_metrics
+# xgmi_link_status of 1,023 instances would give one GPU 1,023 series).
+MAX_KEYS_PER_FIELD = 64
+MAX_KEYS: Mapping[str, int] = {"xgmi_link_up": 16, "xgmi_read_bytes": 16, "xgmi_write_bytes": 16}
+_CAPPED_FIELDS = tuple(sorted(SAMPLE_MAPPINGS - {"file_errors"}))
+
+
+def within_series_cap(sample: Sample) -> tuple[Sample, dict[str, int]]:
+    """The sample with each mapping field cut to its first MAX_KEYS (lowest keys first), and how many
+    keys it dropped from each: a run-time bound on a device's series, whatever a source hands in."""
+    changes: dict[str, Any] = {}
+    dropped: dict[str, int] = {}
+    for name in _CAPPED_FIELDS:
+        value = getattr(sample, name)
+        cap = MAX_KEYS.get(name, MAX_KEYS_PER_FIELD)
+        if len(value) > cap:
+            kept = sorted(value, key=repr)[:cap] if not _sortable(value) else sorted(value)[:cap]
+            changes[name] = frozen_map({key: value[key] for key in kept})
+            dropped[name] = len(value) - cap
+    return (dataclasses.replace(sample, **changes) if changes else sample), dropped
+
+
+def _sortable(keys: Collection[Any]) -> bool:
+    try:
+        sorted(keys)
+    except TypeError:
+        return False
+    return True

@@ -308,6 +308,68 @@ def parse_bad_pages(text: str | bytes) -> BadPages:
     return BadPages(retired=statuses.count("R"), pending=statuses.count("P"))
 
 
+# The driver's bad-page table lives in an EEPROM: 256 KiB of 24-byte records after its header
+# (RAS_MAX_RECORD_COUNT, about 10,900; the v2.1 table a few less). No board can list more pages than
+# that; the bound here leaves room above it. A record line is at most `0x` + 16 hex digits twice, the
+# separators, the flag and its newline.
+BAD_PAGE_RECORDS_MAX = 16384
+BAD_PAGE_LINE_MAX_BYTES = 2 + 16 + 3 + 2 + 16 + 3 + 1 + 1
+BAD_PAGES_MAX_BYTES = BAD_PAGE_RECORDS_MAX * BAD_PAGE_LINE_MAX_BYTES
+
+
+class BadPageCount:
+    """ras/gpu_vram_bad_pages counted as it streams in, line by line: only the unfinished last line is
+    held, never the file. Each line that is not a record is one bad line, counted and skipped; the
+    records before and after it still count. More records than the EEPROM can hold is an error of the
+    read (`too_many`): the counts so far are then not the table's."""
+
+    __slots__ = ("_tail", "bad_lines", "first_bad", "pending", "records", "retired")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self.retired = 0
+        self.pending = 0
+        self.records = 0
+        self.bad_lines = 0
+        self.first_bad = ""  # the first bad line, as read (for the error's detail)
+
+    @property
+    def too_many(self) -> bool:
+        return self.records > BAD_PAGE_RECORDS_MAX
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._tail + chunk).split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > BAD_PAGE_LINE_MAX_BYTES:  # no record is that long: a bad line, not kept whole
+            self._line(self._tail)
+            self._tail = b""
+        for line in lines:
+            self._line(line)
+
+    def finish(self) -> BadPages:
+        if self._tail:
+            self._line(self._tail)
+            self._tail = b""
+        return BadPages(retired=self.retired, pending=self.pending)
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("ascii", errors="replace").strip(_LINE_SPACE)
+        if not text:
+            return
+        match = _BAD_PAGE.fullmatch(text)
+        if match is None:
+            self.bad_lines += 1
+            if not self.first_bad:
+                self.first_bad = text[:80]
+            return
+        self.records += 1
+        status = match.group(3)
+        if status == "R":
+            self.retired += 1
+        elif status == "P":
+            self.pending += 1
+
+
 def count_bad_pages(text: str | bytes) -> int:
     """The retired (R) pages of ras/gpu_vram_bad_pages (parse_bad_pages)."""
     return parse_bad_pages(text).retired
@@ -338,8 +400,16 @@ _COREDUMP_TIME = re.compile(r"time:[ \t]*([0-9]{1,12})\.([0-9]{9})")
 def parse_devcoredump_time(text: str | bytes) -> float:
     """The head of an amdgpu devcoredump `data` -> its `time: %lld.%09ld` (CLOCK_MONOTONIC seconds of
     the reset: seconds since boot, not a date). Another driver's dump is not ours to read."""
-    # the header ends at the first blank line; a read of the file's head may end mid-line after it
-    lines = _lines(_stripped(text).split("\n\n", 1)[0])
+    # Not _stripped: the line after `time:` carries the task's comm, which any user sets (any bytes,
+    # cut mid-character at 15): every byte that is not UTF-8 becomes U+FFFD, and only the title and
+    # the time line must be as the driver writes them. The header ends at the first blank line; a
+    # read of the file's head may end mid-line after it.
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        raise TextParseError(f"expected str or bytes, got {type(text).__name__}")
+    head = text.strip(_ASCII_SPACE).split("\n\n", 1)[0]
+    lines = [line.strip(_LINE_SPACE) for line in head.split("\n") if line.strip(_LINE_SPACE)]
     if not lines or lines[0] != _COREDUMP_TITLE:
         raise _fail("not an amdgpu device coredump", lines[0] if lines else "")
     for line in lines[1:8]:  # the header: version, kernel, module, time

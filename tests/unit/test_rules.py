@@ -360,7 +360,7 @@ def test_clears_only_below_80_and_suggests_restoring() -> None:
     [
         pytest.param(lambda at: snap(at, device(junction=95.0, up=False)), id="device-down"),
         pytest.param(lambda at: snap(at, device(junction=None)), id="no-junction-sensor"),
-        pytest.param(lambda at: snap(at), id="device-absent"),
+        pytest.param(lambda at: snap(at, dataclasses.replace(device(up=False), present=False)), id="device-gone"),
         pytest.param(lambda at: snap(at, dataclasses.replace(device(), sample=None)), id="no-sample"),
     ],
 )

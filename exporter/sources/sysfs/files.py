@@ -53,6 +53,29 @@ def read_file_head(path: str, size: int) -> bytes | None:
     return data
 
 
+def read_file_chunks(path: str, consume: Callable[[bytes], None], max_bytes: int) -> bool:
+    """Hand a file to `consume` chunk by chunk (nothing is held here); False when absent, refused or
+    longer than `max_bytes` (counted `too_large`: what was consumed is then not the whole file)."""
+    fd = _open(path)
+    if fd is None:
+        return False
+    size = 0
+    try:
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > max_bytes:
+                record(path, "too_large", f"longer than {max_bytes} bytes")
+                return False
+            consume(chunk)
+    except OSError as error:
+        _read_failed(path, error)
+        return False
+    finally:
+        os.close(fd)
+    note_ok(path)
+    return True
+
+
 def _open(path: str) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)

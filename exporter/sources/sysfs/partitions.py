@@ -26,6 +26,7 @@ from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.gpu_metrics import GpuMetrics
 from exporter.sources.gpu_metrics.decoder import RESIDENCY_REASONS
+from exporter.sources.labels import clean_label
 from exporter.sources.sysfs.discovery import read_kfd_nodes
 from exporter.sources.sysfs.files import listdir, read_parsed
 
@@ -189,9 +190,14 @@ def throttlers_active(previous: Mapping[str, int], current: Mapping[str, int]) -
 
 def partition_modes_changed(device: DeviceIdentity) -> bool:
     """Whether the socket's current compute/memory partition files say otherwise than its identity
-    (a file that cannot be read now, e.g. -EPERM during the switch, says nothing)."""
+    (a file that cannot be read now, e.g. -EPERM during the switch, says nothing). Read as discovery
+    reads them (clean_label): `SPX\x01` is the SPX discovery found, not a new mode every cycle."""
     known = {"current_compute_partition": device.compute_partition, "current_memory_partition": device.memory_partition}
     return any(
-        (now := read_parsed(os.path.join(device.device_dir, name), str.strip)) and now != mode
+        (now := read_parsed(os.path.join(device.device_dir, name), _mode)) and now != mode
         for name, mode in known.items()
     )
+
+
+def _mode(text: str) -> str:
+    return clean_label(text)[0]

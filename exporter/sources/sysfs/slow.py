@@ -22,12 +22,12 @@ from collections.abc import Callable
 from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
-from exporter.sources.cper import CperParseError, parse_cper_ring
+from exporter.sources.cper import RING_BYTES, RING_POINTERS_BYTES, scan_cper_ring
 from exporter.sources.errors import FileErrors, collecting, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.board import read_board
-from exporter.sources.sysfs.files import parse_read, read_file_bytes, read_file_head, read_parsed
+from exporter.sources.sysfs.files import read_file_bytes, read_file_chunks, read_file_head, read_parsed
 from exporter.sources.sysfs.present import PresentFiles, debugfs_dir, module_parameters, probe
 from exporter.sources.sysfs.table import SLOW_FILES, SampleValues, read_rows
 
@@ -43,8 +43,10 @@ DPM_FILES = {
 
 
 AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
-CPER_RING_MAX_BYTES = 12 + (1 << 20)  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
+CPER_RING_MAX_BYTES = RING_POINTERS_BYTES + RING_BYTES  # the ring's pointers and its 1 MiB (CPER_MAX_RING_SIZE)
 COREDUMP_HEAD_BYTES = 4096
+RING_LIMIT_BYTES = 64 << 20  # no kernel sizes a CPER ring near this
+FUTURE_SLACK_SECONDS = 60.0  # evidence dated further ahead is counted `future` (the verdict ages it from first sight)
 BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # the driver's formula: one retired page per 100 MiB of VRAM
 
 
@@ -107,10 +109,9 @@ def read_slow_layer(
 def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str, present: PresentFiles) -> None:
     dev = device.device_dir
     read = present.read
-    pages = read_parsed(f"{dev}/ras/gpu_vram_bad_pages", tf.parse_bad_pages, read)
-    if pages is not None:
-        values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
-        values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
+    bad_pages = f"{dev}/ras/gpu_vram_bad_pages"
+    if present.has(bad_pages):
+        _read_bad_pages(bad_pages, values)
     debugfs = debugfs_dir(device, root)
     threshold = bad_page_threshold(device, values, root, debugfs, read)
     values.set("ras_bad_page_threshold", None, threshold, "bad_page_threshold")
@@ -124,13 +125,42 @@ def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str
                 values.set("pcie_aer_errors", (port, severity), count, name)
     ring_path = f"{debugfs}/amdgpu_ring_cper"
     if present.has(ring_path):
-        ring = read_file_bytes(ring_path, CPER_RING_MAX_BYTES)
+        ring = read_file_bytes(ring_path, _ring_bytes(ring_path))
         if ring is not None:
-            try:
-                values.set("cper_records", None, parse_cper_ring(ring), "amdgpu_ring_cper")
-            except CperParseError as error:
-                record(ring_path, "parse", str(error))
+            scan = scan_cper_ring(ring)
+            for error in scan.errors:  # each record skipped; the others still count
+                record(ring_path, "bad_record", error)
+            now = time.time()
+            for future in (r for r in scan.records if r.timestamp > now + FUTURE_SLACK_SECONDS):
+                record(ring_path, "future", f"record {future.record_id!r} dated {future.timestamp - now:.0f} s ahead")
+            values.set("cper_records", None, scan.records, "amdgpu_ring_cper")
     values.set("last_reset_at", None, _last_reset_at(dev), "devcoredump/data")
+
+
+def _ring_bytes(path: str) -> int:
+    """How much a read of a ring may give: its debugfs file's size, which the kernel sets to the ring's
+    size plus the pointers (debugfs_create_file_size), else the 1 MiB ring; never over RING_LIMIT_BYTES."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+    return min(max(size, CPER_RING_MAX_BYTES), RING_LIMIT_BYTES)
+
+
+def _read_bad_pages(path: str, values: SampleValues) -> None:
+    """Retired and pending pages, counted while the file streams in and bounded by what the EEPROM can
+    hold (textfiles.BadPageCount): a bad line is counted and skipped, the records around it count."""
+    count = tf.BadPageCount()
+    if not read_file_chunks(path, count.feed, tf.BAD_PAGES_MAX_BYTES):
+        return
+    pages = count.finish()
+    if count.bad_lines:
+        record(path, "bad_record", f"{count.bad_lines} lines not a bad page record, the first {count.first_bad!r}")
+    if count.too_many:
+        record(path, "too_large", f"{count.records} records, more than the EEPROM holds")
+        return
+    values.set("ras_retired_pages", None, pages.retired, "ras/gpu_vram_bad_pages")
+    values.set("ras_pending_pages", None, pages.pending, "ras/gpu_vram_bad_pages")
 
 
 def bad_page_threshold(
@@ -168,8 +198,15 @@ def _last_reset_at(dev: str) -> float | None:
     head = read_file_head(path, COREDUMP_HEAD_BYTES)
     if head is None:
         return None
-    monotonic = parse_read(path, head, tf.parse_devcoredump_time)
-    return None if monotonic is None else time.time() - time.monotonic() + monotonic
+    try:
+        monotonic = tf.parse_devcoredump_time(head)  # any bytes: the comm line is the user's
+    except tf.TextParseError as error:
+        record(path, "parse", str(error))
+        return None
+    now = time.monotonic()
+    if monotonic > now + FUTURE_SLACK_SECONDS:
+        record(path, "future", f"a reset {monotonic - now:.0f} s after now on the monotonic clock")
+    return time.time() - now + monotonic
 
 
 class PcieBandwidthReader(threading.Thread):
