@@ -29,7 +29,7 @@ from exporter.demo import sysfs_tree
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 from exporter.pipeline.sampler import Sampler
 from exporter.sources.base import StartupError
 from exporter.sources.select import select_source
@@ -233,7 +233,7 @@ async def serve(settings: Settings) -> None:
             stack.callback(attribution.close)
         http_stats = HttpStats()
         reload_counts: Counter[tuple[str, str]] = Counter()
-        health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
+        readiness = Readiness(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(
             source_name=source_name,
             source_reason=reason,
@@ -242,7 +242,7 @@ async def serve(settings: Settings) -> None:
             host=host_info,
             web_stats=(lambda: webconfig_reload.web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution.inputs if attribution.enabled else None,
-            health=health,
+            readiness=readiness,
             fast=fast,
             clock_tool=clock_tool,
             exposition=exposition,
@@ -255,7 +255,7 @@ async def serve(settings: Settings) -> None:
         app = create_app(
             lambda: pipeline.state,
             settings.web_telemetry_path,
-            health,
+            readiness,
             waveform=waveform,
             refresh_seconds=max(settings.interval, 0.5),
             node=node_name(settings),

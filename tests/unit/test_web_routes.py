@@ -160,7 +160,7 @@ def test_any_header_bytes_give_an_answer(header: bytes) -> None:
 
 
 def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works() -> None:
-    from exporter.pipeline.readiness import Health
+    from exporter.pipeline.readiness import Readiness
 
     class Broken:
         def cached(self, openmetrics: bool, gzipped: bool) -> None:
@@ -170,14 +170,14 @@ def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works(
             raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
 
     holder = Holder()
-    health = Health(interval=1e9)
-    client = TestClient(create_app(lambda: holder.state, "/metrics", health))
+    readiness = Readiness(interval=1e9)
+    client = TestClient(create_app(lambda: holder.state, "/metrics", readiness))
     published = _snapshot()
     holder.state = PublishedState(published=published, metrics=Broken())  # type: ignore[arg-type]
     assert client.get("/metrics").status_code == 500
     ready = client.get("/readyz")
     assert ready.status_code == 503 and "stage render is failing" in ready.text
-    assert health.failures == {"render": 1}
+    assert readiness.failures == {"render": 1}
     holder.publish(published)
     assert client.get("/metrics").status_code == 200
     assert client.get("/readyz").status_code == 200
