@@ -552,7 +552,7 @@ class AlertmanagerStats:
 
 @dataclass(frozen=True, slots=True)
 class ProcessStats:
-    """The exporter process itself, read once per cycle (prometheus-client's ProcessCollector, Linux /proc)."""
+    """The exporter process itself, read once per cycle from Linux /proc (pipeline/process.py)."""
 
     values: Mapping[str, float] = field(default_factory=frozen_map)  # process_* sample name -> value
 

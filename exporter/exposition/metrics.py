@@ -79,7 +79,7 @@ class MetricSpec:
 def _series(pairs: Pairs) -> Iterator[LabelledValue]:
     for key, value in pairs:
         if value is not None:
-            yield (tuple(str(part) for part in key) if isinstance(key, tuple) else (str(key),)), float(value)
+            yield (tuple(map(str, key)) if isinstance(key, tuple) else (str(key),)), float(value)
 
 
 def _cycle(get: Callable[[Published], Pairs]) -> Values:

@@ -1,22 +1,26 @@
-"""Published -> /metrics bytes: every family of the metric table, rendered lazily, at most once per format.
+"""Published -> /metrics bytes: every chosen family of the metric table, written straight to text, at
+most once per format.
 
 A scrape then only sends bytes: its cost does not depend on how many GPUs there are or whether
 one of them is hung (see docs/architecture.md). Text, OpenMetrics and their gzip forms are made
 here, by the first scrape that asks for one after a cycle, so the HTTP layer never formats anything.
+
+One path, from the metric table to the bytes: no intermediate objects. prometheus-client is the
+reference, not a stage: tests/unit/test_render_format.py asserts that these bytes are the library's
+own (generate_latest of the same families, both formats, any label value and number). The library's
+formatter on its own objects costs ~3x this whole path on a 16-GCD node (measured in
+bench/RESULTS.md), more than node_exporter spends on a whole scrape, which is why it is not used.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
-
-from exporter.exposition.metrics import METRICS, MetricSpec
+from exporter.exposition.metrics import METRICS, LabelledValue, MetricSpec
 from exporter.exposition.selection import DEFAULT_WINDOW_SERIES, DEFAULTS, ExpositionOptions
-from exporter.exposition.textformat import format_families
 from exporter.model import IDENTITY_FIELDS, Histogram, Published
 
 
@@ -39,7 +43,7 @@ class RenderedMetrics:
         return self._cache.get((openmetrics, gzipped))
 
     def body(self, openmetrics: bool, gzipped: bool) -> bytes:
-        """The bytes for a format; renders them (blocking, tens of ms) if nobody has yet."""
+        """The bytes for a format; renders them (blocking, milliseconds) if nobody has yet."""
         key = (openmetrics, gzipped)
         found = self._cache.get(key)
         if found is not None:
@@ -50,7 +54,7 @@ class RenderedMetrics:
                 return found
             plain = self._cache.get((openmetrics, False))
             if plain is None:
-                plain = format_families(families(self._published, self._options), openmetrics)
+                plain = exposition(self._published, self._options, openmetrics)
                 self._cache[(openmetrics, False)] = plain
             if gzipped:
                 # Level 5: most of the size win at a fraction of level 9's CPU.
@@ -66,18 +70,32 @@ class RenderedMetrics:
         return self.body(True, False)
 
 
-def _histogram_family(spec: MetricSpec, histogram: Histogram) -> Metric:
-    cumulative = 0
-    buckets: list[tuple[str, float]] = []
-    for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
-        cumulative += count
-        buckets.append((floatToGoString(bound), float(cumulative)))
-    # No _created sample: the family is built from data, and its creation time would only be noise.
-    return HistogramMetricFamily(spec.name, spec.help, buckets=buckets, sum_value=histogram.total)
+def render(published: Published, options: ExpositionOptions = DEFAULTS) -> RenderedMetrics:
+    """Cheap: the bytes are made on first request (RenderedMetrics)."""
+    return RenderedMetrics(published, options)
 
 
-def families(published: Published, options: ExpositionOptions = DEFAULTS) -> Iterator[Metric]:
-    """The chosen families of the metric table for one Published, in table order.
+def exposition(published: Published, options: ExpositionOptions, openmetrics: bool) -> bytes:
+    """The chosen families of one Published: the Prometheus text format, or OpenMetrics (ending in `# EOF`)."""
+    out: list[str] = []
+    for spec, label_names, rows in chosen_families(published, options):
+        if isinstance(rows, Histogram):
+            out.append(histogram_lines(spec.name, spec.help, rows, openmetrics))
+            continue
+        lines = family_lines(spec, label_names, rows)
+        if lines or not spec.omit_when_empty:
+            out.append(header(spec.name, spec.help, spec.kind, openmetrics))
+            out.append(lines)
+    if openmetrics:
+        out.append("# EOF\n")
+    return "".join(out).encode("utf-8")
+
+
+Family = tuple[MetricSpec, tuple[str, ...], Iterable[LabelledValue] | Histogram]
+
+
+def chosen_families(published: Published, options: ExpositionOptions = DEFAULTS) -> Iterator[Family]:
+    """(spec, label names, series or histogram) of every chosen family of the metric table, in table order.
 
     A window family renders the series of DEFAULT_WINDOW_SERIES only, unless all are asked for. Every
     per-GPU family (first label `gpu`) also carries the chosen identity labels it does not have
@@ -94,30 +112,98 @@ def families(published: Published, options: ExpositionOptions = DEFAULTS) -> Ite
             continue
         if spec.kind == "histogram":
             assert spec.histogram is not None
-            yield _histogram_family(spec, spec.histogram(published))
+            yield spec, (), spec.histogram(published)
             continue
-        family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
         per_gpu = spec.labels[:1] == ("gpu",)
         identity = tuple(name for name in identity_labels if name not in spec.labels) if per_gpu else ()
         attributed = options.attribution_labels and bool(attribution.label_names) and spec.attributed and per_gpu
         window_series = None if options.all_window_series else DEFAULT_WINDOW_SERIES.get(spec.name)
         extra = (*identity, *(attribution.label_names if attributed else ()))
-        family = family_type(spec.name, spec.help, labels=(*spec.labels, *extra))
-        for labels, value in spec.values(published):
-            if window_series is not None and labels[1:] not in window_series:
-                continue
-            if extra:
+        rows: Iterable[LabelledValue] = spec.values(published)
+        if window_series is not None:
+            rows = [(labels, value) for labels, value in rows if labels[1:] in window_series]
+        if extra:
+            with_extra = []
+            for labels, value in rows:
                 key = (labels[0], identity, attributed)
                 if key not in by_gpu:
                     found = identities.get(labels[0])
                     shown = tuple(str(getattr(found, IDENTITY_FIELDS[name])) if found else "" for name in identity)
                     by_gpu[key] = (*shown, *(attribution.values_for(int(labels[0])) if attributed else ()))
-                labels = (*labels, *by_gpu[key])
-            family.add_metric(labels, value)
-        if family.samples or not spec.omit_when_empty:
-            yield family
+                with_extra.append(((*labels, *by_gpu[key]), value))
+            rows = with_extra
+        yield spec, (*spec.labels, *extra), rows
 
 
-def render(published: Published, options: ExpositionOptions = DEFAULTS) -> RenderedMetrics:
-    """Cheap: the bytes are made on first request (RenderedMetrics)."""
-    return RenderedMetrics(published, options)
+# --- the formats: prometheus-client's bytes (tests/unit/test_render_format.py holds them to it) ----
+
+
+def header(name: str, help_text: str, kind: str, openmetrics: bool) -> str:
+    """# HELP and # TYPE of a family; a counter is named with `_total` in the text format only."""
+    if openmetrics:
+        return f"# HELP {name} {_escape(help_text)}\n# TYPE {name} {kind}\n"
+    shown = name + "_total" if kind == "counter" else name
+    escaped = help_text.replace("\\", r"\\").replace("\n", r"\n")  # no quote escaping in the text format
+    return f"# HELP {shown} {escaped}\n# TYPE {shown} {kind}\n"
+
+
+def family_lines(spec: MetricSpec, label_names: Sequence[str], rows: Iterable[LabelledValue]) -> str:
+    """One line per series (the same in both formats): labels sorted by name, as the library writes them."""
+    name = spec.name + "_total" if spec.kind == "counter" else spec.name
+    if not label_names:
+        return "".join(f"{name} {go_float(value)}\n" for _, value in rows)
+    order = sorted(range(len(label_names)), key=label_names.__getitem__)
+    prefixes = [("{" if i == 0 else ",") + label_names[index] + '="' for i, index in enumerate(order)]
+    escaped: dict[str, str] = {}
+    lines = []
+    for labels, value in rows:
+        parts = [name]
+        for prefix, index in zip(prefixes, order, strict=True):
+            text = labels[index]
+            shown = escaped.get(text)
+            if shown is None:
+                shown = escaped[text] = _escape(text)
+            parts.append(prefix)
+            parts.append(shown)
+            parts.append('"')
+        parts.append("} ")
+        parts.append(go_float(value))
+        parts.append("\n")
+        lines.append("".join(parts))
+    return "".join(lines)
+
+
+def histogram_lines(name: str, help_text: str, histogram: Histogram, openmetrics: bool) -> str:
+    """A label-less histogram: cumulative buckets (le as Go writes floats), then _count and _sum; no _created."""
+    lines = [header(name, help_text, "histogram", openmetrics)]
+    cumulative = 0
+    for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+        cumulative += count
+        lines.append(f'{name}_bucket{{le="{go_float(bound)}"}} {go_float(cumulative)}\n')
+    lines.append(f"{name}_count {go_float(cumulative)}\n{name}_sum {go_float(histogram.total)}\n")
+    return "".join(lines)
+
+
+def _escape(text: str) -> str:
+    if "\\" in text or "\n" in text or '"' in text:
+        return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return text
+
+
+def go_float(value: float) -> str:
+    """A number as Prometheus (Go) writes it: +Inf, -Inf, NaN, and exponents from 1e+07 up."""
+    number = float(value)
+    text = repr(number)
+    if number > 0:
+        if number == math.inf:
+            return "+Inf"
+        dot = text.find(".")
+        if dot > 6:  # Go switches to exponents sooner than Python
+            mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+            return f"{mantissa}e+{dot - 1:02d}"
+        return text
+    if number == -math.inf:
+        return "-Inf"
+    if number != number:
+        return "NaN"
+    return text

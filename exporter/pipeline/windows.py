@@ -21,7 +21,7 @@ import math
 import operator
 import threading
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from exporter.model import DeviceWindow, WindowStat
@@ -115,33 +115,48 @@ def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> Device
 class WindowStats(Mapping[tuple[str, str], WindowStat]):
     """(family, key) -> one channel's stat over a view's samples from `first` on, for every channel supplied.
 
-    Each is computed from the copied view when first read, then kept: a cycle's rules read one channel
-    of a device, a scrape (every 15 s or more) all 16, and all of them every cycle cost as much as the reads.
-    No lock: entries are only ever added, and two threads reading a channel first both compute the same value.
+    A channel read by key (a rule reads one channel of a device every cycle) is computed from the
+    copied view when first read, then kept; iterating (a scrape renders every supplied channel, every
+    15 s or more) computes every channel once and keeps the list. No lock: entries are only ever
+    added, and two threads computing a channel first both compute the same value.
     """
 
-    __slots__ = ("_computed", "_first", "_view")
+    __slots__ = ("_all", "_computed", "_first", "_view")
 
     def __init__(self, view: RingView, first: int) -> None:
         self._view, self._first = view, first
         self._computed: dict[tuple[str, str], WindowStat | None] = {}
+        self._all: tuple[tuple[tuple[str, str], WindowStat], ...] | None = None
 
-    def __getitem__(self, channel: tuple[str, str]) -> WindowStat:
+    def _stat(self, channel: tuple[str, str]) -> WindowStat | None:
         if channel not in self._computed:
             self._computed[channel] = _channel_stat(self._view, _WINDOW_CHANNELS[channel], self._first)
-        stat = self._computed[channel]
+        return self._computed[channel]
+
+    def __getitem__(self, channel: tuple[str, str]) -> WindowStat:
+        stat = self._stat(channel) if channel in _WINDOW_CHANNELS else None
         if stat is None:
             raise KeyError(channel)
         return stat
 
+    def supplied(self) -> tuple[tuple[tuple[str, str], WindowStat], ...]:
+        """(channel, stat) of every channel supplied, in CHANNELS order."""
+        if self._all is None:
+            found = ((channel, self._stat(channel)) for channel in _WINDOW_CHANNELS)
+            self._all = tuple((channel, stat) for channel, stat in found if stat is not None)
+        return self._all
+
+    def items(self) -> ItemsView[tuple[str, str], WindowStat]:
+        return dict(self.supplied()).items()
+
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        return (channel for channel in _WINDOW_CHANNELS if channel in self)
+        return (channel for channel, _ in self.supplied())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.supplied())
 
     def __repr__(self) -> str:
-        return f"WindowStats({dict(self)!r})"
+        return f"WindowStats({dict(self.supplied())!r})"
 
 
 def _channel_stat(view: RingView, index: int, first: int) -> WindowStat | None:
