@@ -100,7 +100,8 @@ def test_any_values_and_labels_match_the_library(rows, doc, openmetrics) -> None
     ours, theirs = [], []
     for kind, name in (("gauge", "amdgpu_test_ratio"), ("counter", "amdgpu_test_events")):
         spec = MetricSpec(name, doc, lambda _: (), ("zone", "gpu"), kind)  # type: ignore[arg-type]
-        series = [((zone, gpu), value if kind == "gauge" or value != value else abs(value)) for gpu, zone, value in rows]
+        counted = kind == "counter"
+        series = [((zone, gpu), abs(value) if counted and value == value else value) for gpu, zone, value in rows]
         ours.append(header(name, doc, kind, openmetrics) + family_lines(spec, ("zone", "gpu"), series))
         family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, doc, labels=("zone", "gpu"))
         for labels, value in series:
