@@ -42,7 +42,7 @@ RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS-sampler.md"
 
 def bare_loop(sysfs: str, interval: float) -> None:
     """The floor: the sampler's reads and nothing else, on its schedule, until killed."""
-    from exporter.sources.gpu_metrics.channels import channel_values
+    from exporter.sources.gpu_metrics.sampler_fields import sampler_values
 
     drm = Path(sysfs) / "class" / "drm"
     cards = [p for p in drm.iterdir() if p.name.startswith("card") and p.name[4:].isdigit()]
@@ -52,7 +52,7 @@ def bare_loop(sysfs: str, interval: float) -> None:
         for path in paths:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                channel_values(os.read(fd, 65536))
+                sampler_values(os.read(fd, 65536))
             finally:
                 os.close(fd)
         next_tick += interval

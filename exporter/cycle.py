@@ -70,7 +70,7 @@ class Pipeline:
         pusher: AlertmanagerPusher | None = None,
         host: HostInfo | None = None,
         attribution: Callable[[], AttributionInputs] | None = None,
-        fast: Sampler | None = None,
+        sampler: Sampler | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
         readiness: Readiness | None = None,
         clock_tool: str = "rocm-smi",
@@ -88,7 +88,7 @@ class Pipeline:
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher  # where evaluated alerts go after each cycle; never blocks
         self.attribution = attribution  # the attribution sources' latest reports; must never block
-        self.fast = fast
+        self.sampler = sampler  # the sub-second gpu_metrics sampler (--fast.interval); None: off
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.readiness = readiness if readiness is not None else Readiness()
         self.state = PublishedState(
@@ -100,11 +100,11 @@ class Pipeline:
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.readiness.progress()
-        if self.fast is not None:
-            # The join of the two samplers: the fast one follows the devices the poller knows (same
+        if self.sampler is not None:
+            # The join of the poller and the sampler: the sampler follows the devices the poller knows (same
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
-            self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
-            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.monotonic_at))
+            self.sampler.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
+            snapshot = dataclasses.replace(snapshot, windows=self.sampler.windows(now=snapshot.monotonic_at))
         snapshot = enrich(snapshot, self.attribution() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)

@@ -121,7 +121,7 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
-def fast_sampler(settings: Settings) -> Sampler | None:
+def sampler_of(settings: Settings) -> Sampler | None:
     """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
     if not settings.fast_interval:
         return None
@@ -218,10 +218,10 @@ async def serve(settings: Settings) -> None:
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
-        fast = fast_sampler(settings)
-        if fast is not None:
-            stack.callback(fast.stop)
-            fast.start()
+        sampler = sampler_of(settings)
+        if sampler is not None:
+            stack.callback(sampler.stop)
+            sampler.start()
         clock_tool = find_tool(
             settings.alerting_clock_tool,
             asics=[identity.asic for identity in devices],
@@ -243,7 +243,7 @@ async def serve(settings: Settings) -> None:
             web_stats=(lambda: webconfig_reload.web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution.inputs if attribution.enabled else None,
             readiness=readiness,
-            fast=fast,
+            sampler=sampler,
             clock_tool=clock_tool,
             exposition=exposition,
             reloads=lambda: reload_counts,
@@ -251,7 +251,11 @@ async def serve(settings: Settings) -> None:
             node=node_name(settings),
         )
         poller.on_snapshot = pipeline.on_snapshot
-        waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
+        waveform = (
+            WaveformSource(gpus=sampler.gpus_sampled, max_seconds=sampler.window, read=sampler.waveform)
+            if sampler
+            else None
+        )
         app = create_app(
             lambda: pipeline.state,
             settings.web_telemetry_path,

@@ -22,11 +22,11 @@ from exporter.model import (
     STAGES,
     Allocation,
     DeviceState,
-    FastStats,
     Histogram,
     HostInfo,
     Published,
     Sample,
+    SamplerStats,
     WebStats,
 )
 
@@ -313,7 +313,7 @@ def _process(name: str, help_text: str, kind: Kind = "gauge") -> MetricSpec:
 
 def _fast_cycle_durations(published: Published) -> Histogram:
     windows = published.snapshot.windows
-    return windows.stats.cycle_durations if windows is not None else FastStats().cycle_durations
+    return windows.stats.cycle_durations if windows is not None else SamplerStats().cycle_durations
 
 
 def _histogram(name: str, help_text: str, get: Callable[[Published], Histogram]) -> MetricSpec:

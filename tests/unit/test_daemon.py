@@ -128,14 +128,14 @@ def test_the_pusher_exists_only_with_an_alertmanager_url_and_checks_it() -> None
 
 
 def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(tmp_path: Path) -> None:
-    from exporter.daemon import fast_sampler
-    from tests.unit.test_fast_sampler import make_devices
+    from exporter.daemon import sampler_of
+    from tests.unit.test_sampler import make_devices
 
-    assert fast_sampler(settings("--fast.interval=0")) is None
-    fast = fast_sampler(settings("--fast.interval=50ms", "--window=2s"))
+    assert sampler_of(settings("--fast.interval=0")) is None
+    fast = sampler_of(settings("--fast.interval=50ms", "--window=2s"))
     assert fast is not None and (fast.interval, fast.window) == (0.05, 2.0)
     (gpu, identity), *_ = make_devices(tmp_path, 1)
-    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), fast=fast)
+    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), sampler=fast)
     state = device()
     state = type(state)(identity=identity, gpu=gpu, sample=state.sample, up=True)
     pipeline.on_snapshot(Snapshot(taken_at=1000.0, devices=(state,)))  # the sampler learns the device

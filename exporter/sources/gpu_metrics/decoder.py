@@ -11,7 +11,7 @@ stored in a unit its value is not measured in is left out rather than guessed. F
 layout lists which unpacked value fills which result value, converted how: made once per fixed
 layout (one struct unpack) and once per v1.9 record list (its walk), so a decode is the unpack plus
 one pass over the plan's short lists. All-ones reads as not supplied (the driver fills the table with 0xFF before
-writing what the firmware supplies). The sampler's view (channels.py) is a plan over its values only.
+writing what the firmware supplies). The sampler's view (sampler_fields.py) is a plan over its values only.
 """
 
 from __future__ import annotations
