@@ -224,9 +224,7 @@ class Sampler:
             device.errors[reason] = device.errors.get(reason, 0) + 1
             return
         if device.mask_power:
-            masked = list(values)
-            masked[_POWER] = masked[_ENERGY] = math.nan
-            values = tuple(masked)
+            values[_POWER] = values[_ENERGY] = math.nan
         device.ring.append(self._clock(), values)
         device.samples += 1
 

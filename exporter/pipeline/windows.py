@@ -22,7 +22,7 @@ import math
 import operator
 import threading
 from array import array
-from collections.abc import ItemsView, Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.model import DeviceWindow, WindowStat
@@ -59,7 +59,7 @@ def ring_slots(window_seconds: float, interval_seconds: float) -> int:
 class RingView:
     """The samples of one ring, oldest first, copied out of it: times (unix s) and rows of WIDTH floats."""
 
-    times: tuple[float, ...] = ()
+    times: array = dataclasses.field(default_factory=lambda: array("d"))
     rows: array = dataclasses.field(default_factory=lambda: array("d"))  # len(times) x WIDTH, row-major
 
     def column(self, index: int, first: int = 0) -> list[float]:
@@ -87,28 +87,40 @@ class SampleRing:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, timestamp: float, values: tuple[float, ...] | array) -> None:
+    def append(self, timestamp: float, values: Sequence[float]) -> None:
+        """One sample: WIDTH floats (an array('d') is stored as it is, anything else converted)."""
         row = self._next
+        if not isinstance(values, array):
+            values = array("d", values)
         with self._lock:
             self._times[row] = timestamp
-            self._rows[row * WIDTH : (row + 1) * WIDTH] = array("d", values)
-            self._next = (row + 1) % self.slots
-            self._count = min(self._count + 1, self.slots)
+            self._rows[row * WIDTH : (row + 1) * WIDTH] = values
+            self._next = row + 1 if row + 1 < self.slots else 0
+            if self._count < self.slots:
+                self._count += 1
 
     def view(self, since: float = -math.inf) -> RingView:
-        """The samples taken at or after `since`, plus the newest one before it (oldest first)."""
+        """The samples taken at or after `since`, plus the newest one before it (oldest first).
+
+        Copies only those (a window is about all of the ring, the timestamps are one small copy more).
+        """
         with self._lock:
             count, end = self._count, self._next
             start = (end - count) % self.slots
-            if start + count <= self.slots:
-                times = self._times[start : start + count]
-                rows = self._rows[start * WIDTH : (start + count) * WIDTH]
+            head = self.slots - start  # slots from start to the end of the storage
+            times = (
+                self._times[start : start + count]
+                if count <= head
+                else self._times[start:] + self._times[: count - head]
+            )
+            first = max(0, bisect.bisect_right(times, since) - 1)
+            begin, count = (start + first) % self.slots, count - first
+            head = self.slots - begin
+            if count <= head:
+                rows = self._rows[begin * WIDTH : (begin + count) * WIDTH]
             else:
-                head = self.slots - start
-                times = self._times[start:] + self._times[: count - head]
-                rows = self._rows[start * WIDTH :] + self._rows[: (count - head) * WIDTH]
-        first = max(0, bisect.bisect_right(times, since) - 1)
-        return RingView(tuple(times[first:]), rows[first * WIDTH :])
+                rows = self._rows[begin * WIDTH :] + self._rows[: (count - head) * WIDTH]
+        return RingView(times[first:] if first else times, rows)
 
 
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:

@@ -8,6 +8,7 @@ skipped) and each is the GpuMetrics value of the same rule. NaN = not supplied.
 from __future__ import annotations
 
 import math
+from array import array
 
 from exporter.sources.gpu_metrics.decoder import Key, Plans, take
 
@@ -66,12 +67,16 @@ _NAN = math.nan
 _ACTIVITY_ACCUMULATORS = (SAMPLER_FIELD_INDEX["acc", "gfx_activity"], SAMPLER_FIELD_INDEX["acc", "mem_activity"])
 
 
-def sampler_values(blob: bytes) -> tuple[float, ...]:
-    """SAMPLER_FIELDS-ordered floats of one gpu_metrics read (NaN = not supplied); GpuMetricsError if unreadable."""
+_UNSUPPLIED = array("d", [_NAN] * len(SAMPLER_FIELDS))
+
+
+def sampler_values(blob: bytes) -> array[float]:
+    """SAMPLER_FIELDS-ordered floats of one gpu_metrics read (NaN = not supplied), a new array the
+    caller owns (the sample ring takes it as it is); GpuMetricsError if unreadable."""
     plan, flat, format_revision, content_revision, _ = _PLANS.unpack(blob)
-    values = [_NAN] * len(SAMPLER_FIELDS)
+    values = _UNSUPPLIED[:]
     take(plan, flat, (values,))
     if (format_revision, content_revision) < ACTIVITY_ACCUMULATOR_FIRST:
         for index in _ACTIVITY_ACCUMULATORS:
             values[index] = _NAN
-    return tuple(values)
+    return values
