@@ -846,14 +846,7 @@ METRICS: tuple[MetricSpec, ...] = (
         ("what", "result"),
         kind="counter",
     ),
-    # The HTTP layer (exporter/web), only with --web.config.file.
-    _web(
-        "amdgpu_exporter_web_config_reloads",
-        "Reloads of --web.config.file after a change, by result (failure: the last good one was kept).",
-        lambda web: [("failure", web.config_reload_failures), ("success", web.config_reload_successes)],
-        ("result",),
-        kind="counter",
-    ),
+    # The HTTP layer (exporter/web), only with --web.config.file (its reloads: amdgpu_exporter_reloads above).
     _web(
         "amdgpu_exporter_web_config_last_reload_successful",
         "1 if the web configuration on disk is the one in effect, 0 after an invalid edit.",
