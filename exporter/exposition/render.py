@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import operator
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -153,23 +154,20 @@ def family_lines(spec: MetricSpec, label_names: Sequence[str], rows: Iterable[La
     if not label_names:
         return "".join(f"{name} {go_float(value)}\n" for _, value in rows)
     order = sorted(range(len(label_names)), key=label_names.__getitem__)
-    prefixes = [("{" if i == 0 else ",") + label_names[index] + '="' for i, index in enumerate(order)]
-    escaped: dict[str, str] = {}
+    # Names are [a-zA-Z0-9_:] (the metric table's test holds them to it): no "%" to escape in the template.
+    template = name + "{" + ",".join(f'{label_names[index]}="%s"' for index in order) + "} %s\n"
+    pick = operator.itemgetter(*order) if len(order) > 1 else lambda labels: (labels[order[0]],)
+    numbers: dict[float, str] = {}
     lines = []
     for labels, value in rows:
-        parts = [name]
-        for prefix, index in zip(prefixes, order, strict=True):
-            text = labels[index]
-            shown = escaped.get(text)
-            if shown is None:
-                shown = escaped[text] = _escape(text)
-            parts.append(prefix)
-            parts.append(shown)
-            parts.append('"')
-        parts.append("} ")
-        parts.append(go_float(value))
-        parts.append("\n")
-        lines.append("".join(parts))
+        shown = pick(labels)
+        joined = "".join(shown)
+        if "\\" in joined or "\n" in joined or '"' in joined:
+            shown = tuple(_escape(text) for text in shown)
+        number = numbers.get(value) if value else None  # 0.0 and -0.0 are one key, not one text
+        if number is None:
+            number = numbers[value] = go_float(value)
+        lines.append(template % (*shown, number))
     return "".join(lines)
 
 

@@ -119,3 +119,14 @@ def test_any_values_and_labels_match_the_library(rows, doc, openmetrics) -> None
 @given(values)
 def test_numbers_are_written_as_go_writes_them(value: float) -> None:
     assert go_float(value) == floatToGoString(value)
+
+
+def test_equal_numbers_that_print_differently_keep_their_own_text() -> None:
+    spec = MetricSpec("amdgpu_test_ratio", "h", lambda _: (), ("gpu",))
+    rows = [(("0",), 0.0), (("1",), -0.0), (("2",), 0.0), (("3",), float("nan")), (("4",), float("nan"))]
+    family = GaugeMetricFamily("amdgpu_test_ratio", "h", labels=("gpu",))
+    for labels, value in rows:
+        family.add_metric(labels, value)
+    assert (header("amdgpu_test_ratio", "h", "gauge", False) + family_lines(spec, ("gpu",), rows)).encode() == _library(
+        [family], False
+    )
