@@ -399,11 +399,11 @@ def test_simulator_serial_styles(tmp_path: Path) -> None:
 
 
 def test_alert_state_follows_the_device_key_not_the_gpu_index() -> None:
-    from exporter.alerting.rulefile import default_rules
+    from exporter.alerting.rulefile import default_rule_file
     from exporter.alerting.state import evaluate
     from exporter.model import DeviceState
 
-    rules = [r for r in default_rules() if r.key == "junction" and r.for_seconds > 0][:1]
+    rules = [r for r in default_rule_file().rules if r.key == "junction" and r.for_seconds > 0][:1]
     assert rules, "the shipped rules watch the junction temperature with a for-duration"
     hot = Sample(timestamp=1.0, temperatures=frozen_map({"junction": 150.0}))
     a, b = ident("0000:01:00.0", "card0", "a"), ident("0000:02:00.0", "card1", "b")

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from exporter.alerting.rulefile import parse_rules
+from exporter.alerting.rulefile import parse_rule_file
 from exporter.cycle import PublishedState
 from exporter.exposition.render import render
 from exporter.model import AlertState, Published
@@ -191,9 +191,9 @@ def test_the_node_name_and_the_published_rules_reach_the_api_and_the_page() -> N
     landing = client.get("/").text
     assert '<h1 id="node">gpu-node-7</h1>' in landing and 'class="lvl-warning"' not in landing
     # a rule file reloaded with a lower junction threshold colours the 71 °C junction of GPU 0
-    rules = parse_rules(
+    rules = parse_rule_file(
         "rules:\n  - {alert: Warm, metric: temperature_celsius, sensor: junction, comparison: '>', threshold: 70,"
         " for: 1s, severity: warning}\n"
-    )
+    ).rules
     holder.state = dataclasses.replace(holder.state, rules=rules)
     assert 'data-field="junction" class="lvl-warning">71 °C' in client.get("/").text
