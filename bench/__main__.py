@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench import http_bench, poll_bench, report, rocmsmi, sampler_cost, servers, trees
+from bench import http_bench, poll_bench, render_cost, report, rocmsmi, sampler_cost, servers, trees
 from bench.procstat import rss_bytes
 from bench.results import Results
 from exporter import __version__
@@ -29,7 +29,7 @@ REQUIRED_TOOLS = {
     "unshare": "util-linux",
 }
 HUNG_CARD = 1
-PHASES = ("daemon", "http", "rocm-smi", "poll", "scaling", "hung", "soak")
+PHASES = ("daemon", "http", "render", "rocm-smi", "poll", "scaling", "hung", "soak")
 SLOW_EVERY = 10  # the daemon's defaults: --slow-interval 10s / --interval 1s
 POLL_INTERVAL = 1.0  # what servers.start_exporter passes as --interval
 
@@ -163,6 +163,10 @@ class Bench:
         figures, runs = sampler_cost.measure_on(sysfs, self.args.daemon_seconds, 5.0, self.args.rounds, self.work)
         self.results.daemon_cpu = {k: v for k, v in figures.items() if k != "gcds"}
         self.results.daemon_cpu_runs = runs
+
+    def render(self, sysfs: Path) -> None:
+        """One render of a snapshot as Prometheus asks for it: render.py against prometheus-client's formatter."""
+        self.results.render = render_cost.measure(sysfs)
 
     def rocm_smi(self, sysfs: Path) -> None:
         cost = rocmsmi.measure_rocm_smi(sysfs, runs=self.args.rocm_smi_runs)
@@ -312,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.phase("the whole daemon at defaults, with and without the sampler", lambda: bench.daemon(node))
         if "http" in only:
             bench.phase("HTTP: amdgpu-exporter, bare ASGI, node_exporter", lambda: bench.http(node))
+        if "render" in only:
+            bench.phase("one render: render.py against prometheus-client's formatter", lambda: bench.render(node))
         if "rocm-smi" in only:
             bench.phase("rocm-smi CLI samples", lambda: bench.rocm_smi(node))
         if "poll" in only:

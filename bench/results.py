@@ -44,6 +44,7 @@ class Results:
     # daemon_no_sampler, bare_loop, node_exporter; and every round's
     daemon_cpu: dict[str, float] = field(default_factory=dict)
     daemon_cpu_runs: dict[str, list[float]] = field(default_factory=dict)
+    render: dict[str, float] = field(default_factory=dict)  # bench.render_cost: ours, library (CPU s per render)
     rocm_smi: RocmSmiCost | None = None
     traces: dict[str, CycleTrace] = field(default_factory=dict)  # mode -> trace
     cycles: dict[str, dict[str, Any]] = field(default_factory=dict)  # mode -> bench.pollcost measure
@@ -255,6 +256,17 @@ class Results:
             f"<= {FRESH_SCRAPE_VS_NODE_EXPORTER:.0f}x",
             None if fresh_ratio is None else fresh_ratio <= FRESH_SCRAPE_VS_NODE_EXPORTER,
         )
+        theirs_cpu = theirs.cpu_per_scrape if theirs else None
+        for what, key in (("render.py", "ours"), ("prometheus-client's formatter", "library")):
+            render = self.render.get(key)
+            add(
+                f"one render of a snapshot (OpenMetrics, gzip), {what}, vs node_exporter's whole scrape",
+                "n/a"
+                if render is None or not theirs_cpu
+                else f"{fmt.seconds(render)} vs {fmt.seconds(theirs_cpu)} = {fmt.ratio(render / theirs_cpu)}",
+                f"<= {FRESH_SCRAPE_VS_NODE_EXPORTER:.0f}x",
+                None if render is None or not theirs_cpu else render <= theirs_cpu * FRESH_SCRAPE_VS_NODE_EXPORTER,
+            )
         add(
             "daemon RSS, steady under load",
             fmt.megabytes(self.rss_daemon_loaded),

@@ -1,7 +1,8 @@
 """The /metrics bytes are prometheus-client's own, in both formats: the library is the reference.
 
 render.py writes the metric table straight to text; here the same families are built as the
-library's objects and formatted by its generate_latest, and the bytes must be equal: whole snapshots
+library's objects (bench/render_cost.py, which also measures the two) and formatted by its
+generate_latest, and the bytes must be equal: whole snapshots
 (odd label values, a histogram) and, with hypothesis, any label value, help text and number.
 """
 
@@ -13,13 +14,13 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import exposition as text_exposition
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 from prometheus_client.utils import floatToGoString
 
+from bench.render_cost import Families, library_families, library_histogram
 from exporter.exposition.metrics import MetricSpec
 from exporter.exposition.render import (
-    chosen_families,
     exposition,
     family_lines,
     go_float,
@@ -31,42 +32,9 @@ from exporter.model import DeviceState, Histogram, Published, Snapshot
 from tests.unit.test_exposition import _identity, _snapshot
 
 
-class _Families:
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
 def _library(families: Iterable[Metric], openmetrics: bool) -> bytes:
     generate = openmetrics_exposition.generate_latest if openmetrics else text_exposition.generate_latest
-    return generate(_Families(families))
-
-
-def _library_histogram(name: str, doc: str, histogram: Histogram) -> Metric:
-    cumulative, buckets = 0, []
-    for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
-        cumulative += count
-        buckets.append((floatToGoString(bound), float(cumulative)))
-    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=histogram.total)
-
-
-def _library_families(published: Published, options=DEFAULTS) -> list[Metric]:
-    """The families render.py chooses, as the library's objects."""
-    out: list[Metric] = []
-    for spec, label_names, rows in chosen_families(published, options):
-        if isinstance(rows, Histogram):
-            out.append(_library_histogram(spec.name, spec.help, rows))
-            continue
-        family = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
-            spec.name, spec.help, labels=label_names
-        )
-        for labels, value in rows:
-            family.add_metric(labels, value)
-        if family.samples or not spec.omit_when_empty:
-            out.append(family)
-    return out
+    return generate(Families(families))
 
 
 def test_a_whole_snapshot_renders_exactly_as_the_library_would() -> None:
@@ -80,7 +48,7 @@ def test_a_whole_snapshot_renders_exactly_as_the_library_would() -> None:
     odd = Published(snapshot, alerts=published.alerts, stats=stats)
     for options in (DEFAULTS, EVERYTHING):
         for openmetrics in (False, True):
-            assert exposition(odd, options, openmetrics) == _library(_library_families(odd, options), openmetrics)
+            assert exposition(odd, options, openmetrics) == _library(library_families(odd, options), openmetrics)
 
 
 label_values = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -109,7 +77,7 @@ def test_any_values_and_labels_match_the_library(rows, doc, openmetrics) -> None
         theirs.append(family)
     histogram = Histogram(bounds=(0.5, 1.0), counts=(1, 0, 1), total=3.0)
     ours.append(histogram_lines("amdgpu_test_seconds", doc, histogram, openmetrics))
-    theirs.append(_library_histogram("amdgpu_test_seconds", doc, histogram))
+    theirs.append(library_histogram("amdgpu_test_seconds", doc, histogram))
     empty = MetricSpec("amdgpu_empty", doc, lambda _: ())
     ours.append(header("amdgpu_empty", doc, "gauge", openmetrics) + family_lines(empty, (), []))
     theirs.append(GaugeMetricFamily("amdgpu_empty", doc))
