@@ -240,7 +240,7 @@ def versions() -> dict[str, str]:
         return first_line(["dpkg-query", "-W", "-f=${Version}", package])
 
     return {
-        "amdgpu-exporter": __version__,
+        "amdgpu-exporter": f"{__version__} ({_code_revision()})",
         "uvicorn": uvicorn.__version__ + " (" + _uvicorn_stack() + ")",
         "prometheus-node-exporter": dpkg("prometheus-node-exporter"),
         "rocm-smi": dpkg("rocm-smi"),
@@ -248,6 +248,16 @@ def versions() -> dict[str, str]:
         "wrk": dpkg("wrk"),
         "strace": dpkg("strace"),
     }
+
+
+def _code_revision() -> str:
+    """Which code was measured: the checkout's commit (and whether it had changes), or what
+    AMDGPU_BENCH_REVISION says for a copy outside git."""
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    if done.returncode == 0 and done.stdout.strip():
+        return "commit " + done.stdout.strip()
+    return os.environ.get("AMDGPU_BENCH_REVISION", "not a git checkout")
 
 
 def _uvicorn_stack() -> str:
@@ -259,6 +269,11 @@ def _uvicorn_stack() -> str:
 
 
 NOTES = [
+    "Which /metrics formatter: render.py writes the metric table straight to text. prometheus-client's own "
+    "formatter (its objects built from the same rows, generate_latest) was measured in the render phase on the "
+    "same snapshot with the same bytes: it costs several times render.py and more than node_exporter's whole "
+    "scrape (the two render rows of the targets), so it cannot meet the scrape goal and is the tests' reference "
+    "only (tests/unit/test_render_format.py).",
     "The PyPI `rocm-smi-exporter` is not a peer here: it pins a pyrsmi release the registry no longer has, "
     "and with pyrsmi 0.2.0 it crashes at start on a missing function (as reported in issue 6; not re-run by the "
     "bench).",
