@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench import http_bench, poll_bench, report, rocmsmi, servers, trees
+from bench import http_bench, poll_bench, render_cost, report, rocmsmi, sampler_cost, servers, trees
 from bench.procstat import rss_bytes
 from bench.results import Results
 from exporter import __version__
@@ -29,6 +29,7 @@ REQUIRED_TOOLS = {
     "unshare": "util-linux",
 }
 HUNG_CARD = 1
+PHASES = ("daemon", "http", "render", "rocm-smi", "poll", "scaling", "hung", "soak")
 SLOW_EVERY = 10  # the daemon's defaults: --slow-interval 10s / --interval 1s
 POLL_INTERVAL = 1.0  # what servers.start_exporter passes as --interval
 
@@ -46,13 +47,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--soak-cycles", type=int, default=10_000, help="cycles for the RSS growth figure")
     parser.add_argument("--rocm-smi-runs", type=int, default=5)
     parser.add_argument("--fresh-scrapes", type=int, default=10, help="single scrapes, one poll interval apart")
+    parser.add_argument("--daemon-seconds", type=float, default=40.0, help="measured window per whole-daemon run")
+    parser.add_argument("--only", default="", help=f"comma-separated phases to run (default: all): {', '.join(PHASES)}")
     parser.add_argument("--quick", action="store_true", help="short runs for trying the bench out")
     parser.add_argument("--output", default=str(RESULTS_FILE), help="where to write the report ('' = nowhere)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (trees, logs, traces)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.cycles, args.soak_cycles, args.rocm_smi_runs, args.fresh_scrapes = 2.0, 60, 1000, 2, 4
-        args.rounds = 1
+        args.rounds, args.daemon_seconds = 1, 15.0
+    unknown = set(filter(None, args.only.split(","))) - set(PHASES)
+    if unknown:
+        parser.error(f"--only: unknown phase(s) {', '.join(sorted(unknown))}; known: {', '.join(PHASES)}")
     return args
 
 
@@ -152,6 +158,16 @@ class Bench:
             server, self.args.fresh_scrapes, POLL_INTERVAL + 0.1, scenario, http_bench.PROMETHEUS_HEADERS
         )
 
+    def daemon(self, sysfs: Path) -> None:
+        """The whole daemon's CPU at defaults with and without the sampler, its bare reads, node_exporter."""
+        figures, runs = sampler_cost.measure_on(sysfs, self.args.daemon_seconds, 5.0, self.args.rounds, self.work)
+        self.results.daemon_cpu = {k: v for k, v in figures.items() if k != "gcds"}
+        self.results.daemon_cpu_runs = runs
+
+    def render(self, sysfs: Path) -> None:
+        """One render of a snapshot as Prometheus asks for it: render.py against prometheus-client's formatter."""
+        self.results.render = render_cost.measure(sysfs)
+
     def rocm_smi(self, sysfs: Path) -> None:
         cost = rocmsmi.measure_rocm_smi(sysfs, runs=self.args.rocm_smi_runs)
         self.results.rocm_smi = cost
@@ -224,7 +240,7 @@ def versions() -> dict[str, str]:
         return first_line(["dpkg-query", "-W", "-f=${Version}", package])
 
     return {
-        "amdgpu-exporter": __version__,
+        "amdgpu-exporter": f"{__version__} ({_code_revision()})",
         "uvicorn": uvicorn.__version__ + " (" + _uvicorn_stack() + ")",
         "prometheus-node-exporter": dpkg("prometheus-node-exporter"),
         "rocm-smi": dpkg("rocm-smi"),
@@ -232,6 +248,16 @@ def versions() -> dict[str, str]:
         "wrk": dpkg("wrk"),
         "strace": dpkg("strace"),
     }
+
+
+def _code_revision() -> str:
+    """Which code was measured: the checkout's commit (and whether it had changes), or what
+    AMDGPU_BENCH_REVISION says for a copy outside git."""
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    if done.returncode == 0 and done.stdout.strip():
+        return "commit " + done.stdout.strip()
+    return os.environ.get("AMDGPU_BENCH_REVISION", "not a git checkout")
 
 
 def _uvicorn_stack() -> str:
@@ -243,6 +269,11 @@ def _uvicorn_stack() -> str:
 
 
 NOTES = [
+    "Which /metrics formatter: render.py writes the metric table straight to text. prometheus-client's own "
+    "formatter (its objects built from the same rows, generate_latest) was measured in the render phase on the "
+    "same snapshot with the same bytes: it costs several times render.py and more than node_exporter's whole "
+    "scrape (the two render rows of the targets), so it cannot meet the scrape goal and is the tests' reference "
+    "only (tests/unit/test_render_format.py).",
     "The PyPI `rocm-smi-exporter` is not a peer here: it pins a pyrsmi release the registry no longer has, "
     "and with pyrsmi 0.2.0 it crashes at start on a missing function (as reported in issue 6; not re-run by the "
     "bench).",
@@ -294,16 +325,27 @@ def main(argv: list[str] | None = None) -> int:
     say(f"work folder {work}")
     bench = Bench(args, work, results)
     try:
+        only = set(filter(None, args.only.split(","))) or set(PHASES)
         node = trees.write_tree(work / "node", args.fleet)
-        bench.phase("HTTP: amdgpu-exporter, bare ASGI, node_exporter", lambda: bench.http(node))
-        bench.phase("rocm-smi CLI samples", lambda: bench.rocm_smi(node))
-        bench.phase("poll cycles: strace and CPU against the raw-read floor", lambda: bench.poll(node))
-        scale = trees.write_tree(work / "scale", args.scale_fleet)
-        bench.phase("scaling", lambda: bench.scaling(scale))
-        hung = trees.write_tree(work / "hung", args.fleet)
-        bench.phase("one hung GCD", lambda: bench.hung(hung))
-        soak_tree = trees.write_tree(work / "soak", args.fleet)
-        bench.phase(f"soak: {args.soak_cycles:,} cycles", lambda: bench.soak(soak_tree))
+        if "daemon" in only:
+            bench.phase("the whole daemon at defaults, with and without the sampler", lambda: bench.daemon(node))
+        if "http" in only:
+            bench.phase("HTTP: amdgpu-exporter, bare ASGI, node_exporter", lambda: bench.http(node))
+        if "render" in only:
+            bench.phase("one render: render.py against prometheus-client's formatter", lambda: bench.render(node))
+        if "rocm-smi" in only:
+            bench.phase("rocm-smi CLI samples", lambda: bench.rocm_smi(node))
+        if "poll" in only:
+            bench.phase("poll cycles: strace and CPU against the raw-read floor", lambda: bench.poll(node))
+        if "scaling" in only:
+            scale = trees.write_tree(work / "scale", args.scale_fleet)
+            bench.phase("scaling", lambda: bench.scaling(scale))
+        if "hung" in only:
+            hung = trees.write_tree(work / "hung", args.fleet)
+            bench.phase("one hung GCD", lambda: bench.hung(hung))
+        if "soak" in only:
+            soak_tree = trees.write_tree(work / "soak", args.fleet)
+            bench.phase(f"soak: {args.soak_cycles:,} cycles", lambda: bench.soak(soak_tree))
     finally:
         if args.keep:
             say(f"kept {work}")

@@ -3,7 +3,7 @@
     python -m bench.fastcost [--fleet 8xMI250X] [--scale-fleet 32xMI250X] [--seconds 10] [--json FILE]
 
 Prints (and optionally writes as JSON):
-  1. one fast read (open, read, close of gpu_metrics + gpu_metrics/channels.py) against the raw
+  1. one fast read (open, read, close of gpu_metrics + gpu_metrics/sampler_fields.py) against the raw
      floor (the same open, read, close + one fixed-offset struct unpack): goal <= 2x;
   2. the fast sampler on the fleet's GCDs at 100 ms, as a share of one core: goal <= 2 %;
   3. the fast sampler at 64 GCDs: CPU per GCD against the fleet's (linear = 1.0);
@@ -62,7 +62,7 @@ def _best_cpu(run: Callable[[], None], repeats: int, rounds: int = 3) -> float:
 def child_read(args: argparse.Namespace) -> dict[str, Any]:
     from exporter.pipeline.sampler import read_gpu_metrics
     from exporter.sources.gpu_metrics import decode_gpu_metrics
-    from exporter.sources.gpu_metrics.channels import channel_values
+    from exporter.sources.gpu_metrics.sampler_fields import sampler_values
 
     paths = _gpu_metrics_paths(args.sysfs, args.limit)
 
@@ -77,7 +77,7 @@ def child_read(args: argparse.Namespace) -> dict[str, Any]:
 
     def fast() -> None:
         for path in paths:
-            channel_values(read_gpu_metrics(path))
+            sampler_values(read_gpu_metrics(path))
 
     def full_decode() -> None:
         for path in paths:
@@ -344,7 +344,7 @@ def results_markdown(report: dict[str, Any], table: list[str]) -> str:
         "",
         "How it is measured: each figure is time.process_time() of a child process (every thread), best",
         "of the rounds. One fast read: open, read, close of gpu_metrics plus the channels decoder",
-        "(gpu_metrics/channels.py), against the same open, read, close plus one fixed-offset struct",
+        "(gpu_metrics/sampler_fields.py), against the same open, read, close plus one fixed-offset struct",
         "unpack. The fast sampler: its",
         "own threads sampling every GCD every 100 ms for the run's seconds. The poll: Poller.poll_once()",
         "back to back ('hot' between slow refreshes, 'full' re-reading the slow files too), against a",

@@ -56,7 +56,7 @@ def hang(path: Path) -> None:
 
 
 def soak(cycles: int, work: Path, warm: int = 1000) -> list[str]:
-    from exporter.alerting.rulefile import default_rules
+    from exporter.alerting.rulefile import default_rule_file
     from exporter.cycle import Pipeline
     from exporter.pipeline.poller import Poller
     from exporter.simulator import Simulator
@@ -69,7 +69,7 @@ def soak(cycles: int, work: Path, warm: int = 1000) -> list[str]:
     hung = simulator.truth()[3].identity
     source = SysfsSource(root, slow_interval=0.05, read_timeout=0.05)
     poller = Poller(source, interval=0.001, read_timeout=0.05, discovery_interval=1e9)
-    pipeline = Pipeline(source_name="sysfs", source_reason="soak", rules=default_rules())
+    pipeline = Pipeline(source_name="sysfs", source_reason="soak", rules=default_rule_file().rules)
     poller.on_snapshot = pipeline.on_snapshot
     pid = os.getpid()
 

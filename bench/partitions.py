@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.poll_bench import run_child
-from exporter.alerting.rulefile import default_rules
+from exporter.alerting.rulefile import default_rule_file
 from exporter.cycle import Pipeline
 from exporter.log import configure_logging
 from exporter.pipeline.poller import Poller
@@ -48,7 +48,7 @@ def render_cost(sysfs: Path, renders: int) -> dict[str, Any]:
 
     async def run() -> dict[str, Any]:
         poller = Poller(SysfsSource(sysfs, slow_interval=1e9), interval=1.0, read_timeout=5.0, source_name="sysfs")
-        pipeline = Pipeline(source_name="sysfs", source_reason="bench", rules=default_rules())
+        pipeline = Pipeline(source_name="sysfs", source_reason="bench", rules=default_rule_file().rules)
         poller.discover()
         try:
             om_gzip = text = 0.0

@@ -146,7 +146,7 @@ async def trace(args: argparse.Namespace) -> dict[str, Any]:
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Poll, evaluate the rules and render (OpenMetrics, gzip), back to back: a daemon scraped every cycle."""
-    from exporter.alerting.rulefile import default_rules
+    from exporter.alerting.rulefile import default_rule_file
     from exporter.config import add_arguments, resolve
     from exporter.cycle import Pipeline
 
@@ -155,7 +155,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     settings = resolve(parser.parse_args([f"--path.sysfs={args.sysfs}", "--source=sysfs"]), environ={})
     source = SysfsSource(args.sysfs, slow_interval=settings.slow_interval)
     poller = Poller(source, interval=settings.interval, read_timeout=settings.read_timeout, source_name="sysfs")
-    pipeline = Pipeline(source_name="sysfs", source_reason="bench", rules=default_rules())
+    pipeline = Pipeline(source_name="sysfs", source_reason="bench", rules=default_rule_file().rules)
     poller.discover()
     pid = os.getpid()
     checkpoints: list[tuple[int, int]] = []

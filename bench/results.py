@@ -18,6 +18,9 @@ POLL_VS_FLOOR = 2.0
 LINEARITY_SLACK = 1.25  # per-GCD cost at the largest fleet <= this x per-GCD cost at the node's size
 OTHER_FILES_PER_GCD = 4.0  # "the few text files gpu_metrics cannot replace", per hot cycle
 RSS_STEADY = 60e6
+DAEMON_CPU_PER_SECOND = 10e-3  # the whole daemon at defaults, scraped every 15 s: 1 % of a core
+SAMPLER_VS_BARE = 2.0  # the sampler in place (daemon with it - without it) vs its bare reads
+FRESH_SCRAPE_VS_NODE_EXPORTER = 1.0  # CPU of one scrape of a new snapshot, OpenMetrics + gzip
 RSS_GROWTH = 1e6
 HUNG_P99 = 0.050
 TARGET_CONNECTIONS = 64
@@ -37,6 +40,11 @@ class Results:
     rss_daemon_idle: int | None = None
     rss_daemon_loaded: int | None = None
     daemon_idle_cpu_rate: float | None = None
+    # bench.sampler_cost's figures (CPU seconds per second, the least of the rounds): daemon_default,
+    # daemon_no_sampler, bare_loop, node_exporter; and every round's
+    daemon_cpu: dict[str, float] = field(default_factory=dict)
+    daemon_cpu_runs: dict[str, list[float]] = field(default_factory=dict)
+    render: dict[str, float] = field(default_factory=dict)  # bench.render_cost: ours, library (CPU s per render)
     rocm_smi: RocmSmiCost | None = None
     traces: dict[str, CycleTrace] = field(default_factory=dict)  # mode -> trace
     cycles: dict[str, dict[str, Any]] = field(default_factory=dict)  # mode -> bench.pollcost measure
@@ -107,6 +115,10 @@ class Results:
             "## Targets",
             "",
             self._targets(),
+            "",
+            "## The whole daemon at defaults, idle between scrapes",
+            "",
+            self._daemon_table(),
             "",
             "## /metrics under load (wrk, loopback)",
             "",
@@ -208,6 +220,53 @@ class Results:
                 f"<= {OTHER_FILES_PER_GCD:.0f}",
                 hot.other_files_per_gcd <= OTHER_FILES_PER_GCD,
             )
+        cpu = self.daemon_cpu
+        default = cpu.get("daemon_default")
+        add(
+            f"whole daemon CPU at defaults, {self.gcds} GCDs, scraped every 15 s",
+            "n/a" if default is None else f"{default * 1e3:.2f} ms/s",
+            f"<= {DAEMON_CPU_PER_SECOND * 1e3:.0f} ms/s",
+            None if default is None else default <= DAEMON_CPU_PER_SECOND,
+        )
+        sampler = self.sampler_in_place()
+        bare = cpu.get("bare_loop")
+        add(
+            "the sampler in place (daemon with it - without it) vs its bare reads",
+            "n/a"
+            if sampler is None or not bare
+            else f"{sampler * 1e3:.2f} vs {bare * 1e3:.2f} ms/s = {fmt.ratio(sampler / bare)}",
+            f"<= {SAMPLER_VS_BARE:.0f}x",
+            None if sampler is None or not bare else sampler / bare <= SAMPLER_VS_BARE,
+        )
+        ours, theirs = self.fresh_row("amdgpu-exporter", "healthy"), self.fresh_row("node-exporter", "healthy")
+        fresh_ratio = ours.cpu_per_scrape / theirs.cpu_per_scrape if ours and theirs and theirs.cpu_per_scrape else None
+        add(
+            "CPU of one fresh scrape (OpenMetrics, gzip) vs node_exporter's",
+            "n/a"
+            if fresh_ratio is None or ours is None or theirs is None
+            else " ".join(
+                (
+                    fmt.seconds(ours.cpu_per_scrape),
+                    "vs",
+                    fmt.seconds(theirs.cpu_per_scrape),
+                    "=",
+                    fmt.ratio(fresh_ratio),
+                )
+            ),
+            f"<= {FRESH_SCRAPE_VS_NODE_EXPORTER:.0f}x",
+            None if fresh_ratio is None else fresh_ratio <= FRESH_SCRAPE_VS_NODE_EXPORTER,
+        )
+        theirs_cpu = theirs.cpu_per_scrape if theirs else None
+        for what, key in (("render.py", "ours"), ("prometheus-client's formatter", "library")):
+            render = self.render.get(key)
+            add(
+                f"one render of a snapshot (OpenMetrics, gzip), {what}, vs node_exporter's whole scrape",
+                "n/a"
+                if render is None or not theirs_cpu
+                else f"{fmt.seconds(render)} vs {fmt.seconds(theirs_cpu)} = {fmt.ratio(render / theirs_cpu)}",
+                f"<= {FRESH_SCRAPE_VS_NODE_EXPORTER:.0f}x",
+                None if render is None or not theirs_cpu else render <= theirs_cpu * FRESH_SCRAPE_VS_NODE_EXPORTER,
+            )
         add(
             "daemon RSS, steady under load",
             fmt.megabytes(self.rss_daemon_loaded),
@@ -237,6 +296,33 @@ class Results:
                 None if hung is None else hung.wrk.p99_seconds < HUNG_P99 and hung.wrk.errors == 0,
             )
         return fmt.markdown_table(["target", "measured", "goal", "met"], rows)
+
+    def sampler_in_place(self) -> float | None:
+        """CPU seconds per second the sampler adds to the daemon: with it at its default minus without it."""
+        cpu = self.daemon_cpu
+        if "daemon_default" not in cpu or "daemon_no_sampler" not in cpu:
+            return None
+        return cpu["daemon_default"] - cpu["daemon_no_sampler"]
+
+    def _daemon_table(self) -> str:
+        cpu = self.daemon_cpu
+        if not cpu:
+            return "not measured"
+        labels = {
+            "daemon_default": "daemon at defaults (--fast.interval 100ms), scraped every 15 s",
+            "daemon_no_sampler": "daemon with --fast.interval 0, scraped every 15 s",
+            "bare_loop": "bare loop: the sampler's opens, reads, unpacks every 100 ms, nothing else",
+            "node_exporter": "prometheus-node-exporter (drm, hwmon), scraped every 15 s",
+        }
+        rows = [
+            [label, f"{cpu[key] * 1e3:.2f}", ", ".join(f"{v * 1e3:.2f}" for v in self.daemon_cpu_runs.get(key, []))]
+            for key, label in labels.items()
+            if key in cpu
+        ]
+        sampler = self.sampler_in_place()
+        if sampler is not None:
+            rows.append(["the sampler in place (the difference)", f"{sampler * 1e3:.2f}", ""])
+        return fmt.markdown_table(["CPU ms per second (/proc)", "least", "every run"], rows, right=[False, True, True])
 
     def _soak_growth(self) -> float | None:
         if not self.soak or len(self.soak["rss"]) < 2:

@@ -42,7 +42,7 @@ RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS-sampler.md"
 
 def bare_loop(sysfs: str, interval: float) -> None:
     """The floor: the sampler's reads and nothing else, on its schedule, until killed."""
-    from exporter.sources.gpu_metrics.channels import channel_values
+    from exporter.sources.gpu_metrics.sampler_fields import sampler_values
 
     drm = Path(sysfs) / "class" / "drm"
     cards = [p for p in drm.iterdir() if p.name.startswith("card") and p.name[4:].isdigit()]
@@ -52,7 +52,7 @@ def bare_loop(sysfs: str, interval: float) -> None:
         for path in paths:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                channel_values(os.read(fd, 65536))
+                sampler_values(os.read(fd, 65536))
             finally:
                 os.close(fd)
         next_tick += interval
@@ -114,21 +114,26 @@ def measure_bare(sysfs: Path, seconds: float, settle: float) -> float:
 
 
 def measure(fleet: str, seconds: float, settle: float, rounds: int) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Each figure the least of `rounds` runs (interleaved): the run least disturbed by the machine's other work."""
+    """measure_on a tree of `fleet` written for the run (on tmpfs where there is one)."""
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="sampler-cost-", dir=shm) as tmp:
-        sysfs = write_tree(Path(tmp), fleet)
-        gcds = sum(1 for p in (sysfs / "class" / "drm").iterdir() if p.name[4:].isdigit() and p.name.startswith("card"))
-        logs = Path(tmp)
-        runs: dict[str, list[float]] = {"daemon_default": [], "daemon_no_sampler": [], "bare_loop": []}
-        for _ in range(rounds):
-            runs["daemon_default"].append(measure_server(start_daemon(sysfs, logs, "100ms"), seconds, settle))
-            runs["daemon_no_sampler"].append(measure_server(start_daemon(sysfs, logs, "0"), seconds, settle))
-            runs["bare_loop"].append(measure_bare(sysfs, seconds, settle))
-        figures = {name: min(values) for name, values in runs.items()}
-        figures["node_exporter"] = measure_server(start_node_exporter(sysfs, logs), seconds, settle)
-        figures["gcds"] = gcds
-        return figures, runs
+        return measure_on(write_tree(Path(tmp), fleet), seconds, settle, rounds, Path(tmp))
+
+
+def measure_on(
+    sysfs: Path, seconds: float, settle: float, rounds: int, logs: Path
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each figure the least of `rounds` runs (interleaved): the run least disturbed by the machine's other work."""
+    gcds = sum(1 for p in (sysfs / "class" / "drm").iterdir() if p.name[4:].isdigit() and p.name.startswith("card"))
+    runs: dict[str, list[float]] = {"daemon_default": [], "daemon_no_sampler": [], "bare_loop": [], "node_exporter": []}
+    for _ in range(rounds):
+        runs["daemon_default"].append(measure_server(start_daemon(sysfs, logs, "100ms"), seconds, settle))
+        runs["daemon_no_sampler"].append(measure_server(start_daemon(sysfs, logs, "0"), seconds, settle))
+        runs["bare_loop"].append(measure_bare(sysfs, seconds, settle))
+        runs["node_exporter"].append(measure_server(start_node_exporter(sysfs, logs), seconds, settle))
+    figures: dict[str, float] = {name: min(values) for name, values in runs.items()}
+    figures["gcds"] = gcds
+    return figures, runs
 
 
 def report(fleet: str, seconds: float, r: dict[str, float], runs: dict[str, list[float]]) -> list[str]:

@@ -38,7 +38,7 @@ from exporter.model import (
 )
 from exporter.pipeline.enrich import enrich
 from exporter.pipeline.process import read_process_stats
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 from exporter.pipeline.sampler import Sampler
 
 if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
@@ -73,9 +73,9 @@ class Pipeline:
         pusher: AlertmanagerPusher | None = None,
         host: HostInfo | None = None,
         attribution: Callable[[], AttributionInputs] | None = None,
-        fast: Sampler | None = None,
+        sampler: Sampler | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
-        health: Health | None = None,
+        readiness: Readiness | None = None,
         clock_tool: str = "rocm-smi",
         exposition: ExpositionOptions = DEFAULTS,
         reloads: Callable[[], Mapping[tuple[str, str], int]] | None = None,
@@ -92,9 +92,9 @@ class Pipeline:
         self.clock_tool = clock_tool  # what clock-down commands are written for (alerting/clockdown.py)
         self.pusher = pusher  # where evaluated alerts go after each cycle; never blocks
         self.attribution = attribution  # the attribution sources' latest reports; must never block
-        self.fast = fast
+        self.sampler = sampler  # the sub-second gpu_metrics sampler (--fast.interval); None: off
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
-        self.health = health if health is not None else Health()
+        self.readiness = readiness if readiness is not None else Readiness()
         self.accounting = accounting  # per-job accounting (exporter/accounting/), after the verdict
         self.state = PublishedState(
             source=source_name, source_reason=source_reason, rules=self.rules, health_thresholds=self.health_thresholds
@@ -104,21 +104,21 @@ class Pipeline:
         self._poll_durations = Histogram()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        self.health.progress()
-        if self.fast is not None:
-            # The join of the two samplers: the fast one follows the devices the poller knows (same
+        self.readiness.progress()
+        if self.sampler is not None:
+            # The join of the poller and the sampler: the sampler follows the devices the poller knows (same
             # gpu numbers), and its windows as of this cycle travel on with the cycle's snapshot.
-            self.fast.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
-            snapshot = dataclasses.replace(snapshot, windows=self.fast.windows(now=snapshot.monotonic_at))
+            self.sampler.track((d.gpu, d.identity) for d in snapshot.devices if d.down_reason != "gone")
+            snapshot = dataclasses.replace(snapshot, windows=self.sampler.windows(now=snapshot.monotonic_at))
         snapshot = enrich(snapshot, self.attribution() if self.attribution is not None else None)
         try:
             alerts, transitions = evaluate(self.rules, self._alerts, snapshot, self.clock_tool)
         except Exception as error:  # a bug in a rule: keep the last alerts, count it, fail readiness
-            if self.health.failed("rules", f"{type(error).__name__}: {error}"):
+            if self.readiness.failed("rules", f"{type(error).__name__}: {error}"):
                 log.exception("stage_failed", stage="rules")
             alerts, transitions = self._alerts, ()
         else:
-            if self.health.ok("rules"):
+            if self.readiness.ok("rules"):
                 log.info("stage_recovered", stage="rules")
         self._alerts = alerts
         verdict = self._evaluate_health(snapshot)
@@ -140,10 +140,10 @@ class Pipeline:
             self.pusher.update(snapshot, alerts)
             pusher_stats = self.pusher.stats
             if pusher_stats.sender_failing:
-                self.health.failed("alertmanager", "an Alertmanager sender died (restarted)")
-            elif self.health.ok("alertmanager"):
+                self.readiness.failed("alertmanager", "an Alertmanager sender died (restarted)")
+            elif self.readiness.ok("alertmanager"):
                 log.info("stage_recovered", stage="alertmanager")
-        failures = self.health.failures
+        failures = self.readiness.failures
         if pusher_stats is not None and pusher_stats.sender_failures:
             failures["alertmanager"] = pusher_stats.sender_failures  # the pusher counts its own deaths
         stats = ExporterStats(
@@ -154,7 +154,7 @@ class Pipeline:
             process=read_process_stats(),
             host=self.host,
             stage_failures=frozen_map(failures),
-            failing_stages=tuple(sorted(self.health.failing)),
+            failing_stages=tuple(sorted(self.readiness.failing)),
             web=self.web_stats() if self.web_stats is not None else None,
             reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
         )
@@ -179,10 +179,10 @@ class Pipeline:
         try:
             ledger = self.accounting.on_cycle(snapshot, verdict)
         except Exception as error:
-            if self.health.failed("accounting", f"{type(error).__name__}: {error}"):
+            if self.readiness.failed("accounting", f"{type(error).__name__}: {error}"):
                 log.exception("stage_failed", stage="accounting")
             return self.accounting.ledger
-        if self.health.ok("accounting"):
+        if self.readiness.ok("accounting"):
             log.info("stage_recovered", stage="accounting")
         return ledger
 
@@ -192,10 +192,10 @@ class Pipeline:
         try:
             verdict = evaluate_health(previous, snapshot, self.health_thresholds, self.node)
         except Exception as error:
-            if self.health.failed("health", f"{type(error).__name__}: {error}"):
+            if self.readiness.failed("health", f"{type(error).__name__}: {error}"):
                 log.exception("stage_failed", stage="health")
             return previous if previous is not None else HealthVerdict(taken_at=snapshot.taken_at, node=self.node)
-        if self.health.ok("health"):
+        if self.readiness.ok("health"):
             log.info("stage_recovered", stage="health")
         _log_changes(previous, verdict)
         self._verdict = verdict

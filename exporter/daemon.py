@@ -33,7 +33,7 @@ from exporter.exposition.selection import ExpositionOptions, read_fields
 from exporter.log import configure_logging, get_logger
 from exporter.model import DeviceIdentity, HostInfo
 from exporter.pipeline.poller import Poller
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 from exporter.pipeline.sampler import Sampler
 from exporter.sources.base import Source, StartupError
 from exporter.sources.select import select_source
@@ -125,7 +125,7 @@ async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | 
     return info
 
 
-def fast_sampler(settings: Settings) -> Sampler | None:
+def sampler_of(settings: Settings) -> Sampler | None:
     """The sub-second gpu_metrics sampler behind the windows and the waveform API; None when turned off."""
     if not settings.fast_interval:
         return None
@@ -305,10 +305,10 @@ async def serve(settings: Settings) -> None:
         log.info("source_selected", source=source_name, reason=reason, devices=device_count, **details)
         log.debug("settings", **{name: origin for name, origin in settings.origins.items() if origin != "default"})
         pusher = alertmanager_pusher(settings, port, rules)
-        fast = fast_sampler(settings)
-        if fast is not None:
-            stack.callback(fast.stop)
-            fast.start()
+        sampler = sampler_of(settings)
+        if sampler is not None:
+            stack.callback(sampler.stop)
+            sampler.start()
         clock_tool = find_tool(
             settings.alerting_clock_tool,
             asics=[identity.asic for identity in devices],
@@ -324,7 +324,7 @@ async def serve(settings: Settings) -> None:
             stack.callback(accounting.close)
         http_stats = HttpStats()
         reload_counts: Counter[tuple[str, str]] = Counter()
-        health = Health(interval=settings.interval, read_timeout=settings.read_timeout)
+        readiness = Readiness(interval=settings.interval, read_timeout=settings.read_timeout)
         pipeline = Pipeline(
             source_name=source_name,
             source_reason=reason,
@@ -333,8 +333,8 @@ async def serve(settings: Settings) -> None:
             host=host_info,
             web_stats=(lambda: webconfig_reload.web_stats(http_stats, reloader)) if reloader is not None else None,
             attribution=attribution.inputs if attribution.enabled else None,
-            health=health,
-            fast=fast,
+            readiness=readiness,
+            sampler=sampler,
             clock_tool=clock_tool,
             exposition=exposition,
             reloads=lambda: reload_counts,
@@ -343,11 +343,15 @@ async def serve(settings: Settings) -> None:
             accounting=accounting,
         )
         poller.on_snapshot = pipeline.on_snapshot
-        waveform = WaveformSource(gpus=fast.gpus_sampled, max_seconds=fast.window, read=fast.waveform) if fast else None
+        waveform = (
+            WaveformSource(gpus=sampler.gpus_sampled, max_seconds=sampler.window, read=sampler.waveform)
+            if sampler
+            else None
+        )
         app = create_app(
             lambda: pipeline.state,
             settings.web_telemetry_path,
-            health,
+            readiness,
             waveform=waveform,
             refresh_seconds=max(settings.interval, 0.5),
             node=node_name(settings),

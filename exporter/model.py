@@ -337,8 +337,8 @@ class SourceStats:
 
 
 POLL_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-# Fast cycles: a healthy cycle of 16 GCDs is ~0.1-1 ms; the top buckets catch slow devices.
-FAST_CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+# Sampler cycles: a healthy cycle of 16 GCDs is ~0.1-1 ms; the top buckets catch slow devices.
+SAMPLER_CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,17 +377,17 @@ class DeviceWindow:
     """
 
     gpu: int
-    samples: int  # fast samples inside the window
+    samples: int  # sampler samples inside the window
     stats: Mapping[tuple[str, str], WindowStat] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
-class FastStats:
-    """The fast sampler's own counters, copied out when a window snapshot is taken."""
+class SamplerStats:
+    """The sampler's own counters, copied out when a window snapshot is taken."""
 
     samples: Mapping[int, int] = field(default_factory=frozen_map)  # gpu -> samples since start
     read_errors: Mapping[tuple[int, str], int] = field(default_factory=frozen_map)  # (gpu, reason) -> count
-    cycle_durations: Histogram = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1))
+    cycle_durations: Histogram = Histogram(SAMPLER_CYCLE_BUCKETS, (0,) * (len(SAMPLER_CYCLE_BUCKETS) + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +398,7 @@ class WindowSnapshot:
     window_seconds: float
     interval_seconds: float
     devices: tuple[DeviceWindow, ...] = ()
-    stats: FastStats = FastStats()
+    stats: SamplerStats = SamplerStats()
 
 
 # --- who is on each device (attribution): what its sources report and what the enrich stage adds ---
@@ -531,7 +531,7 @@ class Attribution:
 class Snapshot:
     """Immutable result of one poll cycle: what alerting, exposition and the API all read.
 
-    `windows` is the fast sampler's window snapshot taken when the cycle was published (None with
+    `windows` is the sampler's window snapshot taken when the cycle was published (None with
     --fast.interval=0): the pipeline joins it to the poll's snapshot before any later stage runs.
     """
 
@@ -561,7 +561,7 @@ class AlertmanagerStats:
 
 @dataclass(frozen=True, slots=True)
 class ProcessStats:
-    """The exporter process itself, read once per cycle (prometheus-client's ProcessCollector, Linux /proc)."""
+    """The exporter process itself, read once per cycle from Linux /proc (pipeline/process.py)."""
 
     values: Mapping[str, float] = field(default_factory=frozen_map)  # process_* sample name -> value
 

@@ -82,7 +82,7 @@ def published_node(fleet: str, seed: int = 1) -> Published:
             source_name=name,
             source_reason=reason,
             rules=rules_of(settings),
-            fast=fast,
+            sampler=fast,
             attribution=lambda: attribution_inputs(devices),
         )
 

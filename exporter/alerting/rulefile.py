@@ -62,11 +62,6 @@ def default_rule_file() -> RuleFile:
     return parse_rule_file(_shipped_text(), DEFAULT_RULES_RESOURCE, base=_GENERIC)
 
 
-def default_rules() -> tuple[Rule, ...]:
-    """The shipped rule set."""
-    return default_rule_file().rules
-
-
 def default_health() -> HealthThresholds:
     """The shipped health thresholds."""
     return default_rule_file().health
@@ -93,11 +88,6 @@ def load_rule_file(path: Path) -> RuleFile:
 
 def load_rules(path: Path) -> tuple[Rule, ...]:
     return load_rule_file(path).rules
-
-
-def parse_rules(text: str, source: str = "rules.yaml") -> tuple[Rule, ...]:
-    """Pure: YAML text -> rules. `source` is the file name used in error messages."""
-    return parse_rule_file(text, source).rules
 
 
 def parse_rule_file(text: str, source: str = "rules.yaml", base: HealthThresholds | None = None) -> RuleFile:

@@ -22,11 +22,11 @@ from exporter.model import (
     STAGES,
     Allocation,
     DeviceState,
-    FastStats,
     Histogram,
     HostInfo,
     Published,
     Sample,
+    SamplerStats,
     WebStats,
 )
 
@@ -92,7 +92,7 @@ class MetricSpec:
 def _series(pairs: Pairs) -> Iterator[LabelledValue]:
     for key, value in pairs:
         if value is not None:
-            yield (tuple(str(part) for part in key) if isinstance(key, tuple) else (str(key),)), float(value)
+            yield (tuple(map(str, key)) if isinstance(key, tuple) else (str(key),)), float(value)
 
 
 def _cycle(get: Callable[[Published], Pairs]) -> Values:
@@ -343,7 +343,7 @@ def _process(name: str, help_text: str, kind: Kind = "gauge") -> MetricSpec:
 
 def _fast_cycle_durations(published: Published) -> Histogram:
     windows = published.snapshot.windows
-    return windows.stats.cycle_durations if windows is not None else FastStats().cycle_durations
+    return windows.stats.cycle_durations if windows is not None else SamplerStats().cycle_durations
 
 
 def _histogram(name: str, help_text: str, get: Callable[[Published], Histogram]) -> MetricSpec:
@@ -1004,14 +1004,7 @@ METRICS: tuple[MetricSpec, ...] = (
             ("what", "result"),
             kind="counter",
         ),
-        # The HTTP layer (exporter/web), only with --web.config.file.
-        _web(
-            "amdgpu_exporter_web_config_reloads",
-            "Reloads of --web.config.file after a change, by result (failure: the last good one was kept).",
-            lambda web: [("failure", web.config_reload_failures), ("success", web.config_reload_successes)],
-            ("result",),
-            kind="counter",
-        ),
+        # The HTTP layer (exporter/web), only with --web.config.file (its reloads: amdgpu_exporter_reloads above).
         _web(
             "amdgpu_exporter_web_config_last_reload_successful",
             "1 if the web configuration on disk is the one in effect, 0 after an invalid edit.",

@@ -72,9 +72,7 @@ class CounterState:
     """Per-device continuity state: (field, key) -> last raw value and wrap offset."""
 
     tracks: dict[tuple[str, Any], _Track] = field(default_factory=dict)
-    last_timestamp: float | None = None
-    wraps: int = 0
-    resets: int = 0
+    last_read_at: float | None = None  # time.monotonic() of the previous sample's cycle
     # mapping field -> its values at the last step, while no key of it carries a wrap offset: an
     # unchanged mapping (ECC counts between slow refreshes, the common case) then needs no step at all
     settled: dict[str, dict[Any, Any]] = field(default_factory=dict)
@@ -82,10 +80,15 @@ class CounterState:
     widths_for: DeviceIdentity | None = None
 
 
-def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sample) -> Sample:
-    """The sample with every counter made continuous against the previous ones of this device."""
-    dt = sample.timestamp - state.last_timestamp if state.last_timestamp is not None else None
-    state.last_timestamp = sample.timestamp
+def continue_counters(state: CounterState, identity: DeviceIdentity, sample: Sample, read_at: float) -> Sample:
+    """The sample with every counter made continuous against the previous ones of this device.
+
+    `read_at` is time.monotonic() of the cycle that read it: the elapsed time that bounds a wrap is
+    a duration, so a step of the wall clock (NTP) can neither make a reset look like a wrap nor the
+    reverse.
+    """
+    dt = read_at - state.last_read_at if state.last_read_at is not None else None
+    state.last_read_at = read_at
     changes: dict[str, Any] = {}
     if state.widths_for is not identity:  # widths depend on the identity only (its gpu_metrics version)
         state.widths = {name: rule.width for name, rule in COUNTERS.items()}
@@ -135,10 +138,8 @@ def _step(
     if raw < track.raw:
         if width is not None and _is_wrap(track.raw, raw, width, rule, dt):
             track.offset += width
-            state.wraps += 1
         else:
             track.offset = 0
-            state.resets += 1
     track.raw = raw
     # The raw value itself while no wrap is carried: continue_counters then keeps the sample as it is.
     return raw + track.offset if track.offset else raw

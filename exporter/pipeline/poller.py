@@ -194,11 +194,12 @@ class Poller:
                             timeout=self.read_timeout,
                         )
                 else:
-                    self._record_result(tracked, outcome)
+                    self._record_result(tracked, outcome, started)
         self._cycle += 1
         return self._snapshot(time.monotonic() - started)
 
-    def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException) -> None:
+    def _record_result(self, tracked: TrackedDevice, outcome: Sample | BaseException, read_at: float) -> None:
+        """One device's read of the cycle that started at `read_at` (time.monotonic())."""
         if isinstance(outcome, Sample):
             if outcome.file_errors:
                 _add_counts(tracked.file_errors, outcome.file_errors)
@@ -211,7 +212,7 @@ class Poller:
             was_down = not tracked.up and tracked.sample is not None
             if tracked.counters is None:
                 tracked.counters = CounterState()
-            tracked.sample = continue_counters(tracked.counters, tracked.identity, outcome)
+            tracked.sample = continue_counters(tracked.counters, tracked.identity, outcome, read_at)
             tracked.up = True
             tracked.down_reason = ""
             tracked.vanishing = ""

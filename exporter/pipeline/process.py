@@ -1,21 +1,48 @@
 """The exporter's own process (CPU, memory, file descriptors), as data for the cycle's Published.
 
-prometheus-client's ProcessCollector reads /proc/self; its samples are copied into an immutable
-ProcessStats once per cycle, so the process_* families are rendered through the same metric table
-as every other family (exposition/metrics.py) and describe the same moment as the rest of a scrape.
-The systemd unit's MemoryMax can be watched against process_resident_memory_bytes.
+Read from /proc/self once per cycle, as prometheus-client's ProcessCollector reads it (the same
+sample names and values), into an immutable ProcessStats, so the process_* families are rendered
+through the same metric table as every other family (exposition/metrics.py) and describe the same
+moment as the rest of a scrape. The systemd unit's MemoryMax can be watched against
+process_resident_memory_bytes. No /proc (not Linux): no values, and the families are left out.
 """
 
 from __future__ import annotations
 
-from prometheus_client import ProcessCollector
+import functools
+import os
+import resource
 
 from exporter.model import ProcessStats, frozen_map
 
-_COLLECTOR = ProcessCollector(registry=None)
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = resource.getpagesize()
+
+
+@functools.cache
+def _boot_time() -> float:
+    """btime of /proc/stat: the unix time the kernel booted (constant for the process's life)."""
+    with open("/proc/stat", "rb") as stat:
+        for line in stat:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError("no btime in /proc/stat")
 
 
 def read_process_stats() -> ProcessStats:
-    """process_* sample name -> value; empty when /proc is not there (the collector then yields nothing)."""
-    values = {sample.name: float(sample.value) for family in _COLLECTOR.collect() for sample in family.samples}
+    """process_* sample name -> value; empty when /proc is not there."""
+    values: dict[str, float] = {}
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            parts = stat.read().rsplit(b")", 1)[-1].split()
+        values["process_virtual_memory_bytes"] = float(parts[20])
+        values["process_resident_memory_bytes"] = float(parts[21]) * _PAGE
+        values["process_start_time_seconds"] = float(parts[19]) / _TICKS + _boot_time()
+        values["process_cpu_seconds_total"] = (float(parts[11]) + float(parts[12])) / _TICKS
+        values["process_open_fds"] = float(len(os.listdir("/proc/self/fd")))
+    except OSError:
+        return ProcessStats(frozen_map(values))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # what /proc/self/limits shows as Max open files
+    if soft != resource.RLIM_INFINITY:
+        values["process_max_fds"] = float(soft)
     return ProcessStats(frozen_map(values))

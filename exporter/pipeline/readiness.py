@@ -22,8 +22,12 @@ from exporter.alerting.verdict import unreadable
 from exporter.model import Published
 
 
-class Health:
-    """Stage failures and the poll loop's heartbeat; written by the stages, read by the web routes."""
+class Readiness:
+    """Stage failures and the poll loop's heartbeat; written by the stages, read by the web routes.
+
+    Every age here is a duration on the monotonic clock (Snapshot.monotonic_at, time.monotonic()):
+    a step of the wall clock (NTP, an operator's `date -s`) changes neither answer.
+    """
 
     def __init__(self, interval: float = 1.0, read_timeout: float = 2.0) -> None:
         self.stale_after = max(3 * interval, interval + read_timeout)
@@ -60,9 +64,10 @@ class Health:
             return dict(self._failing)
 
     def readiness(self, published: Published | None, now: float | None = None) -> tuple[bool, str]:
+        """(ready, why); `now` is time.monotonic() (default: now)."""
         if published is None:
             return False, "waiting for the first poll cycle"
-        age = (time.time() if now is None else now) - published.snapshot.taken_at
+        age = (time.monotonic() if now is None else now) - published.snapshot.monotonic_at
         if age > self.stale_after:
             return False, f"the newest snapshot is {age:.1f} s old (more than {self.stale_after:g} s)"
         failing = self.failing
@@ -76,6 +81,7 @@ class Health:
         return True, "ready"
 
     def liveness(self, now: float | None = None) -> tuple[bool, str]:
+        """(alive, why); `now` is time.monotonic() (default: now)."""
         idle = (time.monotonic() if now is None else now) - self.last_progress
         if idle > self.stuck_after:
             return False, f"the poll loop has made no progress for {idle:.1f} s (more than {self.stuck_after:g} s)"

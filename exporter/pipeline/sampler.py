@@ -3,7 +3,7 @@
 Why a second loop beside the poller: a 1 s poll read by a 15 s scrape shows one value per 15 s,
 so a 300 ms spike or a job busy half of each step is invisible. gpu_metrics alone carries the
 temperatures, power, busy and clocks, in one read (one SMU round trip), so this loop reads only
-that file and decodes only those fields (sources/gpu_metrics/channels.py), into a bounded ring per device that
+that file and decodes only those fields (sources/gpu_metrics/sampler_fields.py), into a bounded ring per device that
 the windows and the waveform API read.
 
 One thread reads every device in turn, never on the event loop: a healthy read costs microseconds,
@@ -27,15 +27,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model import DeviceIdentity, DeviceWindow, FastStats, WindowSnapshot, frozen_map
+from exporter.model import DeviceIdentity, DeviceWindow, SamplerStats, WindowSnapshot, frozen_map
 from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import GpuMetricsError
-from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
+from exporter.sources.gpu_metrics.sampler_fields import SAMPLER_FIELD_INDEX, SAMPLER_FIELDS, sampler_values
 from exporter.sources.identity import measures_package_power
 from exporter.threads import DaemonPool
 
-_POWER = CHANNEL_INDEX[("power", "socket")]
-_ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
+_POWER = SAMPLER_FIELD_INDEX[("power", "socket")]
+_ENERGY = SAMPLER_FIELD_INDEX[("acc", "energy_joules")]
 
 
 def read_gpu_metrics(path: str) -> bytes:
@@ -76,7 +76,7 @@ class Sampler:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0 or window <= 0 or read_timeout <= 0:
-            raise ValueError("fast interval, window and read timeout must be positive")
+            raise ValueError("sampler interval, window and read timeout must be positive")
         self.interval = interval
         self.window = window
         self.read_timeout = read_timeout
@@ -101,7 +101,7 @@ class Sampler:
         self._running: concurrent.futures.Future[None] | None = None
         self._reading: _Device | None = None  # the device the current loop is reading
         self._stop = threading.Event()
-        self._cycle_durations = FastStats().cycle_durations  # empty, over the fast cycle buckets
+        self._cycle_durations = SamplerStats().cycle_durations  # empty, over the sampler cycle buckets
         self.cycles = 0
 
     # -- which devices -----------------------------------------------------------------------
@@ -215,7 +215,7 @@ class Sampler:
     def _read_device(self, device: _Device) -> None:
         try:
             blob = self._read(device.path)
-            values = channel_values(blob)
+            values = sampler_values(blob)
         except GpuMetricsError:
             device.errors["unreadable_table"] = device.errors.get("unreadable_table", 0) + 1
             return
@@ -224,9 +224,7 @@ class Sampler:
             device.errors[reason] = device.errors.get(reason, 0) + 1
             return
         if device.mask_power:
-            masked = list(values)
-            masked[_POWER] = masked[_ENERGY] = math.nan
-            values = tuple(masked)
+            values[_POWER] = values[_ENERGY] = math.nan
         device.ring.append(self._clock(), values)
         device.samples += 1
 
@@ -244,7 +242,7 @@ class Sampler:
             if since is not None and monotonic - since >= self.read_timeout:
                 continue  # hung: its window would show the values from before it hung as current
             windows.append(window_stats(device.gpu, device.ring.view(now - self.window), now, self.window))
-        stats = FastStats(
+        stats = SamplerStats(
             samples=frozen_map({d.gpu: d.samples for d in devices}),
             read_errors=frozen_map({(d.gpu, reason): n for d in devices for reason, n in dict(d.errors).items()}),
             cycle_durations=durations,
@@ -262,9 +260,9 @@ class Sampler:
         view = device.ring.view(now - seconds)
         first = next((i for i, t in enumerate(view.times) if t >= now - seconds), len(view.times))
         columns: dict[str, dict[str, list[float | None]]] = {"temperature": {}, "power": {}, "busy": {}}
-        for index, (family, key) in enumerate(CHANNELS):
+        for index, (family, key) in enumerate(SAMPLER_FIELDS):
             if family in columns:
-                values = view.channel(index, first)
+                values = view.column(index, first)
                 if any(v == v for v in values):
                     columns[family][key] = [v if v == v else None for v in values]
         return {

@@ -1,10 +1,10 @@
-"""Sliding windows over the fast samples: a bounded ring per device, and min / max / mean of it.
+"""Sliding windows over the sampler's samples: a bounded ring per device, and min / max / mean of it.
 
-The ring is the one mutable piece (one writer: the device's fast read; readers copy it under its
+The ring is the one mutable piece (one writer: the sampler's read of the device; readers copy it under its
 lock). Everything computed from it is an immutable value: a RingView copied out of the ring,
 then window_stats() over the view, a pure function (whose stats are computed from the copy when
 first read, so what nobody reads costs nothing). Memory per device is fixed at construction:
-(1 + len(CHANNELS)) x 8 bytes per slot, slots = window / fast interval + 2.
+(1 + len(SAMPLER_FIELDS)) x 8 bytes per slot, slots = window / sampler interval (--fast.interval) + 2.
 
 Means: where the firmware keeps an accumulator the mean is the accumulator's change over the
 device's own clock (system_clock_counter) across the window, which is exact whatever the sampling
@@ -16,32 +16,37 @@ samples, which are taken at a fixed interval. min / max are over the samples in 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import operator
 import threading
 from array import array
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import ItemsView, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from exporter.model import DeviceWindow, WindowStat
-from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS
+from exporter.sources.gpu_metrics.sampler_fields import SAMPLER_FIELD_INDEX, SAMPLER_FIELDS
 
-WIDTH = len(CHANNELS)
-SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per channel
+WIDTH = len(SAMPLER_FIELDS)
+SLOT_BYTES = 8 * (1 + WIDTH)  # one float64 timestamp plus one float64 per sampler field
 _NAN = math.nan
 _U32 = float(1 << 32)
 
-# The families exported as windows; "acc" channels only feed the exact means.
+# The families exported as windows; "acc" fields only feed the exact means.
 WINDOW_FAMILIES = ("temperature", "power", "busy", "clock")
-_WINDOW_CHANNELS = {channel: i for i, channel in enumerate(CHANNELS) if channel[0] in WINDOW_FAMILIES}
-_ENERGY = CHANNEL_INDEX[("acc", "energy_joules")]
-_CLOCK = CHANNEL_INDEX[("acc", "clock_seconds")]
-# channel -> (accumulator channel, how it wraps, what one accumulated unit per second is worth)
+_WINDOW_FIELDS = {sampled: i for i, sampled in enumerate(SAMPLER_FIELDS) if sampled[0] in WINDOW_FAMILIES}
+_ENERGY = SAMPLER_FIELD_INDEX[("acc", "energy_joules")]
+_CLOCK = SAMPLER_FIELD_INDEX[("acc", "clock_seconds")]
+# field -> (its accumulator's field, how it wraps, what one accumulated unit per second is worth)
 _EXACT_MEANS: dict[int, tuple[int, float | None, float]] = {
-    CHANNEL_INDEX[("power", "socket")]: (_ENERGY, None, 1.0),  # J / s = W; u64 ticks never wrap
-    CHANNEL_INDEX[("busy", "gfx")]: (CHANNEL_INDEX[("acc", "gfx_activity")], _U32, 0.01),  # %·s / s -> ratio
-    CHANNEL_INDEX[("busy", "memory")]: (CHANNEL_INDEX[("acc", "mem_activity")], _U32, 0.01),
+    SAMPLER_FIELD_INDEX[("power", "socket")]: (_ENERGY, None, 1.0),  # J / s = W; u64 ticks never wrap
+    SAMPLER_FIELD_INDEX[("busy", "gfx")]: (
+        SAMPLER_FIELD_INDEX[("acc", "gfx_activity")],
+        _U32,
+        0.01,
+    ),  # %·s / s -> ratio
+    SAMPLER_FIELD_INDEX[("busy", "memory")]: (SAMPLER_FIELD_INDEX[("acc", "mem_activity")], _U32, 0.01),
 }
 
 
@@ -54,15 +59,15 @@ def ring_slots(window_seconds: float, interval_seconds: float) -> int:
 class RingView:
     """The samples of one ring, oldest first, copied out of it: times (unix s) and rows of WIDTH floats."""
 
-    times: tuple[float, ...] = ()
-    rows: array = field(default_factory=lambda: array("d"))  # len(times) x WIDTH, row-major
+    times: array = dataclasses.field(default_factory=lambda: array("d"))
+    rows: array = dataclasses.field(default_factory=lambda: array("d"))  # len(times) x WIDTH, row-major
 
-    def channel(self, index: int, first: int = 0) -> list[float]:
+    def column(self, index: int, first: int = 0) -> list[float]:
         return self.rows[first * WIDTH + index :: WIDTH].tolist()
 
 
 class SampleRing:
-    """A fixed-size ring of fast samples for one device (one writer at a time, readers copy)."""
+    """A fixed-size ring of the sampler's samples of one device (one writer at a time, readers copy)."""
 
     def __init__(self, slots: int) -> None:
         if slots < 2:
@@ -82,28 +87,40 @@ class SampleRing:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, timestamp: float, values: tuple[float, ...] | array) -> None:
+    def append(self, timestamp: float, values: Sequence[float]) -> None:
+        """One sample: WIDTH floats (an array('d') is stored as it is, anything else converted)."""
         row = self._next
+        if not isinstance(values, array):
+            values = array("d", values)
         with self._lock:
             self._times[row] = timestamp
-            self._rows[row * WIDTH : (row + 1) * WIDTH] = array("d", values)
-            self._next = (row + 1) % self.slots
-            self._count = min(self._count + 1, self.slots)
+            self._rows[row * WIDTH : (row + 1) * WIDTH] = values
+            self._next = row + 1 if row + 1 < self.slots else 0
+            if self._count < self.slots:
+                self._count += 1
 
     def view(self, since: float = -math.inf) -> RingView:
-        """The samples taken at or after `since`, plus the newest one before it (oldest first)."""
+        """The samples taken at or after `since`, plus the newest one before it (oldest first).
+
+        Copies only those (a window is about all of the ring, the timestamps are one small copy more).
+        """
         with self._lock:
             count, end = self._count, self._next
             start = (end - count) % self.slots
-            if start + count <= self.slots:
-                times = self._times[start : start + count]
-                rows = self._rows[start * WIDTH : (start + count) * WIDTH]
+            head = self.slots - start  # slots from start to the end of the storage
+            times = (
+                self._times[start : start + count]
+                if count <= head
+                else self._times[start:] + self._times[: count - head]
+            )
+            first = max(0, bisect.bisect_right(times, since) - 1)
+            begin, count = (start + first) % self.slots, count - first
+            head = self.slots - begin
+            if count <= head:
+                rows = self._rows[begin * WIDTH : (begin + count) * WIDTH]
             else:
-                head = self.slots - start
-                times = self._times[start:] + self._times[: count - head]
-                rows = self._rows[start * WIDTH :] + self._rows[: (count - head) * WIDTH]
-        first = max(0, bisect.bisect_right(times, since) - 1)
-        return RingView(tuple(times[first:]), rows[first * WIDTH :])
+                rows = self._rows[begin * WIDTH :] + self._rows[: (count - head) * WIDTH]
+        return RingView(times[first:] if first else times, rows)
 
 
 def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> DeviceWindow:
@@ -113,40 +130,55 @@ def window_stats(gpu: int, view: RingView, now: float, seconds: float) -> Device
 
 
 class WindowStats(Mapping[tuple[str, str], WindowStat]):
-    """(family, key) -> one channel's stat over a view's samples from `first` on, for every channel supplied.
+    """(family, key) -> one field's stat over a view's samples from `first` on, for every field supplied.
 
-    Each is computed from the copied view when first read, then kept: a cycle's rules read one channel
-    of a device, a scrape (every 15 s or more) all 16, and all of them every cycle cost as much as the reads.
-    No lock: entries are only ever added, and two threads reading a channel first both compute the same value.
+    A field read by key (a rule reads one field of a device every cycle) is computed from the
+    copied view when first read, then kept; iterating (a scrape renders every supplied field, every
+    15 s or more) computes every field once and keeps the list. No lock: entries are only ever
+    added, and two threads computing a field first both compute the same value.
     """
 
-    __slots__ = ("_computed", "_first", "_view")
+    __slots__ = ("_all", "_computed", "_first", "_view")
 
     def __init__(self, view: RingView, first: int) -> None:
         self._view, self._first = view, first
         self._computed: dict[tuple[str, str], WindowStat | None] = {}
+        self._all: tuple[tuple[tuple[str, str], WindowStat], ...] | None = None
 
-    def __getitem__(self, channel: tuple[str, str]) -> WindowStat:
-        if channel not in self._computed:
-            self._computed[channel] = _channel_stat(self._view, _WINDOW_CHANNELS[channel], self._first)
-        stat = self._computed[channel]
+    def _stat(self, sampled: tuple[str, str]) -> WindowStat | None:
+        if sampled not in self._computed:
+            self._computed[sampled] = _field_stat(self._view, _WINDOW_FIELDS[sampled], self._first)
+        return self._computed[sampled]
+
+    def __getitem__(self, sampled: tuple[str, str]) -> WindowStat:
+        stat = self._stat(sampled) if sampled in _WINDOW_FIELDS else None
         if stat is None:
-            raise KeyError(channel)
+            raise KeyError(sampled)
         return stat
 
+    def supplied(self) -> tuple[tuple[tuple[str, str], WindowStat], ...]:
+        """(field, stat) of every field supplied, in SAMPLER_FIELDS order."""
+        if self._all is None:
+            found = ((sampled, self._stat(sampled)) for sampled in _WINDOW_FIELDS)
+            self._all = tuple((sampled, stat) for sampled, stat in found if stat is not None)
+        return self._all
+
+    def items(self) -> ItemsView[tuple[str, str], WindowStat]:
+        return dict(self.supplied()).items()
+
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        return (channel for channel in _WINDOW_CHANNELS if channel in self)
+        return (sampled for sampled, _ in self.supplied())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.supplied())
 
     def __repr__(self) -> str:
-        return f"WindowStats({dict(self)!r})"
+        return f"WindowStats({dict(self.supplied())!r})"
 
 
-def _channel_stat(view: RingView, index: int, first: int) -> WindowStat | None:
-    """min / max / mean of one channel over the view's samples from `first` on; None: none supplied it."""
-    values = view.channel(index, first)
+def _field_stat(view: RingView, index: int, first: int) -> WindowStat | None:
+    """min / max / mean of one field over the view's samples from `first` on; None: none supplied it."""
+    values = view.column(index, first)
     total = math.fsum(values)
     if total != total:  # NaN: some samples lack the value; the others still count
         values = [v for v in values if v == v]
@@ -159,12 +191,12 @@ def _channel_stat(view: RingView, index: int, first: int) -> WindowStat | None:
 
 
 def _exact_mean(view: RingView, index: int) -> float | None:
-    """The mean of a channel from its accumulator: Δaccumulator / Δdevice clock over the view."""
+    """The mean of a field from its accumulator: Δaccumulator / Δdevice clock over the view."""
     spec = _EXACT_MEANS.get(index)
     if spec is None:
         return None
     accumulator, wrap, factor = spec
-    accumulators, clocks = view.channel(accumulator), view.channel(_CLOCK)
+    accumulators, clocks = view.column(accumulator), view.column(_CLOCK)
     sums = list(map(operator.add, accumulators, clocks))  # NaN where either is missing
     carried = list(itertools.compress(range(len(sums)), map(operator.eq, sums, sums)))
     if len(carried) < 2:

@@ -370,11 +370,6 @@ class BadPageCount:
             self.pending += 1
 
 
-def count_bad_pages(text: str | bytes) -> int:
-    """The retired (R) pages of ras/gpu_vram_bad_pages (parse_bad_pages)."""
-    return parse_bad_pages(text).retired
-
-
 # ---- PCIe AER counters (drivers/pci/pcie/aer.c) -----------------------------------------------------
 
 _AER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)[ \t]+([0-9]+)")

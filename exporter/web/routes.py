@@ -33,7 +33,7 @@ from exporter.exposition.views import (
 )
 from exporter.log import get_logger
 from exporter.model import Published
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 from exporter.threads import DaemonPool
 from exporter.web.jobs import add_job_routes
 from exporter.web.status_page import render_status_page
@@ -97,11 +97,11 @@ def wants_gzip(accept_encoding: bytes) -> bool:
 class MetricsEndpoint:
     """ASGI middleware answering GET <telemetry path> from the cycle's RenderedMetrics (rendered on first ask)."""
 
-    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str, health: Health) -> None:
+    def __init__(self, app: Any, state_ref: Callable[[], PublishedState], path: str, readiness: Readiness) -> None:
         self.app = app
         self.state_ref = state_ref
         self.path = path
-        self.health = health
+        self.readiness = readiness
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,11 +132,11 @@ class MetricsEndpoint:
                 else:
                     body = await rendering
             except Exception as error:  # a rendering bug: a 500 and a failing readiness, never stale bytes
-                if self.health.failed("render", f"{type(error).__name__}: {error}"):
+                if self.readiness.failed("render", f"{type(error).__name__}: {error}"):
                     log.exception("stage_failed", stage="render")
                 await send_response(send, 500, b"rendering /metrics failed\n")
                 return
-            if self.health.ok("render"):
+            if self.readiness.ok("render"):
                 log.info("stage_recovered", stage="render")
         extra = [(b"content-encoding", b"gzip")] if gzip_ok else []
         extra.append((b"vary", b"Accept, Accept-Encoding"))
@@ -182,7 +182,7 @@ async def send_response(
 def create_app(
     state_ref: Callable[[], PublishedState],
     telemetry_path: str = "/metrics",
-    health: Health | None = None,
+    readiness: Readiness | None = None,
     waveform: WaveformSource | None = None,
     refresh_seconds: float = 1.0,
     node: str | None = None,
@@ -191,8 +191,8 @@ def create_app(
     # No /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
     # API to anyone); unknown paths and methods get a bare status line, no detail.
     app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-    # Without a poll loop's Health (tests, tools), only "no cycle yet" makes it unready.
-    checks = health if health is not None else Health(interval=math.inf)
+    # Without a poll loop's Readiness (tests, tools), only "no cycle yet" makes it unready.
+    checks = readiness if readiness is not None else Readiness(interval=math.inf)
     shown_node = node if node is not None else socket.gethostname()
 
     @app.exception_handler(StarletteHTTPException)

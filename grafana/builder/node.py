@@ -973,7 +973,7 @@ def host_and_http_row() -> Row:
                 (
                     Query(f"amdgpu_exporter_web_config_last_reload_successful{{{NODE_ALL_GPUS}}}", "in effect"),
                     Query(
-                        per_step("increase", "amdgpu_exporter_web_config_reloads_total", NODE_ALL_GPUS),
+                        per_step("increase", "amdgpu_exporter_reloads_total", f'what="web_config",{NODE_ALL_GPUS}'),
                         "reloads {{result}}",
                     ),
                 ),

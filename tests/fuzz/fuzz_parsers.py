@@ -34,7 +34,6 @@ TEXT_PARSERS = (
     tf.parse_link_speed,
     tf.parse_link_width,
     tf.parse_ras_err_count,
-    tf.count_bad_pages,
     tf.parse_fw_version,
     tf.parse_unique_id,
     tf.parse_hex_id,

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from exporter import config
-from exporter.alerting.rulefile import parse_rules
+from exporter.alerting.rulefile import parse_rule_file
 from exporter.alerting.rules import Rule
 from exporter.cycle import Pipeline
 from exporter.exposition.selection import EVERYTHING, ExpositionOptions
@@ -100,7 +100,7 @@ def _wait_for_pcie_bandwidth(source: object, timeout: float = 10.0) -> None:
 def golden_rules() -> tuple[Rule, ...]:
     shipped = resources.files("exporter.alerting").joinpath("default_rules.yaml").read_text(encoding="utf-8")
     assert shipped.count("    for: 60s\n") == 1, "the shipped rules changed: adapt golden_rules()"
-    return parse_rules(shipped.replace("    for: 60s\n", f"    for: {FOR_SECONDS:g}s\n"), "golden")
+    return parse_rule_file(shipped.replace("    for: 60s\n", f"    for: {FOR_SECONDS:g}s\n"), "golden").rules
 
 
 async def _poll(poller: Poller, simulator: Simulator, pipeline: Pipeline) -> None:

@@ -54,7 +54,7 @@ import httpx
 import pytest
 
 from exporter.alerting.alertmanager import alert_labels
-from exporter.alerting.rulefile import default_rules, load_rules
+from exporter.alerting.rulefile import default_rule_file, load_rules
 from exporter.alerting.rules import Rule
 from exporter.model import AlertState, DeviceIdentity, DeviceState
 from tests.harness import free_port, wait_until
@@ -274,7 +274,7 @@ def report(path: str, run: Run, page: Any, for_seconds: float, route: str) -> fl
 
 
 def test_the_stack_runs_the_shipped_rules_with_only_the_for_durations_shortened(run: Run) -> None:
-    shipped = default_rules()[0]
+    shipped = default_rule_file().rules[0]
     assert run.daemon_rule.alert == shipped.alert and run.daemon_rule.threshold == shipped.threshold
     assert shipped.clock_down is not None
     # The same 5 % step every 60 s; the restore advice's hold defaults to `for`, so it is shortened too.
@@ -577,7 +577,7 @@ def via_prometheus(alertname: str, node: str, severity: str, gpu: int | None = N
 
 def pushed(rule: str, node: str, severity: str, gpu: int) -> dict[str, Any]:
     """What the daemon's pusher sends for this rule on this GPU of this node (its own label function)."""
-    (shipped,) = [r for r in default_rules() if r.alert == rule]
+    (shipped,) = [r for r in default_rule_file().rules if r.alert == rule]
     state = AlertState(gpu=gpu, alert=rule, severity=severity, firing=True, since=0.0)
     pci_bus_id = f"0000:{0xC1 + gpu:02x}:00.0"
     identity = DeviceIdentity(pci_bus_id=pci_bus_id, card=f"card{gpu}", device_dir="", serial=f"SN{gpu}")

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from exporter.alerting.alertmanager import AlertmanagerPusher, alerts_endpoint
-from exporter.alerting.rulefile import default_rules
+from exporter.alerting.rulefile import default_rule_file
 from exporter.alerting.state import evaluate
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
 from tests.realtools import free_port, require_tool
@@ -160,7 +160,7 @@ class Node:
     """Drives the real rules over a two-GCD node, the way the poll loop does."""
 
     def __init__(self) -> None:
-        self.rules = default_rules()
+        self.rules = default_rule_file().rules
         self.states: tuple[AlertState, ...] = ()
 
     def cycle(self, at: float, junctions: tuple[float, float]) -> tuple[Snapshot, tuple[AlertState, ...]]:

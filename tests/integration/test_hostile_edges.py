@@ -42,7 +42,9 @@ def wait_for(condition: Callable[[], bool], what: str, daemon: Daemon) -> None:
 def reload_failures(client: httpx.Client, base: str) -> float:
     text = client.get(f"{base}/metrics", headers={"authorization": basic("prom", PASSWORD).decode()}).text
     return sum(
-        v for labels, v in series(text, "amdgpu_exporter_web_config_reloads_total") if labels["result"] == "failure"
+        v
+        for labels, v in series(text, "amdgpu_exporter_reloads_total")
+        if labels["what"] == "web_config" and labels["result"] == "failure"
     )
 
 

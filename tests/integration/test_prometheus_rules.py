@@ -691,7 +691,6 @@ def test_contract_names_are_the_exporters_metric_table() -> None:
     assert contract_families <= set(all_metric_names())
     missing = set(all_metric_names()) - contract_families
     web_only = {  # the HTTP layer's own families (only with --web.config.file), not in the alert contract
-        "amdgpu_exporter_web_config_reloads_total",
         "amdgpu_exporter_web_config_last_reload_successful",
         "amdgpu_exporter_http_rejections_total",
         "amdgpu_exporter_http_connections",

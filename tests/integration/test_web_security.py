@@ -295,7 +295,11 @@ def test_config_edited_while_running(tmp_path: Path, password_hash: str) -> None
             """(reloads by result, last reload successful, last poll time) as /metrics shows them."""
             _code, status, body = curl("-u", "grafana:new-one", url)
             assert status == "200"  # the last good configuration stays in effect
-            counts = {labels["result"]: v for labels, v in series(body, "amdgpu_exporter_web_config_reloads_total")}
+            counts = {
+                labels["result"]: v
+                for labels, v in series(body, "amdgpu_exporter_reloads_total")
+                if labels["what"] == "web_config"
+            }
             last_ok = series(body, "amdgpu_exporter_web_config_last_reload_successful")[0][1]
             return counts, last_ok, series(body, "amdgpu_exporter_last_poll_timestamp_seconds")[0][1]
 

@@ -16,7 +16,7 @@ from exporter.alerting.alertmanager import (
     alerts_endpoint,
     rfc3339,
 )
-from exporter.alerting.rulefile import default_rules
+from exporter.alerting.rulefile import default_rule_file
 from exporter.model import AlertmanagerStats, AlertState, DeviceIdentity, DeviceState, Snapshot, frozen_map
 
 
@@ -69,7 +69,7 @@ def test_urls_are_checked_and_normalised() -> None:
 
 
 def test_labels_carry_identity_and_drop_empty_values() -> None:
-    (rule,) = default_rules()
+    (rule,) = default_rule_file().rules
     workload = {"pod": "train-0", "namespace": "ml", "container": "", "gpu": "7"}
     labels = alert_labels(
         alert(1, True, 0.0), gcd(1, serial=""), node="gpu-node-1", instance="pod:9442", rule=rule, workload=workload

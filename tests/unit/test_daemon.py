@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter import config
-from exporter.alerting.rulefile import default_rules
+from exporter.alerting.rulefile import default_rule_file
 from exporter.cycle import Pipeline
 from exporter.daemon import alertmanager_pusher, discover_at_start, open_listener
 from exporter.model import AlertmanagerStats, AlertState, Published, Snapshot, SourceStats
@@ -75,7 +75,9 @@ class RecordingPusher:
 
 def test_each_cycle_publishes_one_immutable_result_and_hands_alerts_on() -> None:
     pusher = RecordingPusher()
-    pipeline = Pipeline(source_name="rocm-smi", source_reason="auto: ok", rules=default_rules(), pusher=pusher)
+    pipeline = Pipeline(
+        source_name="rocm-smi", source_reason="auto: ok", rules=default_rule_file().rules, pusher=pusher
+    )
     assert pipeline.state.published is None and pipeline.state.metrics is None
     hot = Snapshot(
         taken_at=100.0,
@@ -119,8 +121,8 @@ def test_start_up_discovery_with_no_gpu_says_how_to_try_the_demo(tmp_path: Path)
 
 
 def test_the_pusher_exists_only_with_an_alertmanager_url_and_checks_it() -> None:
-    assert alertmanager_pusher(settings(), 9442, default_rules()) is None
-    pusher = alertmanager_pusher(settings("--alertmanager.url=http://am:9093"), 9442, default_rules())
+    assert alertmanager_pusher(settings(), 9442, default_rule_file().rules) is None
+    pusher = alertmanager_pusher(settings("--alertmanager.url=http://am:9093"), 9442, default_rule_file().rules)
     assert pusher is not None and pusher.endpoints == ("http://am:9093/api/v2/alerts",)
     # A bad URL is refused when the settings are resolved, before discovery, once.
     with pytest.raises(config.ConfigError, match=r"^--alertmanager\.url: 'am:9093' is not an http:// or https:// URL"):
@@ -128,14 +130,14 @@ def test_the_pusher_exists_only_with_an_alertmanager_url_and_checks_it() -> None
 
 
 def test_the_fast_sampler_follows_its_flags_and_the_pipeline_joins_its_windows(tmp_path: Path) -> None:
-    from exporter.daemon import fast_sampler
-    from tests.unit.test_fast_sampler import make_devices
+    from exporter.daemon import sampler_of
+    from tests.unit.test_sampler import make_devices
 
-    assert fast_sampler(settings("--fast.interval=0")) is None
-    fast = fast_sampler(settings("--fast.interval=50ms", "--window=2s"))
+    assert sampler_of(settings("--fast.interval=0")) is None
+    fast = sampler_of(settings("--fast.interval=50ms", "--window=2s"))
     assert fast is not None and (fast.interval, fast.window) == (0.05, 2.0)
     (gpu, identity), *_ = make_devices(tmp_path, 1)
-    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), fast=fast)
+    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rule_file().rules, sampler=fast)
     state = device()
     state = type(state)(identity=identity, gpu=gpu, sample=state.sample, up=True)
     pipeline.on_snapshot(Snapshot(taken_at=1000.0, devices=(state,)))  # the sampler learns the device
@@ -162,7 +164,9 @@ def test_sighup_reloads_are_counted_by_what_failed_and_reach_metrics(tmp_path: P
     config.add_arguments(parser)
     settings = config.resolve(parser.parse_args([f"--config.file={config_file}", "--demo"]), {})
     counts: Counter[tuple[str, str]] = Counter()
-    pipeline = Pipeline(source_name="sysfs", source_reason="test", rules=default_rules(), reloads=lambda: counts)
+    pipeline = Pipeline(
+        source_name="sysfs", source_reason="test", rules=default_rule_file().rules, reloads=lambda: counts
+    )
     reloader = Reloader(settings, pipeline, counts)
     reloader.reload()  # both good
     config_file.write_text(f"rules.file: {rules}\ninterval: soon\n")

@@ -206,10 +206,10 @@ def test_a_published_snapshot_renders_its_own_values_later() -> None:
 
 
 def test_window_families_pcie_link_max_and_fast_counters() -> None:
-    from exporter.model import FAST_CYCLE_BUCKETS, DeviceWindow, FastStats, Histogram, WindowSnapshot, WindowStat
+    from exporter.model import SAMPLER_CYCLE_BUCKETS, DeviceWindow, Histogram, SamplerStats, WindowSnapshot, WindowStat
 
     published = _snapshot()
-    durations = Histogram(FAST_CYCLE_BUCKETS, (0,) * (len(FAST_CYCLE_BUCKETS) + 1)).observe(0.0004).observe(0.03)
+    durations = Histogram(SAMPLER_CYCLE_BUCKETS, (0,) * (len(SAMPLER_CYCLE_BUCKETS) + 1)).observe(0.0004).observe(0.03)
     windows = WindowSnapshot(
         monotonic_at=1001.0,
         window_seconds=15.0,
@@ -228,7 +228,7 @@ def test_window_families_pcie_link_max_and_fast_counters() -> None:
                 ),
             ),
         ),
-        stats=FastStats(
+        stats=SamplerStats(
             samples=frozen_map({0: 1234, 1: 1200}),
             read_errors=frozen_map({(1, "timeout"): 1}),
             cycle_durations=durations,

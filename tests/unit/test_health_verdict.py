@@ -12,7 +12,7 @@ import pytest
 from exporter.alerting.rulefile import RulesConfigError, default_health, default_rule_file, parse_rule_file
 from exporter.alerting.verdict import CHECKS, HealthThresholds, evaluate_health
 from exporter.model import CperRecord, DeviceIdentity, DeviceState, HealthVerdict, Published, Sample, Snapshot
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 
 T0 = 1_800_000_000.0  # unix seconds of the first cycle
 IDENTITY = DeviceIdentity(
@@ -223,7 +223,7 @@ def test_an_unreadable_gpu_is_never_fit_and_readyz_names_it() -> None:
     assert set(found) == {"device_down", "ecc_uncorrectable"}  # the other evidence stays while unread
     assert found["device_down"].since == T0 + 20 and "cannot be read (timeout)" in found["device_down"].reason
     published = Published(snapshot=Snapshot(taken_at=T0 + 20), health=verdict)
-    ready, why = Health(interval=1e9).readiness(published, now=T0 + 20)
+    ready, why = Readiness(interval=1e9).readiness(published, now=T0 + 20)
     assert ready and why.startswith("ready; not fit, cannot be read: gpu 0: the device cannot be read (timeout)")
     # never read at all: still not fit
     assert not Clock().step(0, device(None, up=False, reason="identify_timeout")).fit

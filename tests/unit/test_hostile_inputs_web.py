@@ -11,7 +11,7 @@ from exporter.attribution.slurm import parse_state_file
 from exporter.attribution.text import clean_labels, clean_text
 from exporter.cycle import PublishedState
 from exporter.exposition.selection import MAX_PATTERNS, MAX_PROBLEMS_SHOWN, Selection
-from exporter.pipeline.readiness import Health
+from exporter.pipeline.readiness import Readiness
 from exporter.web.routes import create_app, json_bytes
 from tests.unit.test_exposition import _snapshot
 
@@ -30,9 +30,9 @@ class BrokenRender:
 
 
 def test_post_metrics_is_refused_before_rendering_and_leaves_readiness_alone() -> None:
-    health = Health(interval=math.inf)
+    readiness = Readiness(interval=math.inf)
     state = PublishedState(source="sysfs", published=_snapshot(), metrics=BrokenRender())  # type: ignore[arg-type]
-    client = TestClient(create_app(lambda: state, "/metrics", health))
+    client = TestClient(create_app(lambda: state, "/metrics", readiness))
     for method in ("POST", "PUT", "DELETE"):
         response = client.request(method, "/metrics", content=b"x" * 1000)
         assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"

@@ -93,7 +93,7 @@ def test_the_lint_and_type_tools_are_pinned_exactly_in_pyproject() -> None:
 
 
 def test_prometheus_client_has_an_upper_bound() -> None:
-    """textformat.py relies on the library's internals: the range must end below an untested release."""
+    """/metrics is held to the library's bytes (test_render_format.py): the range ends below an untested release."""
     (requirement,) = [r for r in _declared("runtime") if canonicalize_name(r.name) == "prometheus-client"]
     assert any(s.operator == "<" for s in requirement.specifier), requirement
 

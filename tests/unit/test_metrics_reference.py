@@ -34,7 +34,6 @@ ONLY_WITH_COLLECTOR_XCC = {
 }
 # ... nor the HTTP layer's own, only with --web.config.file (tested in test_web_security).
 ONLY_WITH_WEB_CONFIG = {
-    "amdgpu_exporter_web_config_reloads_total": "counter",
     "amdgpu_exporter_web_config_last_reload_successful": "gauge",
     "amdgpu_exporter_http_rejections_total": "counter",
     "amdgpu_exporter_http_connections": "gauge",

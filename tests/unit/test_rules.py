@@ -14,9 +14,9 @@ from exporter.alerting.rulefile import (
     MAX_FILE_BYTES,
     MAX_RULES,
     RulesConfigError,
-    default_rules,
+    default_rule_file,
     load_rules,
-    parse_rules,
+    parse_rule_file,
 )
 from exporter.alerting.rules import ASICS, ClockDown, Rule
 from exporter.alerting.state import Transition, evaluate, rocm_smi_indices
@@ -73,7 +73,7 @@ class Run:
     """Feeds snapshots through evaluate() the way the poller does, keeping the states."""
 
     def __init__(self, rules: tuple[Rule, ...] | None = None) -> None:
-        self.rules = rules if rules is not None else default_rules()
+        self.rules = rules if rules is not None else default_rule_file().rules
         self.states: tuple[AlertState, ...] = ()
         self.transitions: list[Transition] = []
 
@@ -104,7 +104,7 @@ class Run:
 
 
 def test_default_rule_is_the_thermal_clock_down_rule() -> None:
-    (rule,) = default_rules()
+    (rule,) = default_rule_file().rules
     assert (rule.metric, rule.key, rule.comparison) == ("temperature_celsius", "junction", ">")
     assert (rule.threshold, rule.clear_threshold) == (85.0, 80.0)
     assert rule.for_seconds == 60.0
@@ -181,9 +181,9 @@ def test_pending_that_clears_goes_back_to_inactive_silently() -> None:
 
 
 def test_zero_for_fires_on_the_first_breach() -> None:
-    rules = parse_rules(
+    rules = parse_rule_file(
         'rules:\n  - {alert: Hot, metric: temperature_celsius, sensor: junction, comparison: ">", threshold: 85}\n'
-    )
+    ).rules
     run = Run(rules)
     run.junction(0, 80.0)
     (firing,) = run.junction(1, 90.0)
@@ -411,7 +411,7 @@ def test_command_uses_rocm_smi_card_order_not_pci_order() -> None:
 
 
 def test_below_comparison_and_other_metrics() -> None:
-    rules = parse_rules(
+    rules = parse_rule_file(
         """
 rules:
   - alert: GpuIdle
@@ -430,7 +430,7 @@ rules:
     threshold: 0.95
     severity: critical
 """
-    )
+    ).rules
     run = Run(rules)
 
     def dev(busy: float, used: float) -> DeviceState:
@@ -490,7 +490,7 @@ readings = st.lists(
 def test_any_temperature_sequence_keeps_the_ratio_within_the_floor(
     readings: list[tuple[float, float | None]], floor: float, step: float
 ) -> None:
-    (default,) = default_rules()
+    (default,) = default_rule_file().rules
     assert default.clock_down is not None
     action = dataclasses.replace(default.clock_down, floor_ratio=floor, step_ratio=step)
     rule = dataclasses.replace(default, clock_down=action)
@@ -627,12 +627,12 @@ def test_empty_or_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_an_empty_rule_list_is_allowed() -> None:
-    assert parse_rules("rules: []\n") == ()
+    assert parse_rule_file("rules: []\n").rules == ()
 
 
 def _for(value: str) -> float:
     text = f"rules:\n  - alert: A\n    metric: power_watts\n    comparison: '>'\n    threshold: 1\n    for: {value}\n"
-    (rule,) = parse_rules(text)
+    (rule,) = parse_rule_file(text).rules
     return rule.for_seconds
 
 
@@ -656,7 +656,7 @@ def test_format_duration() -> None:
 
 
 def test_a_floor_of_70_percent_stops_the_steps_at_1190_mhz() -> None:
-    (default,) = default_rules()
+    (default,) = default_rule_file().rules
     assert default.clock_down is not None
     rule = dataclasses.replace(default, clock_down=dataclasses.replace(default.clock_down, floor_ratio=0.7))
     run = Run((rule,))
@@ -678,16 +678,16 @@ def many_rules(count: int) -> str:
 
 
 def test_the_rule_count_is_capped_with_the_line_of_the_first_rule_too_many() -> None:
-    assert len(parse_rules(many_rules(MAX_RULES))) == MAX_RULES
+    assert len(parse_rule_file(many_rules(MAX_RULES)).rules) == MAX_RULES
     with pytest.raises(RulesConfigError) as error:
-        parse_rules(many_rules(MAX_RULES + 1), "big.yaml")
+        parse_rule_file(many_rules(MAX_RULES + 1), "big.yaml")
     assert str(error.value).startswith(
         f"big.yaml line {MAX_RULES + 2}: more than {MAX_RULES} rules: at most {MAX_RULES}"
     )
     # Counted as rules: the items of the top-level list, whatever they hold (block style, nested actions).
     block = GOOD + "    action: {type: clock_down}\n    asic_overrides: {aldebaran: {threshold: 90}}\n"
     items = [block.removeprefix("rules:\n").replace("alert: Hot", f"alert: Hot{n}") for n in range(MAX_RULES)]
-    assert len(parse_rules("rules:\n" + "".join(items))) == MAX_RULES
+    assert len(parse_rule_file("rules:\n" + "".join(items)).rules) == MAX_RULES
 
 
 def test_a_file_over_the_size_cap_is_refused_before_parsing(tmp_path: Path) -> None:
@@ -709,13 +709,13 @@ def test_a_file_over_the_size_cap_is_refused_before_parsing(tmp_path: Path) -> N
 def test_templates_that_could_fill_megabytes_are_refused(template: str, fragment: str) -> None:
     text = f"{GOOD}    summary: '{template}'\n"
     with pytest.raises(RulesConfigError) as error:
-        parse_rules(text, "t.yaml")
+        parse_rule_file(text, "t.yaml")
     assert str(error.value).startswith("t.yaml line 10: 'summary'") and fragment in str(error.value)
 
 
 def test_evaluation_skips_quiet_states_and_reads_each_watched_value_once() -> None:
     # Junction above n °C for n = 0..999: at 60 °C the first 60 rules fire at once, the rest stay quiet.
-    rules = parse_rules(many_rules(MAX_RULES).replace("power_watts", "temperature_celsius, sensor: junction"))
+    rules = parse_rule_file(many_rules(MAX_RULES).replace("power_watts", "temperature_celsius, sensor: junction")).rules
     devices = [device(gpu, junction=60.0) for gpu in range(8)]
     states, _ = evaluate(rules, (), snap(0, *devices))
     quiet = [s for s in states if not s.firing]
@@ -733,9 +733,9 @@ GOOD = "\n".join(GOOD_RULE) + "\n"
 
 
 def test_asic_overrides_change_the_values_for_that_asic_only() -> None:
-    (rule,) = parse_rules(
+    (rule,) = parse_rule_file(
         GOOD + "    action: {type: clock_down}\n    asic_overrides:\n      aqua_vanjaram: {threshold: 90}\n"
-    )
+    ).rules
     mi300 = rule.for_asic("aqua_vanjaram")
     assert (mi300.threshold, mi300.clear_threshold, mi300.for_seconds) == (90.0, 85.0, 60.0)  # width kept
     assert rule.for_asic("aldebaran") is rule and rule.for_asic("") is rule
@@ -749,7 +749,7 @@ def test_asic_overrides_change_the_values_for_that_asic_only() -> None:
 
 
 def test_an_asic_override_of_for_or_severity_alone_keeps_the_thresholds() -> None:
-    (rule,) = parse_rules(GOOD + "    asic_overrides:\n      aldebaran: {for: 5m, severity: critical}\n")
+    (rule,) = parse_rule_file(GOOD + "    asic_overrides:\n      aldebaran: {for: 5m, severity: critical}\n").rules
     mi250 = rule.for_asic("aldebaran")
     assert (mi250.threshold, mi250.clear_threshold) == (rule.threshold, rule.clear_threshold)
     assert (mi250.for_seconds, mi250.severity) == (300.0, "critical")
@@ -770,7 +770,7 @@ def test_an_asic_override_of_for_or_severity_alone_keeps_the_thresholds() -> Non
 )
 def test_bad_asic_overrides_name_their_line(overrides: str, line: int, fragment: str) -> None:
     with pytest.raises(RulesConfigError) as error:
-        parse_rules(GOOD + "    asic_overrides:\n" + overrides, "o.yaml")
+        parse_rule_file(GOOD + "    asic_overrides:\n" + overrides, "o.yaml")
     assert str(error.value).startswith(f"o.yaml line {line}: ") and fragment in str(error.value)
 
 
@@ -793,7 +793,7 @@ def windowed(at: float, latest: float, window_max: float | None, gpu: int = 0) -
 
 
 def test_the_default_rule_reads_the_window_max() -> None:
-    (rule,) = default_rules()
+    (rule,) = default_rule_file().rules
     assert rule.window == "max"
 
 
@@ -824,7 +824,7 @@ def test_the_window_clears_only_once_a_whole_window_stays_below_80() -> None:
 
 
 def test_a_rule_without_window_reads_the_latest_sample() -> None:
-    (rule,) = default_rules()
+    (rule,) = default_rule_file().rules
     latest_only = (dataclasses.replace(rule, window=""),)
     run = Run(latest_only)
     for at in range(0, 61):
@@ -843,4 +843,4 @@ def test_window_key_errors_name_the_line(extra: str, message: str) -> None:
     metric = "temperature_celsius\n    sensor: junction" if "peak" in extra else "memory_used_ratio\n    pool: vram"
     text = f"rules:\n  - alert: A\n    metric: {metric}\n    comparison: '>'\n    threshold: 1\n{extra}"
     with pytest.raises(RulesConfigError, match=message):
-        parse_rules(text, "rules.yaml")
+        parse_rule_file(text, "rules.yaml")

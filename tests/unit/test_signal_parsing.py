@@ -9,7 +9,7 @@ import struct
 from typing import Any
 
 from exporter.alerting.alertmanager import AlertmanagerPusher
-from exporter.alerting.rulefile import default_health, default_rules
+from exporter.alerting.rulefile import default_health, default_rule_file
 from exporter.alerting.state import evaluate
 from exporter.alerting.verdict import evaluate_health
 from exporter.model import CperRecord, DeviceIdentity, DeviceState, HealthVerdict, Sample, Snapshot
@@ -199,14 +199,14 @@ def test_the_alerts_of_a_forgotten_device_resolve_and_are_posted_resolved() -> N
     fire(run)
     firing = [s for s in run.states if s.firing]
     assert len(firing) == 1
-    pusher = AlertmanagerPusher(["http://127.0.0.1:9/"], node="n", instance="i", rules=default_rules())
+    pusher = AlertmanagerPusher(["http://127.0.0.1:9/"], node="n", instance="i", rules=default_rule_file().rules)
     pusher.update(snap(61, device(junction=90.0)), run.states)
     # a gone device (still in the snapshot, down) keeps its alert; one no longer in it resolves
     states, transitions = evaluate(
-        default_rules(), run.states, snap(62, dataclasses.replace(device(up=False), present=False))
+        default_rule_file().rules, run.states, snap(62, dataclasses.replace(device(up=False), present=False))
     )
     assert states == run.states and transitions == ()
-    states, transitions = evaluate(default_rules(), run.states, snap(62))
+    states, transitions = evaluate(default_rule_file().rules, run.states, snap(62))
     assert states == () and [t.kind for t in transitions] == ["resolved"]
     pusher.update(snap(62), states)
     (posted,) = pusher.pending_payload(62)

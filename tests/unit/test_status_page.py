@@ -7,7 +7,7 @@ import dataclasses
 import json
 import re
 
-from exporter.alerting.rulefile import default_rules, parse_rules
+from exporter.alerting.rulefile import default_rule_file, parse_rule_file
 from exporter.model import AlertState, DeviceIdentity, DeviceState, Sample, Snapshot, frozen_map
 from exporter.web.status_page import render_status_page
 
@@ -108,7 +108,7 @@ def test_only_sampled_devices_ask_for_their_waveform() -> None:
 
 
 # A site's tuned rules: a junction warning and a critical, an MI300X override, a power rule.
-TUNED_RULES = parse_rules("""
+TUNED_RULES = parse_rule_file("""
 rules:
   - {alert: JunctionWarm, metric: temperature_celsius, sensor: junction, comparison: ">", threshold: 85,
      clear_threshold: 80, for: 60s, severity: warning,
@@ -116,7 +116,7 @@ rules:
   - {alert: JunctionHot, metric: temperature_celsius, sensor: junction, comparison: ">=", threshold: 95,
      for: 10s, severity: critical}
   - {alert: PowerHigh, metric: power_watts, comparison: ">", threshold: 700, for: 60s, severity: info}
-""")
+""").rules
 
 
 def _hot(gpu: int, junction: float, power: float = 412.0, asic: str = "aldebaran") -> DeviceState:
@@ -167,7 +167,7 @@ def test_values_are_coloured_by_the_loaded_rules() -> None:
 def test_the_shipped_rules_colour_a_hot_junction() -> None:
     devices = (_hot(0, 74.0), _hot(1, 91.0))
     page = render_status_page(
-        Snapshot(taken_at=1.0, devices=devices), version="0", source="sysfs", rules=default_rules()
+        Snapshot(taken_at=1.0, devices=devices), version="0", source="sysfs", rules=default_rule_file().rules
     )
     assert (_field(page, 0, "junction"), _field(page, 1, "junction")) == ("", "lvl-warning")
 

@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.sources.textfiles import (
+    BadPages,
     DpmLevels,
     PcieBw,
     RasCounts,
     TextParseError,
     TextUnavailableError,
-    count_bad_pages,
     parse_aer_total,
     parse_bad_pages,
     parse_devcoredump_time,
@@ -298,11 +298,11 @@ def test_ras_err_count_rejects(text: str) -> None:
 
 def test_bad_pages() -> None:
     text = "0x00000123 : 0x00001000 : R\n0x00000456 : 0x00001000 : P\n0x00000789 : 0x00001000 : F\n"
-    assert count_bad_pages(text) == 1
-    assert count_bad_pages("") == 0  # no bad pages: the read returns nothing
+    assert parse_bad_pages(text) == BadPages(retired=1, pending=1)  # a faulted (F) record counts in neither
+    assert parse_bad_pages("") == BadPages(retired=0, pending=0)  # no bad pages: the read returns nothing
     for bad in ("0x00000123 : 0x00001000 : X\n", "0x123 : R\n", "garbage\n", "0x00000123 : 0x00001000 : R\nx\n"):
         with pytest.raises(TextParseError):
-            count_bad_pages(bad)
+            parse_bad_pages(bad)
 
 
 # identity ------------------------------------------------------------------------------------------
@@ -454,7 +454,6 @@ CONTRACTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], None]]] = {
         parse_ras_err_count,
         lambda v: _assert(v.correctable >= 0 and v.uncorrectable >= 0 and (v.deferred or 0) >= 0),
     ),
-    "bad_pages": (count_bad_pages, lambda v: _assert(v >= 0)),
     "bad_page_statuses": (parse_bad_pages, lambda v: _assert(v.retired >= 0 and v.pending >= 0)),
     "aer_total": (lambda t: parse_aer_total(t, "fatal"), lambda v: _assert(0 <= v <= U64_MAX)),
     "devcoredump_time": (parse_devcoredump_time, lambda v: _assert(0 <= v < 1e13)),
@@ -609,7 +608,7 @@ def test_ras_err_count_round_trip(ue: int, ce: int, de: int | None) -> None:
 @given(st.lists(st.tuples(st.integers(0, U32_MAX), st.integers(0, U32_MAX), st.sampled_from("RPF")), max_size=20))
 def test_bad_pages_round_trip(records: list[tuple[int, int, str]]) -> None:
     text = "".join(f"0x{page:08x} : 0x{size:08x} : {flag}\n" for page, size, flag in records)
-    assert count_bad_pages(text) == sum(1 for *_, flag in records if flag == "R")
+    assert parse_bad_pages(text).retired == sum(1 for *_, flag in records if flag == "R")
 
 
 @given(version=st.integers(0, U32_MAX), upper=st.booleans())

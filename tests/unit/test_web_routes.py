@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from exporter.alerting.rulefile import parse_rules
+from exporter.alerting.rulefile import parse_rule_file
 from exporter.cycle import PublishedState
 from exporter.exposition.render import render
 from exporter.model import AlertState, Published
@@ -160,7 +160,7 @@ def test_any_header_bytes_give_an_answer(header: bytes) -> None:
 
 
 def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works() -> None:
-    from exporter.pipeline.readiness import Health
+    from exporter.pipeline.readiness import Readiness
 
     class Broken:
         def cached(self, openmetrics: bool, gzipped: bool) -> None:
@@ -170,14 +170,14 @@ def test_a_render_failure_is_a_500_and_a_failing_readiness_until_a_render_works(
             raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
 
     holder = Holder()
-    health = Health(interval=1e9)
-    client = TestClient(create_app(lambda: holder.state, "/metrics", health))
+    readiness = Readiness(interval=1e9)
+    client = TestClient(create_app(lambda: holder.state, "/metrics", readiness))
     published = _snapshot()
     holder.state = PublishedState(published=published, metrics=Broken())  # type: ignore[arg-type]
     assert client.get("/metrics").status_code == 500
     ready = client.get("/readyz")
     assert ready.status_code == 503 and "stage render is failing" in ready.text
-    assert health.failures == {"render": 1}
+    assert readiness.failures == {"render": 1}
     holder.publish(published)
     assert client.get("/metrics").status_code == 200
     assert client.get("/readyz").status_code == 200
@@ -191,9 +191,9 @@ def test_the_node_name_and_the_published_rules_reach_the_api_and_the_page() -> N
     landing = client.get("/").text
     assert '<h1 id="node">gpu-node-7</h1>' in landing and 'class="lvl-warning"' not in landing
     # a rule file reloaded with a lower junction threshold colours the 71 °C junction of GPU 0
-    rules = parse_rules(
+    rules = parse_rule_file(
         "rules:\n  - {alert: Warm, metric: temperature_celsius, sensor: junction, comparison: '>', threshold: 70,"
         " for: 1s, severity: warning}\n"
-    )
+    ).rules
     holder.state = dataclasses.replace(holder.state, rules=rules)
     assert 'data-field="junction" class="lvl-warning">71 °C' in client.get("/").text

@@ -11,7 +11,7 @@ stored in a unit its value is not measured in is left out rather than guessed. F
 layout lists which unpacked value fills which result value, converted how: made once per fixed
 layout (one struct unpack) and once per v1.9 record list (its walk), so a decode is the unpack plus
 one pass over the plan's short lists. All-ones reads as not supplied (the driver fills the table with 0xFF before
-writing what the firmware supplies). The sampler's view (channels.py) is a plan over its values only.
+writing what the firmware supplies). The sampler's view (sampler_fields.py) is a plan over its values only.
 """
 
 from __future__ import annotations
@@ -117,13 +117,11 @@ class GpuMetrics(NamedTuple):
     energy_joules: float | None = None
     busy: Mapping[str, float] = _EMPTY  # ratio 0..1
     clocks_hertz: Mapping[str, float] = _EMPTY
-    clocks_average_hertz: Mapping[str, float] = _EMPTY
     voltages_volts: Mapping[str, float] = _EMPTY
     throttle_status: int | None = None  # raw, ASIC-specific bits
     indep_throttle_status: int | None = None  # raw SMU_THROTTLER_* bits
     gfx_clock_lock_mask: int | None = None  # MI300-class: a bit per gfx clock instance (XCC) that is locked
     throttle: Mapping[str, bool] = _EMPTY
-    fan_rpm: float | None = None
     pcie_link_width: int | None = None
     pcie_link_transfers_per_second: float | None = None
     pcie_bandwidth_bytes_per_second: float | None = None
@@ -142,7 +140,6 @@ class GpuMetrics(NamedTuple):
     gfx_activity_acc: int | None = None
     mem_activity_acc: int | None = None
     system_clock_counter_seconds: float | None = None
-    firmware_timestamp_seconds: float | None = None
     num_partitions: int | None = None
     # Per partition (xcp), the instantaneous busy ratio of each XCC that reports one. v1.9 tables
     # carry one device-wide gfx_busy_inst array, returned as a single entry.
@@ -230,15 +227,9 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("clocks_hertz", "memory", "current_uclk", "highest", _CLOCK),
     ("clocks_hertz", "video", "current_vclk0", "highest", _CLOCK),
     ("clocks_hertz", "decode", "current_dclk0", "highest", _CLOCK),
-    ("clocks_average_hertz", "gfx", "average_gfxclk_frequency", "first", _CLOCK),
-    ("clocks_average_hertz", "soc", "average_socclk_frequency", "first", _CLOCK),
-    ("clocks_average_hertz", "memory", "average_uclk_frequency", "first", _CLOCK),
-    ("clocks_average_hertz", "video", "average_vclk0_frequency", "first", _CLOCK),
-    ("clocks_average_hertz", "decode", "average_dclk0_frequency", "first", _CLOCK),
     ("voltages_volts", "gfx", "voltage_gfx", "first", _MILLIVOLT),
     ("voltages_volts", "soc", "voltage_soc", "first", _MILLIVOLT),
     ("voltages_volts", "memory", "voltage_mem", "first", _MILLIVOLT),
-    ("fan_rpm", None, "current_fan_speed", "first", _FLOAT),
     ("pcie_link_transfers_per_second", None, "pcie_link_speed", "first", _RATE),
     ("pcie_bandwidth_bytes_per_second", None, "pcie_bandwidth_inst", "first", _BANDWIDTH),
     ("memory_max_bandwidth_bytes_per_second", None, "mem_max_bandwidth", "first", _BANDWIDTH),
@@ -246,7 +237,6 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("xgmi_read_bytes", "", "xgmi_read_data_acc", "each", _DATA),
     ("xgmi_write_bytes", "", "xgmi_write_data_acc", "each", _DATA),
     ("system_clock_counter_seconds", None, "system_clock_counter", "first", _TIME),
-    ("firmware_timestamp_seconds", None, "firmware_timestamp", "first", _TIME),
     ("throttle_status", None, "throttle_status", "first", _AS_STORED),
     ("indep_throttle_status", None, "indep_throttle_status", "first", _AS_STORED),
     ("gfx_clock_lock_mask", None, "gfxclk_lock_status", "first", _AS_STORED),

@@ -123,8 +123,6 @@ class Supervisor:
         # A probe expects workers that cannot start: their events go to debug, not warning.
         self._warn = log.debug if quiet else log.warning
         self.starts = 0
-        self.crashes = 0  # workers that died on their own (abort, signal, exit)
-        self.mutexes_repaired = 0  # card mutexes a dead worker held, repaired or removed
         self.last_error = ""
         self.library_version = ""  # as the last worker that started reported it, e.g. "7.6.0"
         self._lock = threading.RLock()  # worker lifecycle; never taken by a reader thread
@@ -399,7 +397,6 @@ class Supervisor:
             reason = f"exited:{code}"
         dead_tids = {crumb.tid for crumb in crumbs} | {process.pid}
         mutex_actions = repair_abandoned_mutexes(self.shm_dir, dead_tids) if code is not None else []
-        self.mutexes_repaired += len([action for action in mutex_actions if not action.startswith("could not")])
         report = CrashReport(process.pid, reason, tuple((crumb.device, crumb.call) for crumb in blamed), worker.devices)
         lived = time.monotonic() - worker.started_at
         # A worker we killed on purpose is replaced at once (the caller backs off its kills); one that
@@ -407,7 +404,6 @@ class Supervisor:
         if not worker.devices and worker.killed_by_us in ("", "start timeout"):
             self._note_failure(worker.init_error or f"worker {process.pid} failed to start: {reason}")
         elif worker.devices and not worker.killed_by_us:
-            self.crashes += 1
             self._note_failure(f"worker {process.pid} ended: {reason}", reset=lived >= _HEALTHY_AFTER)
         if reason != "killed" or mutex_actions:
             (self._warn if not worker.devices else log.warning)(

@@ -1,19 +1,20 @@
-"""The sub-second sampler's view of gpu_metrics: a few values of each table as a flat tuple of floats.
+"""The sampler's view of gpu_metrics: its fields of each table as a flat tuple of floats.
 
-The same decoder as the poll's, its plans restricted to these channels: only the kernel fields they
+The same decoder as the poll's, its plans restricted to these fields: only the kernel fields they
 come from are unpacked (the rest of a table, the 3.8 kB of per-partition blocks included, is
-skipped) and each channel is the GpuMetrics value of the same rule. NaN = not supplied.
+skipped) and each is the GpuMetrics value of the same rule. NaN = not supplied.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 
 from exporter.sources.gpu_metrics.decoder import Key, Plans, take
 
-# What the fast sampler records, as (family, key): families are those of the window metrics, keys
+# What the sampler records, as (family, key): families are those of the window metrics, keys
 # their label values (sensor, engine, domain). Accumulators are family "acc".
-CHANNELS: tuple[tuple[str, str], ...] = (
+SAMPLER_FIELDS: tuple[tuple[str, str], ...] = (
     ("temperature", "edge"),
     ("temperature", "junction"),
     ("temperature", "memory"),
@@ -35,13 +36,13 @@ CHANNELS: tuple[tuple[str, str], ...] = (
     ("acc", "mem_activity"),
     ("acc", "clock_seconds"),  # system_clock_counter: the time base of the accumulators
 )
-CHANNEL_INDEX = {channel: index for index, channel in enumerate(CHANNELS)}
+SAMPLER_FIELD_INDEX = {sampled: index for index, sampled in enumerate(SAMPLER_FIELDS)}
 
 # The activity accumulators are used from the MI300 tables on (v1_4+); MI200 tables carry the
 # fields too but their firmware's accumulation is not documented, so MI200 means come from samples.
 ACTIVITY_ACCUMULATOR_FIRST = (1, 4)
 
-# Each channel's GpuMetrics value: a key of a mapping field, or a scalar field.
+# Each sampler field's GpuMetrics value: a key of a mapping field, or a scalar field.
 _MAPPING_OF = {"temperature": "temperatures", "busy": "busy", "clock": "clocks_hertz"}
 _SCALAR_OF = {
     ("power", "socket"): "power_watts",
@@ -50,28 +51,32 @@ _SCALAR_OF = {
     ("acc", "mem_activity"): "mem_activity_acc",
     ("acc", "clock_seconds"): "system_clock_counter_seconds",
 }
-_CHANNEL_OF: dict[tuple[str, Key], int] = {
+_INDEX_OF: dict[tuple[str, Key], int] = {
     (_MAPPING_OF[family], key) if family in _MAPPING_OF else (_SCALAR_OF[family, key], None): index
-    for index, (family, key) in enumerate(CHANNELS)
+    for index, (family, key) in enumerate(SAMPLER_FIELDS)
 }
 
 
-def _channel(field: str, key: Key) -> tuple[int, Key] | None:
-    index = _CHANNEL_OF.get((field, key))
+def _target(field: str, key: Key) -> tuple[int, Key] | None:
+    index = _INDEX_OF.get((field, key))
     return None if index is None else (0, index)
 
 
-_PLANS = Plans(_channel, every_field=False, as_float=True)
+_PLANS = Plans(_target, every_field=False, as_float=True)
 _NAN = math.nan
-_ACTIVITY_ACCUMULATORS = (CHANNEL_INDEX["acc", "gfx_activity"], CHANNEL_INDEX["acc", "mem_activity"])
+_ACTIVITY_ACCUMULATORS = (SAMPLER_FIELD_INDEX["acc", "gfx_activity"], SAMPLER_FIELD_INDEX["acc", "mem_activity"])
 
 
-def channel_values(blob: bytes) -> tuple[float, ...]:
-    """CHANNELS-ordered floats of one gpu_metrics read (NaN = not supplied); GpuMetricsError if unreadable."""
+_UNSUPPLIED = array("d", [_NAN] * len(SAMPLER_FIELDS))
+
+
+def sampler_values(blob: bytes) -> array[float]:
+    """SAMPLER_FIELDS-ordered floats of one gpu_metrics read (NaN = not supplied), a new array the
+    caller owns (the sample ring takes it as it is); GpuMetricsError if unreadable."""
     plan, flat, format_revision, content_revision, _ = _PLANS.unpack(blob)
-    values = [_NAN] * len(CHANNELS)
+    values = _UNSUPPLIED[:]
     take(plan, flat, (values,))
     if (format_revision, content_revision) < ACTIVITY_ACCUMULATOR_FIRST:
         for index in _ACTIVITY_ACCUMULATORS:
             values[index] = _NAN
-    return tuple(values)
+    return values

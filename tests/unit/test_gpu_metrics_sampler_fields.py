@@ -1,4 +1,4 @@
-"""The sampler's channels (the decoder over a field subset) agree with the full decode, value by value."""
+"""The sampler's fields (the decoder over a field subset) agree with the full decode, value by value."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from exporter.abi import gpu_metrics as layouts
 from exporter.simulator import Simulator
-from exporter.sources.gpu_metrics.channels import CHANNEL_INDEX, CHANNELS, channel_values
 from exporter.sources.gpu_metrics.decoder import ENERGY_JOULES_PER_TICK, GpuMetricsError, decode_gpu_metrics
+from exporter.sources.gpu_metrics.sampler_fields import SAMPLER_FIELD_INDEX, SAMPLER_FIELDS, sampler_values
 from tests.unit.test_gpu_metrics import PERCENT, TEMP_C, U16, V1_9_RECORDS, record, v1_9
 
 
@@ -46,9 +46,9 @@ def expected_channels(blob: bytes) -> dict[tuple[str, str], float]:
 
 
 def actual_channels(blob: bytes) -> dict[tuple[str, str], float]:
-    values = channel_values(blob)
-    assert len(values) == len(CHANNELS)
-    return {channel: value for channel, value in zip(CHANNELS, values, strict=True) if not math.isnan(value)}
+    values = sampler_values(blob)
+    assert len(values) == len(SAMPLER_FIELDS)
+    return {channel: value for channel, value in zip(SAMPLER_FIELDS, values, strict=True) if not math.isnan(value)}
 
 
 def assert_agrees(blob: bytes) -> None:
@@ -125,7 +125,7 @@ def test_random_v1_9_tables_agree_with_the_full_decoder(records: list[bytes]) ->
         decode_gpu_metrics(blob)
     except GpuMetricsError as error:
         with pytest.raises(GpuMetricsError, match=re.escape(str(error))):
-            channel_values(blob)
+            sampler_values(blob)
         return
     assert_agrees(blob)
 
@@ -139,7 +139,7 @@ def test_two_v1_9_tables_of_one_size_with_their_records_swapped() -> None:
 
 
 def test_only_the_channels_fields_are_unpacked() -> None:
-    from exporter.sources.gpu_metrics.channels import _PLANS
+    from exporter.sources.gpu_metrics.sampler_fields import _PLANS
 
     layout = layouts.V1_8
     plan = _PLANS.fixed[(layout.size, layout.format_revision, layout.content_revision)]
@@ -150,8 +150,8 @@ def test_only_the_channels_fields_are_unpacked() -> None:
 def test_die_values_with_the_kernel_energy_tick() -> None:
     blob = bytearray(random_table(layouts.V1_3, random.Random(2), 0.0))
     struct.pack_into("<Q", blob, 24, 3 * 65536 + 1)
-    values = channel_values(bytes(blob))
-    assert values[CHANNEL_INDEX[("acc", "energy_joules")]] == 3 + ENERGY_JOULES_PER_TICK
+    values = sampler_values(bytes(blob))
+    assert values[SAMPLER_FIELD_INDEX[("acc", "energy_joules")]] == 3 + ENERGY_JOULES_PER_TICK
 
 
 @pytest.mark.parametrize(
@@ -166,17 +166,17 @@ def test_die_values_with_the_kernel_energy_tick() -> None:
 )
 def test_unreadable_tables_raise_one_clear_error(blob: bytes, message: str) -> None:
     with pytest.raises(GpuMetricsError, match=message):
-        channel_values(blob)
+        sampler_values(blob)
 
 
 @given(st.binary(max_size=400))
 @settings(max_examples=300, deadline=None)
 def test_any_bytes_give_floats_or_gpu_metrics_error(blob: bytes) -> None:
     try:
-        values = channel_values(blob)
+        values = sampler_values(blob)
     except GpuMetricsError:
         return
-    assert len(values) == len(CHANNELS)
+    assert len(values) == len(SAMPLER_FIELDS)
 
 
 @pytest.mark.parametrize(
@@ -203,4 +203,4 @@ def test_the_simulated_drivers_tables_agree_with_the_full_decoder(fleet: str, tm
         for path in tables:
             blob = path.read_bytes()
             assert_agrees(blob)
-            assert not math.isnan(channel_values(blob)[CHANNEL_INDEX[("temperature", "junction")]])
+            assert not math.isnan(sampler_values(blob)[SAMPLER_FIELD_INDEX[("temperature", "junction")]])
