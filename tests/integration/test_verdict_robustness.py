@@ -400,7 +400,14 @@ def test_metrics_answers_with_every_input_of_these_cases_at_once(tmp_path: Path)
     write(dev / "serial_number", "\xff\n".encode("latin-1"))
     write(dev / "current_compute_partition", "SPX\x01\n")
     write(dev / "gpu_metrics", _with_xgmi_links((dev / "gpu_metrics").read_bytes(), 1023))
-    with daemon(root) as port:
+    # and the whole-node cases' inputs (test_hostile_inputs_daemon.py): Slurm state files with a lone
+    # surrogate, invalid UTF-8 and a field too large to keep
+    slurm = tmp_path / "slurm"
+    slurm.mkdir()
+    (slurm / "0.42").write_bytes(b'{"SLURM_JOB_ID":"42","SLURM_JOB_USER":"\\ud800","SLURM_JOB_PARTITION":"\\udfff"}')
+    (slurm / "0.43").write_bytes(b'{"SLURM_JOB_ID":"43","SLURM_JOB_USER":"j\xf6rg","SLURM_JOB_PARTITION":"p"}')
+    (slurm / "0.44").write_text('{"SLURM_JOB_ID":"44","SLURM_CLUSTER_NAME":"' + "c" * 120_000 + '"}')
+    with daemon(root, f"--slurm.state-dir={slurm}") as port:
         document = wait(
             lambda: (
                 (d := health(port)) and {"bad_pages_threshold", "cper_fatal", "gpu_reset"} <= failing(d).keys() and d
@@ -408,5 +415,7 @@ def test_metrics_answers_with_every_input_of_these_cases_at_once(tmp_path: Path)
             "judged",
         )
         assert "device_down" not in failing(document)
-        for path in ("/metrics", "/api/v1/devices", "/api/v1/health", "/readyz"):
+        for path in ("/metrics", "/api/v1/devices", "/api/v1/health", "/readyz", "/api/v1/jobs", "/"):
             assert httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200, path
+        wait(lambda: 'job_user="\ufffd"' in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text, "attributed")
+        assert httpx.post(f"http://127.0.0.1:{port}/metrics", timeout=5).status_code == 405
