@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.integration.test_crosscheck_real_tools import Series, get
+from tests.harness import Series, value
 
 NOT_AVAILABLE = "N/A"
 
@@ -54,7 +54,7 @@ class OurDevice:
     series: Series
 
     def value(self, name: str, **labels: str) -> float | None:
-        return get(self.series, name, gpu=self.gpu, **labels)
+        return value(self.series, name, gpu=self.gpu, **labels)
 
     @property
     def secondary_die(self) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_crosscheck_real_tools import Series, scrape
+from tests.harness import Series, scrape
 from tests.oracles.runner import Chroot, run_json
 from tests.realtools import start_exporter, wait_ready
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_crosscheck_real_tools import scrape
+from tests.harness import scrape
 from tests.oracles.compare import Comparison, OurDevice, firmware_parser, flatten, mhz, reported
 from tests.oracles.runner import Chroot, run_json
 from tests.realtools import start_exporter, wait_ready

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_crosscheck_real_tools import RAS_ROW, Series, get, page_statuses, per_gpu, scrape
+from tests.harness import Series, scrape, value
+from tests.integration.test_crosscheck_real_tools import RAS_ROW, page_statuses, per_gpu
 from tests.oracles.runner import Chroot, parse_json_output, run_json, run_tool
 from tests.realtools import start_exporter, wait_ready
 
@@ -80,8 +81,8 @@ def test_amd_smi_bad_pages_and_threshold_equal_ours(chroots: dict[str, Chroot], 
     for entry in report:
         gpu = gpus[entry["gpu"]]
         retired, pending = (_pages(entry[key]) for key in ("retired", "pending"))
-        assert len(retired) == get(ours, "amdgpu_ras_retired_pages", gpu=gpu) > 0, entry["gpu"]
-        assert len(pending) == get(ours, "amdgpu_ras_pending_pages", gpu=gpu), entry["gpu"]
+        assert len(retired) == value(ours, "amdgpu_ras_retired_pages", gpu=gpu) > 0, entry["gpu"]
+        assert len(pending) == value(ours, "amdgpu_ras_pending_pages", gpu=gpu), entry["gpu"]
     probe = (
         "import amdsmi as s\ns.amdsmi_init(s.AmdSmiInitFlags.INIT_AMD_GPUS)\n"
         "print([s.amdsmi_get_gpu_bad_page_threshold(h) for h in s.amdsmi_get_processor_handles()])\n"
@@ -89,7 +90,7 @@ def test_amd_smi_bad_pages_and_threshold_equal_ours(chroots: dict[str, Chroot], 
     result = run_tool(sid, tree, ["python3", "-c", probe])
     assert result.returncode == 0, result.stderr[-1500:]
     thresholds = [int(n) for n in re.findall(r"[0-9]+", result.stdout.strip().splitlines()[-1])]
-    assert [get(ours, "amdgpu_ras_bad_page_threshold_pages", gpu=gpus[i]) for i in range(len(gpus))] == thresholds
+    assert [value(ours, "amdgpu_ras_bad_page_threshold_pages", gpu=gpus[i]) for i in range(len(gpus))] == thresholds
     assert sorted(thresholds) == [655, 655, 1966]  # 64 GiB (each MI250X die) and 192 GiB over 100 MiB
 
 
@@ -102,11 +103,11 @@ def test_amd_smi_ecc_per_block_equals_ours(chroots: dict[str, Chroot], tree: Pat
         gpu = gpus[entry["gpu"]]
         for block, counts in entry["ecc_blocks"].items():
             for key, kind in AMD_SMI_ECC_TYPES.items():
-                ours_value = get(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block.lower(), type=kind)
+                ours_value = value(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block.lower(), type=kind)
                 assert ours_value == counts[key], (gpu, block, kind)
                 checked[kind] += int(counts[key])
             # amd-smi reads the "de:" line where the kernel prints one; we export deferred only then
-            ours_deferred = get(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block.lower(), type="deferred")
+            ours_deferred = value(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block.lower(), type="deferred")
             assert (ours_deferred or 0) == counts["deferred_count"], (gpu, block)
             checked["deferred"] += int(counts["deferred_count"])
     assert all(checked[kind] > 0 for kind in ("correctable", "uncorrectable", "deferred")), checked
@@ -130,9 +131,9 @@ def test_amd_smi_cper_records_equal_ours(chroots: dict[str, Chroot], tree: Path,
     for gpu, found in by_gpu.items():
         counts = Counter(severity for severity, _ in found)
         for severity in AMD_SMI_SEVERITY.values():
-            assert get(ours, "amdgpu_cper_records", gpu=gpu, severity=severity) == counts[severity] == 2
+            assert value(ours, "amdgpu_cper_records", gpu=gpu, severity=severity) == counts[severity] == 2
             newest = max(when for sev, when in found if sev == severity)
-            assert get(ours, "amdgpu_cper_newest_record_timestamp_seconds", gpu=gpu, severity=severity) == newest
+            assert value(ours, "amdgpu_cper_newest_record_timestamp_seconds", gpu=gpu, severity=severity) == newest
 
 
 def _mi300x_bdf(ours: Series) -> str:
@@ -156,8 +157,10 @@ def test_rocm_smi_ras_info_and_pages_equal_ours(
             match = RAS_ROW.match(line)
             if match:
                 block, correctable, uncorrectable = match.group(1).lower(), int(match.group(2)), int(match.group(3))
-                assert get(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="correctable") == correctable
-                assert get(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="uncorrectable") == uncorrectable
+                assert value(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="correctable") == correctable
+                assert (
+                    value(ours, "amdgpu_ecc_errors_total", gpu=gpu, block=block, type="uncorrectable") == uncorrectable
+                )
                 rows += 1
     assert rows >= 14  # every RAS block of both GPUs
     result = run_tool(chroot, tree, ["rocm-smi", "--showretiredpages", "--showpendingpages"])
@@ -166,5 +169,5 @@ def test_rocm_smi_ras_info_and_pages_equal_ours(
     for gpu in _gpu_of_bdf(ours).values():
         statuses = page_statuses(sections.get(gpu, []))
         # --showretiredpages lists the reserved pages, --showpendingpages the pending ones
-        assert statuses["reserved"] == get(ours, "amdgpu_ras_retired_pages", gpu=gpu), (release, gpu)
-        assert statuses["pending"] == get(ours, "amdgpu_ras_pending_pages", gpu=gpu), (release, gpu)
+        assert statuses["reserved"] == value(ours, "amdgpu_ras_retired_pages", gpu=gpu), (release, gpu)
+        assert statuses["pending"] == value(ours, "amdgpu_ras_pending_pages", gpu=gpu), (release, gpu)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_crosscheck_real_tools import scrape
+from tests.harness import scrape
 from tests.oracles.compare import OurDevice
 from tests.oracles.runner import Chroot, run_json
 from tests.oracles.test_crosscheck_modern_tools import compare_amd_smi_metric

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_crosscheck_real_tools import scrape
+from tests.harness import scrape
 from tests.oracles.compare import OurDevice
 from tests.oracles.runner import Chroot, run_json
 from tests.realtools import start_exporter, wait_ready
