@@ -24,6 +24,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.harness import wait_until
 from tests.integration.test_grafana_dashboards import (
     DASHBOARDS,
     EXPORTER,
@@ -33,7 +34,6 @@ from tests.integration.test_grafana_dashboards import (
     stop,
     substitute,
     variable_defaults,
-    wait_for,
 )
 from tests.realtools import free_port, require_tool
 
@@ -266,7 +266,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 return bool(want) and want <= have
 
             try:
-                wait_for(check, 120, f"{store.name}: 15 s of samples of every device and a recorded series", process)
+                wait_until(
+                    check, f"{store.name}: 15 s of samples of every device and a recorded series", 120, process, 0.2
+                )
             except pytest.fail.Exception as failure:
                 logs = "\n".join(f"--- {n} ---\n{procs.log(n)}" for n in ("central", "vmalert", "agent-0", "single"))
                 raise AssertionError(f"{failure}\n{logs}") from None
@@ -313,7 +315,7 @@ def test_shipped_rules_evaluate_at_the_centre(stack: Stack) -> None:
             r["health"] != "unknown" for g in groups for r in g["rules"]
         )
 
-    wait_for(evaluated, 60, "central prometheus: every shipped rule evaluated")
+    wait_until(evaluated, "central prometheus: every shipped rule evaluated", step=0.2)
     groups = stack.central.client.get("/api/v1/rules").json()["data"]["groups"]
     bad = [f"{g['name']}/{r['name']}: {r.get('lastError')}" for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not bad, bad
