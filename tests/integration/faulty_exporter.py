@@ -41,7 +41,7 @@ real_on_snapshot = publish.Pipeline.on_snapshot
 
 def on_snapshot(self: publish.Pipeline, snapshot: Any) -> None:
     if on("publish"):
-        self.health.progress()  # the loop is alive; only publishing stopped
+        self.readiness.progress()  # the loop is alive; only publishing stopped
         return
     real_on_snapshot(self, snapshot)
 

@@ -25,16 +25,16 @@ import pytest
 import yaml
 
 from exporter.attribution import slurm
-from tests.harness import free_port, stop, wait_until
+from tests.harness import BROKEN_RUN, free_port, stop, wait_until
 from tests.integration.test_web_security import PASSWORD, Daemon, basic, series, start_daemon, wait_ready
 from tests.webtls import Pki, bcrypt_hash, make_pki, write_web_config
 
 pytestmark = pytest.mark.integration
 
 
-def wait_for(condition: Callable[[], bool], what: str, daemon: Daemon) -> None:
+def wait_for(condition: Callable[[], bool], what: str, daemon: Daemon, timeout: float = BROKEN_RUN) -> None:
     try:
-        wait_until(condition, what, process=daemon.process, step=0.1)
+        wait_until(condition, what, timeout, process=daemon.process, step=0.1)
     except AssertionError as error:
         raise AssertionError(f"{error}: {daemon.stderr()[-3000:]}") from None
 
