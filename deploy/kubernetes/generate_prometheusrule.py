@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write the PrometheusRule objects, the Prometheus Operator's form of the shipped Prometheus rules.
 
-deploy/prometheus/amdgpu-exporter.rules.yml and amdgpu-health.rules.yml (the health verdict's
-alerts) are the one place the rules are written; this script wraps their `groups` unchanged, in
+deploy/prometheus/amdgpu-exporter.rules.yml, amdgpu-health.rules.yml (the health verdict's
+alerts) and amdgpu-jobs.rules.yml (energy and GPU time by job and pod) are the one place the rules are written; this script wraps their `groups` unchanged, in
 that order, in one PrometheusRule object (prometheusrule.yaml), and the DME-compatible series of
 dme-compat.rules.yml in another (dme-compat/prometheusrule.yaml, the dme-compat component). Run it
 after editing the rules:
@@ -31,7 +31,11 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 RULES_FILE = HERE.parent / "prometheus" / "amdgpu-exporter.rules.yml"
-RULES_FILES = (RULES_FILE, HERE.parent / "prometheus" / "amdgpu-health.rules.yml")
+RULES_FILES = (
+    RULES_FILE,
+    HERE.parent / "prometheus" / "amdgpu-health.rules.yml",
+    HERE.parent / "prometheus" / "amdgpu-jobs.rules.yml",
+)
 OUTPUT_FILE = HERE / "prometheusrule.yaml"
 NAME = "amdgpu-exporter"
 DME_COMPAT_RULES_FILE = HERE.parent / "prometheus" / "dme-compat.rules.yml"

@@ -307,7 +307,8 @@ def test_prometheusrule_groups_pass_promtool_and_equal_the_source(
     promtool = require_tool("promtool")
     groups = one(rendered, "PrometheusRule")["spec"]["groups"]
     health = PROMETHEUS_RULES.with_name("amdgpu-health.rules.yml")
-    sources = [yaml.safe_load(path.read_text())["groups"] for path in (PROMETHEUS_RULES, health)]
+    jobs = PROMETHEUS_RULES.with_name("amdgpu-jobs.rules.yml")
+    sources = [yaml.safe_load(path.read_text())["groups"] for path in (PROMETHEUS_RULES, health, jobs)]
     assert groups == [group for source in sources for group in source]
     extracted = tmp_path / "extracted.rules.yml"
     extracted.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, allow_unicode=True))
@@ -530,7 +531,8 @@ def test_generator_prefixes_runbook_urls_with_a_base(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     groups = yaml.safe_load(result.stdout)["spec"]["groups"]
     health = PROMETHEUS_RULES.with_name("amdgpu-health.rules.yml")
-    shipped = [g for path in (PROMETHEUS_RULES, health) for g in yaml.safe_load(path.read_text())["groups"]]
+    jobs = PROMETHEUS_RULES.with_name("amdgpu-jobs.rules.yml")
+    shipped = [g for path in (PROMETHEUS_RULES, health, jobs) for g in yaml.safe_load(path.read_text())["groups"]]
     urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
     relative = [r["annotations"]["runbook_url"] for g in shipped for r in g["rules"] if "alert" in r]
     assert urls == [base + url for url in relative] and all(url.startswith("docs/runbooks.md#") for url in relative)
