@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from tests.realtools import free_port, require_tool
 
@@ -26,6 +27,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTH_RULES = ROOT / "deploy" / "prometheus" / "amdgpu-health.rules.yml"
+# The health alerts join the identity the exporter rules record: Prometheus loads both, as shipped.
+EXPORTER_RULES = ROOT / "deploy" / "prometheus" / "amdgpu-exporter.rules.yml"
 FAULTY_GPU = "1"  # not 0, so a page naming the wrong GPU shows
 SCENARIO = f"training:faults=ecc_ue.{FAULTY_GPU},fault_at=6,fault_for=8"
 DAEMON_RULES = "rules: []\nhealth:\n  checks:\n    ecc_uncorrectable: {window: 8s}\n"
@@ -47,8 +50,11 @@ def test_a_failing_check_pages_with_the_drain_command_and_resolves_when_it_clear
     demo = load_demo_stack()
     demo.free_port = free_port  # the servers bind ports from this pytest-xdist worker's share
     prometheus, alertmanager = require_tool("/usr/bin/prometheus"), require_tool("/usr/bin/prometheus-alertmanager")
-    rules = tmp_path / "amdgpu-health.rules.yml"
-    rules.write_text(demo.prometheus_rules_with_scaled_for(HEALTH_RULES.read_text(), 1 / 30, None), encoding="utf-8")
+    rules = tmp_path / "amdgpu-exporter-and-health.rules.yml"
+    health = yaml.safe_load(HEALTH_RULES.read_text())["groups"]
+    both = yaml.safe_dump({"groups": yaml.safe_load(EXPORTER_RULES.read_text())["groups"] + health}, sort_keys=False)
+    health_alerts = {rule["alert"] for group in health for rule in group["rules"] if "alert" in rule}
+    rules.write_text(demo.prometheus_rules_with_scaled_for(both, 1 / 30, health_alerts), encoding="utf-8")
     monkeypatch.setattr(demo, "PROMETHEUS_RULES", rules)  # the rule file the stack's Prometheus loads
     daemon_rules = tmp_path / "daemon-rules.yaml"
     daemon_rules.write_text(DAEMON_RULES, encoding="utf-8")
