@@ -99,3 +99,11 @@ def test_pcie_link_shows_the_maximum_only_when_below_it() -> None:
     )
     assert pcie_link(slow) == "2.5/16GT x8/16"
     assert pcie_link(Sample(timestamp=0)) == "-"
+
+
+def test_terminal_safe_escapes_every_control_character_and_lone_surrogate() -> None:
+    from exporter.operator.snapshot_table import terminal_safe
+
+    assert terminal_safe("\x1b]0;PWN\x07") == "\\x1b]0;PWN\\x07"
+    assert terminal_safe("a\nb\x7f\x9b") == "a\\x0ab\\x7f\\x9b"
+    assert terminal_safe("j\ud800rg 训练") == "j\ufffdrg 训练"
