@@ -307,6 +307,8 @@ class StackConfig:
     # 1.0 runs the shipped rules as they are; less shortens the `for:` of the in-daemon rules and of the
     # Prometheus alerts in fast_alerts (None: all), in copies written to workdir.
     for_scale: float = 1.0
+    # False: every rule group at the stack's interval, its `for:` kept (a test that runs seconds, not minutes)
+    shipped_group_intervals: bool = True
     fast_alerts: tuple[str, ...] | None = FAST_ALERTS
     push: bool = True  # the exporter also pages Alertmanager directly (--alertmanager.url)
     # Long enough for the GPUs of one node that share a fault to land in one notification (shipped: 30 s).
@@ -360,7 +362,7 @@ class Stack:
             encoding="utf-8",
         )
         files["daemon_rules"] = DAEMON_RULES
-        if c.for_scale != 1.0:
+        if c.for_scale != 1.0 or not c.shipped_group_intervals:
             files["prometheus_rules"] = self.workdir / "amdgpu-exporter.rules.yml"
             files["prometheus_rules"].write_text(
                 prometheus_rules_with_scaled_for(
@@ -368,6 +370,7 @@ class Stack:
                 ),
                 encoding="utf-8",
             )
+        if c.for_scale != 1.0:
             files["daemon_rules"] = self.workdir / "daemon-rules.yaml"
             files["daemon_rules"].write_text(
                 daemon_rules_with_scaled_for(DAEMON_RULES.read_text(encoding="utf-8"), c.for_scale), encoding="utf-8"

@@ -2,7 +2,8 @@
 """Write the PrometheusRule objects, the Prometheus Operator's form of the shipped Prometheus rules.
 
 deploy/prometheus/amdgpu-exporter.rules.yml, amdgpu-health.rules.yml (the health verdict's
-alerts) and amdgpu-jobs.rules.yml (energy and GPU time by job and pod) are the one place the rules are written; this script wraps their `groups` unchanged, in
+alerts) and amdgpu-jobs.rules.yml (energy and GPU time by job and pod) are the one place the
+rules are written; this script wraps their `groups` unchanged, in
 that order, in one PrometheusRule object (prometheusrule.yaml), and the DME-compatible series of
 dme-compat.rules.yml in another (dme-compat/prometheusrule.yaml, the dme-compat component). Run it
 after editing the rules:
