@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.exposition.selection import COLLECTOR_NAMES
 from tests.realtools import free_port, require_tool
 
 pytestmark = pytest.mark.integration
@@ -73,6 +74,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
         "threshold": frozenset({"critical", "emergency"}),
     },
     "amdgpu_power_watts": _GPU,
+    "amdgpu_gfx_clock_lock_active": _GPU,
     "amdgpu_power_cap_watts": _GPU,
     "amdgpu_power_cap_max_watts": _GPU,
     "amdgpu_energy_joules_total": _GPU,
@@ -199,6 +201,12 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_allocation_info": {**_GPU, "pod": None, "namespace": None, "container": None, "resource": None},
     "amdgpu_job_info": {**_GPU, "job_id": None, "job_user": None, "job_partition": None},
     "amdgpu_exporter_attribution_up": {"source": frozenset({"kubernetes", "slurm", "processes"})},
+    # per-job accounting (docs/accounting.md): two series a running job
+    "amdgpu_job_energy_joules_total": {"job_id": None, "scheduler": frozenset({"slurm", "flux", "pbs", "kubernetes"})},
+    "amdgpu_job_gpu_seconds_total": {"job_id": None, "scheduler": frozenset({"slurm", "flux", "pbs", "kubernetes"})},
+    # each collector's render outcome (off by default: the series budget)
+    "amdgpu_exporter_collector_success": {"collector": frozenset(COLLECTOR_NAMES)},
+    "amdgpu_exporter_collector_duration_seconds": {"collector": frozenset(COLLECTOR_NAMES)},
     "amdgpu_process_memory_bytes": {**_GPU, "pid": None, "comm": None},
     "amdgpu_process_compute_unit_occupancy_ratio": {**_GPU, "pid": None, "comm": None},
     "amdgpu_process_sdma_seconds_total": {**_GPU, "pid": None, "comm": None},
