@@ -346,6 +346,19 @@ def _fast_cycle_durations(published: Published) -> Histogram:
     return windows.stats.cycle_durations if windows is not None else SamplerStats().cycle_durations
 
 
+def _job(name: str, help_text: str, field: str) -> MetricSpec:
+    """A running job's accumulated figure, by job and scheduler (a counter: it only grows while the job runs)."""
+    return MetricSpec(
+        name,
+        help_text,
+        _cycle(lambda p: [((job.job_id, job.scheduler), getattr(job, field)) for job in p.jobs]),
+        ("job_id", "scheduler"),
+        kind="counter",
+        omit_when_empty=True,
+        attributed=False,
+    )
+
+
 def _histogram(name: str, help_text: str, get: Callable[[Published], Histogram]) -> MetricSpec:
     return MetricSpec(name, help_text, lambda _published: (), kind="histogram", histogram=get)
 
@@ -1048,23 +1061,15 @@ METRICS: tuple[MetricSpec, ...] = (
             attributed=False,
         ),
         # Per-job accounting (exporter/accounting/): two series per running job, none once it ended.
-        MetricSpec(
+        _job(
             "amdgpu_job_energy_joules",
             "Energy the running job or pod has used on this node so far (its share of each package's counter).",
-            _cycle(lambda p: [((j.job_id, j.scheduler), j.energy_joules) for j in p.jobs]),
-            ("job_id", "scheduler"),
-            kind="counter",
-            omit_when_empty=True,
-            attributed=False,
+            "energy_joules",
         ),
-        MetricSpec(
+        _job(
             "amdgpu_job_gpu_seconds",
             "GPU-seconds the running job or pod has held on this node so far (a die or partition counts as one).",
-            _cycle(lambda p: [((j.job_id, j.scheduler), j.gpu_seconds) for j in p.jobs]),
-            ("job_id", "scheduler"),
-            kind="counter",
-            omit_when_empty=True,
-            attributed=False,
+            "gpu_seconds",
         ),
         MetricSpec(
             "amdgpu_exporter_attribution_up",
