@@ -139,6 +139,9 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
         f"--slurm.state-dir={link}",
         f"--accounting.state-file={state_file}",
         "--node-name=node-a",
+        # Cycles 2 s apart: the poller of /api/v1/devices (every 0.1 s) sees every one even on a
+        # loaded 2-core CI machine, where 1 s cycles were once missed.
+        "--interval=2s",
     )
     log = CounterLog()
     proc, port = start_exporter(*args)
