@@ -164,7 +164,7 @@ class SlurmActions:
             log.info("slurm_already_drained", node=self.node, reason=state.reason, ours=is_ours(state.reason))
             return
         partitions = ",".join(state.partitions)
-        argv = [self.policy.sinfo, "--noheader", "--all", f"--partition={partitions}", f"--format={COUNTS_FORMAT}"]
+        argv = [self.policy.sinfo, "--noheader", f"--partition={partitions}", f"--format={COUNTS_FORMAT}"]
         try:
             counts = parse_counts(await self._call(argv))
         except (CommandFailed, SlurmOutputError) as error:

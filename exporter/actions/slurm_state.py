@@ -2,10 +2,11 @@
 keeps every partition within the allowed share. Pure functions over str: the commands are run by
 exporter/actions/slurm.py.
 
-The two queries (both with `--noheader --all`, so hidden partitions count too):
+The two queries (with `--noheader`; the first with `--all`, so a hidden partition of the node shows):
 
     sinfo --Node --nodes=NODE --format=%R|%T|%E   one line per partition of the node: state, reason
-    sinfo --partition=P,Q --format=%R|%D|%T        per partition and state: how many nodes
+    sinfo --partition=P,Q --format=%R|%D|%T        per partition and state: how many nodes (a named
+                                                  partition is shown even when hidden)
 
 The reason (%E) comes last: it is the one free text, and may hold the separator itself.
 """
