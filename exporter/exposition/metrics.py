@@ -1003,6 +1003,7 @@ METRICS: tuple[MetricSpec, ...] = (
             _optional(lambda p: p.stats.actions, lambda stats: sorted(stats.counts.items())),
             ("action", "outcome"),
             kind="counter",
+            omit_when_empty=True,
         ),
         MetricSpec(
             "amdgpu_exporter_discoveries",
