@@ -30,7 +30,7 @@ import random
 import subprocess
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.actions.slurm_state import (
@@ -94,14 +94,9 @@ class SlurmActions:
         self,
         node: str,
         policy: ActionPolicy,
-        *,
-        run: Callable[[Sequence[str], float], str] = run_command,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.policy = policy
-        self._run = run
-        self._clock = clock
         self._verdict: HealthVerdict | None = None
         self._wake = asyncio.Event()
         self._counts: Counter[tuple[str, str]] = Counter()
@@ -124,7 +119,7 @@ class SlurmActions:
         the retry interval."""
         while not stop.is_set():
             waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-            delay = max(0.0, self._retry_at - self._clock()) if self._retry_at else None
+            delay = max(0.0, self._retry_at - time.monotonic()) if self._retry_at else None
             await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for waiting in waits:
                 waiting.cancel()
@@ -135,13 +130,13 @@ class SlurmActions:
                 await self.step()
             except Exception:  # a bug here must not end the actor, nor the daemon: log it and go on
                 log.exception("slurm_action_error", node=self.node)
-                self._retry_at = self._clock() + self.policy.retry_interval
+                self._retry_at = time.monotonic() + self.policy.retry_interval
         self._pool.close()
 
     async def step(self) -> None:
         """One decision on the newest verdict: drain, resume or nothing."""
         verdict = self._verdict
-        if verdict is None or (self._retry_at and self._clock() < self._retry_at):
+        if verdict is None or (self._retry_at and time.monotonic() < self._retry_at):
             return
         self._retry_at = 0.0
         if verdict.drain_reason and self._drained is not True:
@@ -156,6 +151,9 @@ class SlurmActions:
         # Nodes whose GPUs fail at one moment (a fleet-wide fault, a bad rule file) ask Slurm at spread
         # moments, so that each sees the drains of those before it.
         await asyncio.sleep(random.uniform(0.0, self.policy.retry_interval / 2))
+        if self._verdict is None or not self._verdict.drain_reason:
+            return  # fit again meanwhile: nothing to drain
+        reason = self._verdict.drain_reason
         state = await self._node_state("drain", reason)
         if state is None:
             return
@@ -210,7 +208,7 @@ class SlurmActions:
 
     def _act_allowed(self, action: str, reasons: str) -> bool:
         """Whether the rate limit leaves room for one more command now; counted and logged when not."""
-        now = self._clock()
+        now = time.monotonic()
         while self._done_at and self._done_at[0] <= now - self.policy.actions_interval:
             self._done_at.popleft()
         if len(self._done_at) >= self.policy.max_actions:
@@ -244,7 +242,7 @@ class SlurmActions:
 
     async def _call(self, argv: Sequence[str]) -> str:
         """The command run on the actor's thread; a thread stuck past the timeout is abandoned."""
-        future = self._pool.submit(self._run, argv, self.policy.timeout)
+        future = self._pool.submit(run_command, argv, self.policy.timeout)
         try:
             # subprocess.run kills the child at the timeout; the margin covers reaping it
             return await asyncio.wait_for(asyncio.wrap_future(future), self.policy.timeout + 5.0)
@@ -258,7 +256,7 @@ class SlurmActions:
         self._counts[action, outcome] += 1
         self._publish()
         if outcome in ("refused_share", "rate_limited", "failed"):
-            self._retry_at = self._clock() + self.policy.retry_interval
+            self._retry_at = time.monotonic() + self.policy.retry_interval
         fields = {"action": action, "node": self.node, "reasons": reasons, "outcome": outcome, "detail": detail}
         if command:
             fields["command"] = " ".join(command)
