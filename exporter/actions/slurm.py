@@ -102,7 +102,7 @@ class SlurmActions:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._done_at: deque[float] = deque()  # when each command counted by the rate limit ran
         self._drained: bool | None = None  # as far as the actor knows; None: not asked yet
-        self._simulated = False  # dry-run: the drain it would have made
+        self._simulated = ""  # dry-run: the reason of the drain it would have made, until its resume
         self._retry_at = 0.0
         self._last_logged: tuple[str, str] | None = None
         self._pool = DaemonPool(1, "slurm-action")
@@ -180,11 +180,12 @@ class SlurmActions:
         state = await self._node_state("resume", "")
         if state is None:
             return
+        command = [self.policy.scontrol, "update", f"NodeName={self.node}", "State=RESUME"]
         if not state.drained:
-            if self._simulated and self._act_allowed("resume", "every GPU is fit"):
-                self._outcome("resume", "dry_run", "every GPU is fit", detail="the dry run's drain")
-                self._simulated = False
-            self._drained = False
+            if not self._simulated:
+                self._drained = False
+            elif await self._act("resume", self._simulated, command, "every GPU is fit"):
+                self._drained = False  # dry-run: the resume of the drain it would have made
             return
         if not is_ours(state.reason):
             # An administrator's drain (or another tool's): never resumed by the exporter. Asked once per
@@ -192,7 +193,6 @@ class SlurmActions:
             self._outcome("resume", "refused_foreign", state.reason, detail="the node is drained by someone else")
             self._drained = False
             return
-        command = [self.policy.scontrol, "update", f"NodeName={self.node}", "State=RESUME"]
         if await self._act("resume", state.reason, command, "every GPU is fit"):
             self._drained = False
 
@@ -230,7 +230,7 @@ class SlurmActions:
             return False
         if self.policy.mode != "on":
             self._outcome(action, "dry_run", reasons, detail=detail, command=command)
-            self._simulated = action == "drain"
+            self._simulated = reasons if action == "drain" else ""
             return True
         try:
             await self._call(command)

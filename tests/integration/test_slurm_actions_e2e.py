@@ -107,12 +107,24 @@ def test_an_administrators_drain_is_never_resumed_and_a_drain_of_its_own_is_afte
     cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     """Healthy GPUs: node2 drained by an administrator stays drained; node3 drained with the marker (a
-    previous run of the exporter left it) is resumed by the next, and only reported by a dry run."""
+    previous run of the exporter left it) is resumed by the next, and only reported by a dry run. A dry
+    run on node6 with the fault reports the drain and then the resume, and changes nothing."""
     cluster.drain("node2", ADMIN)
     cluster.drain("node3", REASON)
     admin = exporter(cluster, tmp_path / "node2", "node2", "idle", "--action.slurm=on")
     dry = exporter(cluster, tmp_path / "node3-dry", "node3", "idle", "--action.slurm=dry-run")
+    # node2 and node3 are 2 of gpu's 10: a share of 0.5 leaves room for node6
+    faulty = exporter(
+        cluster,
+        tmp_path / "node6-dry",
+        "node6",
+        FAULT,
+        "--action.slurm=dry-run",
+        "--action.slurm.max-drained-share=0.5",
+    )
     try:
+        faulty.wait_for(lambda s: actions(s, "drain", "dry_run") == 1, "the dry run's drain")
+        assert cluster.node_state("node6") == ("idle", "none")
         series = admin.wait_for(lambda s: actions(s, "resume", "refused_foreign") == 1, "the admin's drain kept")
         assert sum(v for (name, _), v in series.items() if name == "amdgpu_exporter_actions_total") == 1
         series = dry.wait_for(lambda s: actions(s, "resume", "dry_run") == 1, "the dry run's resume")
@@ -123,9 +135,17 @@ def test_an_administrators_drain_is_never_resumed_and_a_drain_of_its_own_is_afte
         assert cluster.node_state("node3") == ("drained", REASON)
         assert actions(admin.scrape(), "resume", "refused_foreign") == 1  # asked once, not every cycle
         assert dry.get("/api/v1/health").json()["note"].startswith("Slurm action mode dry-run")
+        series = faulty.wait_for(lambda s: actions(s, "resume", "dry_run") == 1, "the dry run's resume", 90)
+        assert actions(series, "drain", "dry_run") == 1 and actions(series, "drain", "done") == 0
+        assert cluster.node_state("node6") == ("idle", "none")
+        would = [e for e in faulty.events("slurm_action") if e["outcome"] == "dry_run"]
+        assert [e["action"] for e in would] == ["drain", "resume"]
+        assert would[0]["command"].endswith(f"update NodeName=node6 State=DRAIN Reason={REASON}")
+        assert would[1]["reasons"] == REASON and would[1]["command"].endswith("update NodeName=node6 State=RESUME")
     finally:
         admin.stop()
         dry.stop()
+        faulty.stop()
     again = exporter(cluster, tmp_path / "node3", "node3", "idle", "--action.slurm=on")
     try:
         again.wait_for(lambda s: actions(s, "resume", "done") == 1, "the marked drain resumed")
