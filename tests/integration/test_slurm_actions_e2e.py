@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,11 +166,7 @@ def test_a_hung_controller_costs_the_action_not_the_cycle(cluster: SlurmCluster,
             cluster, tmp_path / "exporter", "node4", FAULT, "--action.slurm=on", "--action.slurm.timeout=1s"
         )
         daemon.wait_for(lambda s: actions(s, "drain", "failed") >= 2, "two failed drains")
-        before = daemon.cycles()
-        started = time.monotonic()
-        daemon.wait_cycles(3)
-        assert time.monotonic() - started < 30  # cycles go on (a bound only a hung loop misses)
-        assert daemon.cycles() >= before + 3
+        daemon.wait_cycles(3)  # the cycles go on while each try hangs until it is killed
         failed = [e for e in daemon.events("slurm_action") if e["outcome"] == "failed"]
         assert "did not finish within 1 s" in failed[0]["detail"]
     finally:
