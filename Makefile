@@ -9,9 +9,12 @@ BIN := $(VENV)/bin
 # mmdebstrap and umoci build the OCI image (`make image`, tests/integration/test_oci_image.py);
 # chromium loads the status page headless (tests/integration/test_status_page_browser.py);
 # victoria-metrics (with vmalert) is the central store of the two-tier test (tests/integration/test_fleet_two_tier.py).
+# slurmctld, slurmd and slurm-client are the real Slurm the action mode drains and resumes nodes in
+# (tests/slurm_cluster.py, tests/integration/test_slurm_actions_e2e.py).
 DEBIAN_TEST_PACKAGES := librocm-smi64-1 rocm-smi prometheus-node-exporter prometheus \
 	prometheus-alertmanager systemd util-linux procps python3-venv \
-	mmdebstrap gcc curl openssl strace chromium umoci victoria-metrics
+	mmdebstrap gcc curl openssl strace chromium umoci victoria-metrics \
+	slurmctld slurmd slurm-client
 DEBIAN_BENCH_PACKAGES := wrk strace
 # `make demo PORT=9500` (and `make demo-stack PORT=9500`): the demo exporter's port on 127.0.0.1.
 PORT ?= 9442

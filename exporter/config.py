@@ -179,6 +179,30 @@ def _identity_labels(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _action_mode(text: str | bool) -> str:
+    """off | dry-run | on; a config file's YAML `on` / `off` (booleans to YAML) mean the same."""
+    if isinstance(text, bool):
+        return "on" if text else "off"
+    text = str(text).strip()
+    if text not in ("off", "dry-run", "on"):
+        raise ValueError(f"{text!r} is not one of off, dry-run, on")
+    return text
+
+
+_action_mode.choices = ("off", "dry-run", "on")  # type: ignore[attr-defined]
+
+
+def _share(text: str | float) -> float:
+    """A share of a partition's nodes, 0 < share <= 1."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number (example: 0.1)") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r} must be above 0 and at most 1 (example: 0.1)")
+    return value
+
+
 def _glob(text: str) -> str:
     """A name or a glob (*, ?, [...]) on collector or family names; checked against them by the exposition."""
     text = str(text).strip()
@@ -494,6 +518,47 @@ OPTIONS: tuple[Option, ...] = (
         "the same as `collectors.include: [xcc]` (as an environment variable or config key: deprecated)",
         is_flag=True,
     ),
+    # --- acting on the verdict (exporter/actions/): off unless asked for ---
+    Option(
+        "action.slurm",
+        _action_mode,
+        "off",
+        "run the Slurm drain and resume the health verdict suggests for this node (--node-name must be its "
+        "Slurm NodeName): off, dry-run (log and count what would run) or on; bounded by the "
+        'action.slurm.* options below (docs/health.md, "Acting on the verdict")',
+    ),
+    Option(
+        "action.slurm.max-drained-share",
+        _share,
+        "0.1",
+        "with --action.slurm: a drain is refused while any partition of the node would have more than this "
+        "share (0..1] of its nodes drained, draining or down with it",
+    ),
+    Option(
+        "action.slurm.max-actions",
+        _positive_int,
+        "2",
+        "with --action.slurm: at most this many drains and resumes (together) per --action.slurm.actions-interval",
+    ),
+    Option(
+        "action.slurm.actions-interval",
+        bounded_duration(1, 7 * 86400),
+        "1h",
+        "with --action.slurm: the interval --action.slurm.max-actions counts in",
+    ),
+    Option(
+        "action.slurm.retry-interval",
+        bounded_duration(0.1, 86400),
+        "1m",
+        "with --action.slurm: how soon a refused, rate-limited or failed action is tried again (a drain "
+        "also waits a random 0..half of it first, so nodes failing at once ask Slurm one after another)",
+    ),
+    Option(
+        "action.slurm.timeout",
+        bounded_duration(0.1, 300),
+        "10s",
+        "with --action.slurm: deadline of one sinfo or scontrol run (killed after it: that action failed)",
+    ),
 )
 # Options kept one release for their old spelling: option -> (what it adds to, the value, the warning).
 DEPRECATED = {
@@ -557,6 +622,12 @@ class Settings:
     collector_board_temperatures: bool
     attribution_series_labels: bool
     collector_xcc: bool
+    action_slurm: str
+    action_slurm_max_drained_share: float
+    action_slurm_max_actions: int
+    action_slurm_actions_interval: float
+    action_slurm_retry_interval: float
+    action_slurm_timeout: float
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
     warnings: tuple[str, ...] = ()  # deprecated options given: logged at start

@@ -41,7 +41,8 @@ from exporter.pipeline.process import read_process_stats
 from exporter.pipeline.readiness import Readiness
 from exporter.pipeline.sampler import Sampler
 
-if TYPE_CHECKING:  # httpx is imported only with an Alertmanager configured
+if TYPE_CHECKING:  # imported only when used: httpx with an Alertmanager, the actions with --action.slurm
+    from exporter.actions.slurm import SlurmActions
     from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.pipeline")
@@ -82,6 +83,7 @@ class Pipeline:
         health_thresholds: HealthThresholds | None = None,
         node: str = "",
         accounting: Accounting | None = None,
+        actions: SlurmActions | None = None,
     ) -> None:
         self.exposition = exposition  # what is rendered: families, window detail, extra labels (SIGHUP replaces it)
         self.reloads = reloads  # the SIGHUP reloads' counts, copied into each cycle's stats
@@ -96,6 +98,7 @@ class Pipeline:
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
         self.readiness = readiness if readiness is not None else Readiness()
         self.accounting = accounting  # per-job accounting (exporter/accounting/), after the verdict
+        self.actions = actions  # the Slurm action mode (--action.slurm): handed each verdict; never blocks
         self.state = PublishedState(
             source=source_name, source_reason=source_reason, rules=self.rules, health_thresholds=self.health_thresholds
         )
@@ -122,6 +125,8 @@ class Pipeline:
                 log.info("stage_recovered", stage="rules")
         self._alerts = alerts
         verdict = self._evaluate_health(snapshot)
+        if self.actions is not None:
+            self.actions.update(verdict)
         log.debug(
             "cycle",
             cycle=snapshot.cycle,
@@ -157,6 +162,7 @@ class Pipeline:
             failing_stages=tuple(sorted(self.readiness.failing)),
             web=self.web_stats() if self.web_stats is not None else None,
             reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
+            actions=self.actions.stats if self.actions is not None else None,
         )
         jobs = self._account(snapshot, verdict)
         published = Published(

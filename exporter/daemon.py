@@ -11,6 +11,8 @@ import ctypes
 import dataclasses
 import functools
 import os
+import re
+import shutil
 import signal
 import socket
 import threading
@@ -46,6 +48,7 @@ from exporter.web.routes import create_app
 from exporter.web.waveform import WaveformSource
 
 if TYPE_CHECKING:
+    from exporter.actions.slurm import SlurmActions
     from exporter.alerting.alertmanager import AlertmanagerPusher
 
 log = get_logger("exporter.daemon")
@@ -107,6 +110,45 @@ def alertmanager_pusher(settings: Settings, port: int, rules: Sequence[Rule]) ->
         )
     except ValueError as error:
         raise ConfigError(f"--alertmanager.url: {error}") from error
+
+
+# Slurm's node names: what scontrol and sinfo are handed as one argument (never a shell word)
+_SLURM_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def slurm_actions(settings: Settings) -> SlurmActions | None:
+    """The Slurm action mode for --action.slurm=dry-run|on, None when off; ConfigError when the node name
+    is not a Slurm node name or scontrol / sinfo are not on PATH (found once, at start)."""
+    if settings.action_slurm == "off":
+        return None
+    from exporter.actions.slurm import ActionPolicy, SlurmActions
+
+    node = node_name(settings)
+    if not _SLURM_NODE_NAME.match(node):
+        raise ConfigError(f"--action.slurm: the node name {node!r} is not a Slurm node name (set --node-name)")
+    tools = {name: shutil.which(name) for name in ("scontrol", "sinfo")}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        raise ConfigError(f"--action.slurm: {' and '.join(missing)} not found on PATH ({os.environ.get('PATH', '')})")
+    policy = ActionPolicy(
+        mode=settings.action_slurm,
+        max_drained_share=settings.action_slurm_max_drained_share,
+        max_actions=settings.action_slurm_max_actions,
+        actions_interval=settings.action_slurm_actions_interval,
+        retry_interval=settings.action_slurm_retry_interval,
+        timeout=settings.action_slurm_timeout,
+        scontrol=tools["scontrol"] or "scontrol",
+        sinfo=tools["sinfo"] or "sinfo",
+    )
+    log.info(
+        "slurm_actions",
+        mode=policy.mode,
+        node=node,
+        max_drained_share=policy.max_drained_share,
+        max_actions=policy.max_actions,
+        actions_interval=policy.actions_interval,
+    )
+    return SlurmActions(node, policy)
 
 
 async def read_host_info(sysfs_root: str, deadline: float = 15.0) -> HostInfo | None:
@@ -274,6 +316,7 @@ async def serve(settings: Settings) -> None:
     )
     rule_file = rule_file_of(settings)
     rules = rule_file.rules
+    actions = slurm_actions(settings)  # before anything starts: a missing scontrol is a start-up error
     exposition = exposition_of(settings)
     # The web config first, so a bad file fails before anything else starts.
     route_library_logs()
@@ -341,6 +384,7 @@ async def serve(settings: Settings) -> None:
             health_thresholds=rule_file.health,
             node=node_name(settings),
             accounting=accounting,
+            actions=actions,
         )
         poller.on_snapshot = pipeline.on_snapshot
         waveform = (
@@ -389,6 +433,8 @@ async def serve(settings: Settings) -> None:
         ]
         if pusher is not None:
             tasks.append(asyncio.create_task(pusher.run(stop), name="alertmanager"))
+        if actions is not None:
+            tasks.append(asyncio.create_task(actions.run(stop), name="slurm-actions"))
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         stop.set()

@@ -319,6 +319,9 @@ class HealthVerdict:
     suggestion: str = ""  # one sentence: what is unfit and what to run; "" when nothing is advised
     drain_command: str = ""  # Slurm
     resume_command: str = ""
+    # the drain command's reason as given to Slurm ("amdgpu-exporter: gpu 0: ecc_uncorrectable"): what the
+    # Slurm action mode (exporter/actions/) drains with; "" when no drain is advised
+    drain_reason: str = ""
     taint_command: str = ""  # Kubernetes
     untaint_command: str = ""
     unfit_at: float | None = None  # unix seconds of the newest verdict with an unfit GPU
@@ -559,6 +562,28 @@ class AlertmanagerStats:
     sender_failing: bool = False  # a sender died and has not completed a pass since
 
 
+# Every reason the exporter drains a node with starts with this: the mark by which the Slurm action mode
+# (exporter/actions/) tells its own drains from an administrator's, and resumes only its own.
+DRAIN_MARKER = "amdgpu-exporter:"
+
+ACTIONS = ("drain", "resume")
+# done: the command succeeded; dry_run: it would have run (--action.slurm=dry-run); refused_share: the
+# drain would take more than the allowed share of a partition out of service; refused_foreign: the node
+# is drained with a reason not the exporter's (an administrator's), which it never resumes;
+# rate_limited: the allowed number of actions per interval is spent; failed: the command or a query
+# before it failed, timed out or is missing.
+ACTION_OUTCOMES = ("done", "dry_run", "refused_share", "refused_foreign", "rate_limited", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionStats:
+    """What the Slurm action mode did so far (exporter/actions/slurm.py), copied into each cycle's stats."""
+
+    mode: str = "off"  # off | dry-run | on
+    counts: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (action, outcome) -> count
+    drained: bool | None = None  # the node is drained as far as the mode knows (None: not asked yet)
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessStats:
     """The exporter process itself, read once per cycle from Linux /proc (pipeline/process.py)."""
@@ -614,6 +639,7 @@ class ExporterStats:
     failing_stages: tuple[str, ...] = ()  # stages whose latest run failed ("rules", "render", "alertmanager")
     web: WebStats | None = None  # None without --web.config.file
     reloads: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (config|rules, result) -> count
+    actions: ActionStats | None = None  # None with --action.slurm=off
 
 
 @dataclass(frozen=True, slots=True)

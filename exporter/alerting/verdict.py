@@ -23,7 +23,16 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from exporter.model import DeviceState, GpuHealth, HealthCheck, HealthVerdict, Sample, Snapshot, frozen_map
+from exporter.model import (
+    DRAIN_MARKER,
+    DeviceState,
+    GpuHealth,
+    HealthCheck,
+    HealthVerdict,
+    Sample,
+    Snapshot,
+    frozen_map,
+)
 
 SEVERITIES = ("warning", "critical")
 TAINT_KEY = "amd.com/gpu-unhealthy"
@@ -471,10 +480,14 @@ def _node(node: str) -> str:
     return shlex.quote(node) if node else "NODE"
 
 
+def drain_reason(reason: str) -> str:
+    """The reason as Slurm is given it: plain characters, at most 1000 (no quoting needed in a shell)."""
+    return _UNSAFE.sub("", reason)[:1000]
+
+
 def drain_command(node: str, reason: str) -> str:
     """Slurm: take the node out of scheduling; running jobs finish (the reason is kept in plain characters)."""
-    text = _UNSAFE.sub("", reason)[:1000]
-    return f'scontrol update nodename={_node(node)} state=drain reason="{text}"'
+    return f'scontrol update nodename={_node(node)} state=drain reason="{drain_reason(reason)}"'
 
 
 def resume_command(node: str) -> str:
@@ -506,7 +519,8 @@ def _advise(
     unfit = tuple(gpu for gpu in gpus if not gpu.fit)
     if unfit:
         what = "; ".join(f"gpu {gpu.gpu}: {', '.join(c.check for c in gpu.checks)}" for gpu in unfit)
-        drain = drain_command(node, f"amdgpu-exporter: {what}")
+        reason = drain_reason(f"{DRAIN_MARKER} {what}")
+        drain = drain_command(node, reason)
         taint = taint_command(node, _taint_value(unfit))
         return HealthVerdict(
             taken_at=now,
@@ -519,6 +533,7 @@ def _advise(
             ),
             drain_command=drain,
             resume_command=resume_command(node),
+            drain_reason=reason,
             taint_command=taint,
             untaint_command=untaint_command(node),
             unfit_at=now,

@@ -996,6 +996,16 @@ METRICS: tuple[MetricSpec, ...] = (
             kind="counter",
         ),
         MetricSpec(
+            "amdgpu_exporter_actions",
+            "Drains and resumes of this node the Slurm action mode (--action.slurm) ran or would have, by action "
+            "and outcome (done, dry_run, refused_share, refused_foreign, rate_limited, failed); no series when "
+            "the mode is off.",
+            _optional(lambda p: p.stats.actions, lambda stats: sorted(stats.counts.items())),
+            ("action", "outcome"),
+            kind="counter",
+            omit_when_empty=True,
+        ),
+        MetricSpec(
             "amdgpu_exporter_discoveries",
             "Device discoveries by result (ok, failed: an error or past its deadline).",
             _cycle(lambda p: [("failed", p.snapshot.discovery_failures), ("ok", p.snapshot.discoveries)]),

@@ -190,8 +190,20 @@ def health_document(published: Published, node: str) -> dict[str, Any]:
         "gpus": gpus,
         "suggestion": verdict.suggestion or None,
         "commands": commands,
-        "note": "A suggestion only: the exporter never drains, taints or changes anything.",
+        "note": _actions_note(published),
     }
+
+
+def _actions_note(published: Published) -> str:
+    actions = published.stats.actions
+    if actions is None or actions.mode == "off":
+        return "A suggestion only: the exporter never drains, taints or changes anything."
+    if actions.mode == "dry-run":
+        return "Slurm action mode dry-run (--action.slurm): the drain and resume are logged and counted, never run."
+    return (
+        "Slurm action mode on (--action.slurm): the exporter runs the drain and resume above itself, within its "
+        "bounds (amdgpu_exporter_actions_total counts each action by outcome); it never taints a Kubernetes node."
+    )
 
 
 def alert_state(alert: AlertState) -> str:

@@ -11,7 +11,9 @@ group, and the base modules are named one by one so that a new top-level module 
     config                     the settings (parses the simulator's fleet and scenario flags)
     attribution | exposition | demo
                                who uses each device; the metric table and rendering; the --demo tree
-    alerting | accounting      rules and the health verdict over the snapshot; what each job used
+    alerting | accounting | actions
+                               rules and the health verdict over the snapshot; what each job used;
+                               acting on the verdict (the Slurm action mode)
     pipeline                   poll, sampler, counters, readiness, enrich
     cycle                      the stages after the poller, in order
     web | operator             the HTTP server, the snapshot/doctor commands
@@ -47,7 +49,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("exporter.sources",), ("exporter.simulator",)),
     (("exporter.config",),),
     (("exporter.attribution",), ("exporter.exposition",), ("exporter.demo",)),
-    (("exporter.alerting",), ("exporter.accounting",)),
+    (("exporter.alerting",), ("exporter.accounting",), ("exporter.actions",)),
     (("exporter.pipeline",),),
     (("exporter.cycle",),),
     (("exporter.web",), ("exporter.operator",)),

@@ -39,6 +39,8 @@ ONLY_WITH_WEB_CONFIG = {
     "amdgpu_exporter_http_connections": "gauge",
     "amdgpu_exporter_http_max_connections": "gauge",
 }
+# ... nor the Slurm action mode's counters, only with --action.slurm (tested in test_slurm_actions*).
+ONLY_WITH_ACTIONS = {"amdgpu_exporter_actions_total": "counter"}
 # ... nor what is served only while a GPU is unfit (tested in test_health_e2e).
 ONLY_WHILE_UNFIT = {"amdgpu_health_suggestion_info": "gauge"}
 # Families the scrape shows that the reference does not list (none since the poll histogram lost
@@ -82,6 +84,7 @@ def test_readme_reference_lists_exactly_what_metrics_serves_with_its_type() -> N
         | ONLY_WITH_WEB_CONFIG
         | ONLY_WITH_HOST_INFO
         | ONLY_WHILE_UNFIT
+        | ONLY_WITH_ACTIONS
     )
 
 
