@@ -41,6 +41,7 @@ from exporter.sources.base import Source, StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
 from exporter.web import http_server, webconfig_reload
+from exporter.web.device_plugin import DevicePluginService
 from exporter.web.http_guard import WebGuard
 from exporter.web.http_log import HttpStats, route_library_logs
 from exporter.web.http_server import shown_address, systemd_sockets
@@ -387,6 +388,16 @@ async def serve(settings: Settings) -> None:
             actions=actions,
         )
         poller.on_snapshot = pipeline.on_snapshot
+        if settings.device_plugin_socket:
+            # Serves the verdict while /readyz would call it fresh; a server already there is a start-up error.
+            device_plugin = DevicePluginService(
+                settings.device_plugin_socket,
+                lambda: pipeline.state.published,
+                max_age=readiness.stale_after,
+            )
+            device_plugin.start()
+            stack.callback(device_plugin.stop)
+            pipeline.device_plugin_stats = device_plugin.stats
         waveform = (
             WaveformSource(gpus=sampler.gpus_sampled, max_seconds=sampler.window, read=sampler.waveform)
             if sampler
