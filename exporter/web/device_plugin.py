@@ -141,7 +141,9 @@ def _response(states: Iterable[GpuState]) -> Any:
     protos = _compile()[0]
     return protos.GPUStateResponse(
         GPUState=[
-            protos.GPUState(ID=s.id, UUID=s.uuid, Health=s.health, AssociatedWorkload=list(s.workloads), Device=s.device)
+            protos.GPUState(
+                ID=s.id, UUID=s.uuid, Health=s.health, AssociatedWorkload=list(s.workloads), Device=s.device
+            )
             for s in states
         ]
     )
@@ -231,14 +233,14 @@ class DevicePluginService:
         _claim_socket_path(self.path)
         service = self
 
-        class Servicer(services.MetricsServiceServicer):  # type: ignore[misc,name-defined]
-            def List(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method's name
+        class Servicer(services.MetricsServiceServicer):  # type: ignore[name-defined]
+            def List(self, request: Any, context: Any) -> Any:  # the gRPC method names are upstream's
                 return service.list_states(request, context)
 
-            def GetGPUState(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def GetGPUState(self, request: Any, context: Any) -> Any:
                 return service.get_states(request, context)
 
-            def SetError(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def SetError(self, request: Any, context: Any) -> Any:
                 # DME's error-injection debug API (off in DME unless its config enables it): not ours.
                 context.set_code(grpc.StatusCode.UNIMPLEMENTED)
                 context.set_details("SetError is not served: amdgpu-exporter judges only what it reads")
