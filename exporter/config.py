@@ -584,7 +584,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "serve the health verdict per GPU on this unix socket as AMD device-metrics-exporter's gRPC "
         "MetricsService does, for ROCm's k8s-device-plugin (its heartbeat, -pulse, asks "
-        f"{DME_HEALTH_SOCKET}); empty: off (docs/health.md, \"Acting on the verdict per GPU\")",
+        f'{DME_HEALTH_SOCKET}); empty: off (docs/health.md, "Acting on the verdict per GPU")',
         default_text="off",
     ),
 )
