@@ -130,6 +130,7 @@ def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_pa
         wait(lambda: health_by_device(socket_path) == faulted, "gpu 1 unhealthy, the others healthy")
         document = httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=5).json()
         assert document["unfit_gpus"] == [1]
+        assert "served to ROCm's device plugin (--device-plugin.socket)" in document["note"]
         got = ask(socket_path, "GetGPUState", "1", "7")["answer"]["GPUState"]
         assert [(gpu["ID"], gpu["Device"], gpu["Health"]) for gpu in got] == [("1", bdfs[1], "unhealthy")]
         assert ask(socket_path, "SetError")["code"] == "UNIMPLEMENTED"
