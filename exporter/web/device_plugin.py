@@ -184,17 +184,32 @@ def _claim_socket_path(path: str) -> None:
     log.info("device_plugin_stale_socket_removed", path=path)
 
 
+def _check_bind(path: str) -> None:
+    """Bind a socket at the path once and remove it: a folder the exporter may not write in is a clear
+    one-line error here, not gRPC's (which says only that it could not bind)."""
+    trial = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        trial.bind(path)
+    except OSError as error:
+        raise ConfigError(f"--device-plugin.socket: cannot create a socket at {path}: {error.strerror}") from None
+    finally:
+        trial.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 class DevicePluginService:
     """The gRPC server on the unix socket: start() once the first cycle can be read, stop() at exit."""
 
     def __init__(
         self,
         path: str,
-        published: Callable[[], Published | None],
         max_age: float,
+        published: Callable[[], Published | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
+        # What the answers are made of: nothing (every GPU left out) until follow() gives the pipeline's.
         self._published = published
         self._max_age = max_age
         self._clock = clock
@@ -202,6 +217,11 @@ class DevicePluginService:
         self._lock = threading.Lock()
         self._server: Any = None
         self._inode: int | None = None
+
+    def follow(self, published: Callable[[], Published | None]) -> None:
+        """Answer from this from now on: the latest published cycle (the pipeline exists after the socket,
+        which is claimed first so that a socket another server owns stops the start before anything runs)."""
+        self._published = published
 
     def stats(self) -> DevicePluginStats:
         with self._lock:
@@ -231,6 +251,7 @@ class DevicePluginService:
 
         _, services = _compile()
         _claim_socket_path(self.path)
+        _check_bind(self.path)
         service = self
 
         class Servicer(services.MetricsServiceServicer):  # type: ignore[name-defined]
@@ -249,7 +270,6 @@ class DevicePluginService:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="device-plugin"),
             maximum_concurrent_rpcs=_MAX_CONCURRENT_CALLS,
-            options=[("grpc.so_reuseport", 0)],
         )
         services.add_MetricsServiceServicer_to_server(Servicer(), server)
         try:

@@ -11,10 +11,12 @@ Debian has no grpcurl (apt-cache policy grpcurl: no candidate), so the client is
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -97,7 +99,16 @@ def daemon(root: Path, socket_path: Path, rules: Path) -> Iterator[tuple[subproc
         stop(process)
 
 
-def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_path: Path) -> None:
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A short folder for the sockets: a unix socket's path holds at most 107 bytes, and tmp_path
+    can be longer than that."""
+    folder = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_path: Path, sockets: Path) -> None:
     root = tmp_path / "sys"
     simulator = Simulator(root, fleet=FLEET, scenario=SCENARIO, seed=5)
     simulator.write_tree()
@@ -107,8 +118,8 @@ def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_pa
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)
     # DME's folder does not exist yet, and a socket a dead server left behind is in the way elsewhere.
-    socket_path = tmp_path / "amd-metrics-exporter" / "grpc.socket"  # a tmp_path is long: sun_path holds 107
-    stale_path = tmp_path / "stale" / "health.socket"
+    socket_path = sockets / "amd-metrics-exporter" / "amdgpu_device_metrics_exporter_grpc.socket"
+    stale_path = sockets / "stale" / "health.socket"
     stale_path.parent.mkdir()
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(stale_path))
@@ -185,10 +196,10 @@ def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_pa
     assert not stale_path.exists()
 
 
-def test_a_path_that_is_not_a_socket_is_left_alone(tmp_path: Path) -> None:
+def test_a_path_that_is_not_a_socket_is_left_alone(tmp_path: Path, sockets: Path) -> None:
     root = tmp_path / "sys"
     Simulator(root, fleet="MI210", scenario="idle", seed=1).write_tree()
-    occupied = tmp_path / "health.socket"
+    occupied = sockets / "health.socket"
     occupied.write_text("not a socket\n")
     result = subprocess.run(
         [str(Path(sys.executable).parent / "amdgpu-exporter"), f"--path.sysfs={root}",
