@@ -199,7 +199,8 @@ def _check_bind(path: str) -> None:
 
 
 class DevicePluginService:
-    """The gRPC server on the unix socket: start() once the first cycle can be read, stop() at exit."""
+    """The gRPC server on the unix socket: start() first thing at start-up, follow() once the pipeline
+    exists, stop() at exit. The call counter is read by the pipeline each cycle (stats())."""
 
     def __init__(
         self,
