@@ -162,6 +162,24 @@ def _positive_int(text: str | int) -> int:
     return value
 
 
+# The longest path a unix socket address holds (sun_path is 108 bytes with its terminating NUL).
+_MAX_SOCKET_PATH = 107
+# Where AMD's device-metrics-exporter serves its health gRPC service, and where ROCm's device plugin asks.
+DME_HEALTH_SOCKET = "/var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket"
+
+
+def _socket_path(text: str) -> str:
+    """An absolute path for a unix socket to be created at, or "" (off)."""
+    text = str(text).strip()
+    if not text:
+        return ""
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} is not an absolute path (example: {DME_HEALTH_SOCKET})")
+    if len(text.encode()) > _MAX_SOCKET_PATH:
+        raise ValueError(f"{text!r} is longer than a unix socket path may be ({_MAX_SOCKET_PATH} bytes)")
+    return text
+
+
 def _resource_prefix(text: str) -> str:
     text = str(text).strip()
     if not text or any(c.isspace() for c in text):
@@ -559,6 +577,16 @@ OPTIONS: tuple[Option, ...] = (
         "10s",
         "with --action.slurm: deadline of one sinfo or scontrol run (killed after it: that action failed)",
     ),
+    # --- the per-GPU health signal for ROCm's Kubernetes device plugin: off unless asked for ---
+    Option(
+        "device-plugin.socket",
+        _socket_path,
+        "",
+        "serve the health verdict per GPU on this unix socket as AMD device-metrics-exporter's gRPC "
+        "MetricsService does, for ROCm's k8s-device-plugin (its heartbeat, -pulse, asks "
+        f'{DME_HEALTH_SOCKET}); empty: off (docs/health.md, "Acting on the verdict per GPU")',
+        default_text="off",
+    ),
 )
 # Options kept one release for their old spelling: option -> (what it adds to, the value, the warning).
 DEPRECATED = {
@@ -628,6 +656,7 @@ class Settings:
     action_slurm_actions_interval: float
     action_slurm_retry_interval: float
     action_slurm_timeout: float
+    device_plugin_socket: str
     config_file: str = ""
     origins: Mapping[str, str] = field(default_factory=dict)  # option -> "flag" | "env" | "file" | "default"
     warnings: tuple[str, ...] = ()  # deprecated options given: logged at start

@@ -27,6 +27,7 @@ from exporter.exposition.selection import DEFAULTS, ExpositionOptions
 from exporter.log import get_logger
 from exporter.model import (
     AlertState,
+    DevicePluginStats,
     ExporterStats,
     HealthVerdict,
     Histogram,
@@ -76,6 +77,7 @@ class Pipeline:
         attribution: Callable[[], AttributionInputs] | None = None,
         sampler: Sampler | None = None,
         web_stats: Callable[[], WebStats | None] | None = None,
+        device_plugin_stats: Callable[[], DevicePluginStats] | None = None,
         readiness: Readiness | None = None,
         clock_tool: str = "rocm-smi",
         exposition: ExpositionOptions = DEFAULTS,
@@ -96,6 +98,7 @@ class Pipeline:
         self.attribution = attribution  # the attribution sources' latest reports; must never block
         self.sampler = sampler  # the sub-second gpu_metrics sampler (--fast.interval); None: off
         self.web_stats = web_stats  # the HTTP layer's counters, copied into each cycle's stats
+        self.device_plugin_stats = device_plugin_stats  # the device-plugin health service's, likewise
         self.readiness = readiness if readiness is not None else Readiness()
         self.accounting = accounting  # per-job accounting (exporter/accounting/), after the verdict
         self.actions = actions  # the Slurm action mode (--action.slurm): handed each verdict; never blocks
@@ -163,6 +166,7 @@ class Pipeline:
             web=self.web_stats() if self.web_stats is not None else None,
             reloads=frozen_map(self.reloads()) if self.reloads is not None else frozen_map(),
             actions=self.actions.stats if self.actions is not None else None,
+            device_plugin=self.device_plugin_stats() if self.device_plugin_stats is not None else None,
         )
         jobs = self._account(snapshot, verdict)
         published = Published(

@@ -41,6 +41,7 @@ from exporter.sources.base import Source, StartupError
 from exporter.sources.select import select_source
 from exporter.threads import run_once
 from exporter.web import http_server, webconfig_reload
+from exporter.web.device_plugin import DevicePluginService
 from exporter.web.http_guard import WebGuard
 from exporter.web.http_log import HttpStats, route_library_logs
 from exporter.web.http_server import shown_address, systemd_sockets
@@ -329,6 +330,14 @@ async def serve(settings: Settings) -> None:
         listeners = [open_listener(host, port) for host, port in settings.web_listen_address]
     port = listeners[0].getsockname()[1] if listeners[0].family in (socket.AF_INET, socket.AF_INET6) else 0
     with contextlib.ExitStack() as stack:
+        # First: a socket another server (DME) owns, or a folder that cannot hold one, stops the start here.
+        # It answers for no GPU until the first cycle; then for each GPU while /readyz would call the verdict fresh.
+        device_plugin = None
+        if settings.device_plugin_socket:
+            fresh_for = Readiness(interval=settings.interval, read_timeout=settings.read_timeout).stale_after
+            device_plugin = DevicePluginService(settings.device_plugin_socket, max_age=fresh_for)
+            device_plugin.start()
+            stack.callback(device_plugin.stop)
         sysfs_root = stack.enter_context(sysfs_tree(settings))
         details: dict[str, str] = {}
         wanted = read_fields(exposition.families)  # a family nobody shows is not read
@@ -387,6 +396,9 @@ async def serve(settings: Settings) -> None:
             actions=actions,
         )
         poller.on_snapshot = pipeline.on_snapshot
+        if device_plugin is not None:
+            device_plugin.follow(lambda: pipeline.state.published)
+            pipeline.device_plugin_stats = device_plugin.stats
         waveform = (
             WaveformSource(gpus=sampler.gpus_sampled, max_seconds=sampler.window, read=sampler.waveform)
             if sampler

@@ -584,6 +584,16 @@ class ActionStats:
     drained: bool | None = None  # the node is drained as far as the mode knows (None: not asked yet)
 
 
+DEVICE_PLUGIN_METHODS = ("List", "GetGPUState")  # the MetricsService calls answered (SetError is not)
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePluginStats:
+    """The device-plugin health service's counters (exporter/web/device_plugin.py), copied into each cycle."""
+
+    calls: Mapping[str, int] = field(default_factory=frozen_map)  # method -> calls answered
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessStats:
     """The exporter process itself, read once per cycle from Linux /proc (pipeline/process.py)."""
@@ -640,6 +650,7 @@ class ExporterStats:
     web: WebStats | None = None  # None without --web.config.file
     reloads: Mapping[tuple[str, str], int] = field(default_factory=frozen_map)  # (config|rules, result) -> count
     actions: ActionStats | None = None  # None with --action.slurm=off
+    device_plugin: DevicePluginStats | None = None  # None without --device-plugin.socket
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from exporter import __version__
 from exporter.model import (
+    DEVICE_PLUGIN_METHODS,
     IDENTITY_FIELDS,
     STAGES,
     Allocation,
@@ -1002,6 +1003,18 @@ METRICS: tuple[MetricSpec, ...] = (
             "the mode is off.",
             _optional(lambda p: p.stats.actions, lambda stats: sorted(stats.counts.items())),
             ("action", "outcome"),
+            kind="counter",
+            omit_when_empty=True,
+        ),
+        MetricSpec(
+            "amdgpu_exporter_device_plugin_calls",
+            "Calls of the device-plugin health service (--device-plugin.socket: DME's gRPC MetricsService, "
+            "asked by ROCm's k8s-device-plugin) answered, by method (List, GetGPUState); no series when it is off.",
+            _optional(
+                lambda p: p.stats.device_plugin,
+                lambda stats: [(method, stats.calls.get(method, 0)) for method in DEVICE_PLUGIN_METHODS],
+            ),
+            ("method",),
             kind="counter",
             omit_when_empty=True,
         ),

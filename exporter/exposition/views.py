@@ -190,8 +190,17 @@ def health_document(published: Published, node: str) -> dict[str, Any]:
         "gpus": gpus,
         "suggestion": verdict.suggestion or None,
         "commands": commands,
-        "note": _actions_note(published),
+        "note": _actions_note(published) + _device_plugin_note(published),
     }
+
+
+def _device_plugin_note(published: Published) -> str:
+    if published.stats.device_plugin is None:
+        return ""
+    return (
+        " The verdict per GPU is served to ROCm's device plugin (--device-plugin.socket), which allocates no "
+        "unfit GPU to a new pod."
+    )
 
 
 def _actions_note(published: Published) -> str:

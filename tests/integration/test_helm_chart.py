@@ -50,6 +50,7 @@ EVERYTHING = {
     "config": {"collectors": {"include": ["clock"]}},
     "webConfig": {"enabled": True},
     "podAttribution": {"enabled": True, "seriesLabels": True},
+    "devicePluginHealth": {"enabled": True},
     "serviceMonitor": {
         "labels": {"release": "kube-prometheus-stack"},
         "interval": "30s",

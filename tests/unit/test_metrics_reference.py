@@ -41,6 +41,8 @@ ONLY_WITH_WEB_CONFIG = {
 }
 # ... nor the Slurm action mode's counters, only with --action.slurm (tested in test_slurm_actions*).
 ONLY_WITH_ACTIONS = {"amdgpu_exporter_actions_total": "counter"}
+# ... nor the device-plugin health service's, only with --device-plugin.socket (test_device_plugin_health_e2e).
+ONLY_WITH_DEVICE_PLUGIN = {"amdgpu_exporter_device_plugin_calls_total": "counter"}
 # ... nor what is served only while a GPU is unfit (tested in test_health_e2e).
 ONLY_WHILE_UNFIT = {"amdgpu_health_suggestion_info": "gauge"}
 # Families the scrape shows that the reference does not list (none since the poll histogram lost
@@ -85,6 +87,7 @@ def test_readme_reference_lists_exactly_what_metrics_serves_with_its_type() -> N
         | ONLY_WITH_HOST_INFO
         | ONLY_WHILE_UNFIT
         | ONLY_WITH_ACTIONS
+        | ONLY_WITH_DEVICE_PLUGIN
     )
 
 
