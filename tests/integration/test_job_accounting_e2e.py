@@ -61,6 +61,9 @@ class CounterLog:
         assert taken_at in self.cycles, f"cycle {taken_at} was not seen by the poller of /api/v1/devices"
         return self.cycles[taken_at][gpu]
 
+    def wait_for_cycle(self, taken_at: float) -> None:
+        wait_for(lambda: taken_at in self.cycles, 10, f"the poller of /api/v1/devices to see cycle {taken_at}")
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
@@ -139,8 +142,8 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
         f"--slurm.state-dir={link}",
         f"--accounting.state-file={state_file}",
         "--node-name=node-a",
-        # Cycles 2 s apart: the poller of /api/v1/devices (every 0.1 s) sees every one even on a
-        # loaded 2-core CI machine, where 1 s cycles were once missed.
+        # Cycles 2 s apart: the poller of /api/v1/devices (every 0.1 s) has room to see every one on
+        # a loaded 2-core machine before the next replaces it.
         "--interval=2s",
     )
     log = CounterLog()
@@ -165,6 +168,9 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
         generation += 1
         publish(link, staged, generation)
         short = wait_for(lambda: (j := job(port, "704")).get("state") == "ended" and j, 10, "job 704 ended")
+        # The job's document and /api/v1/devices change with the same cycle: the poller must have
+        # seen that cycle before it is paused, or the end's counters were never logged.
+        log.wait_for_cycle(short["ended_at"])
 
         # The daemon restarts in the middle of the three jobs.
         log.port = None
@@ -204,6 +210,7 @@ def test_jobs_on_dies_and_partitions_add_up_to_the_counters_across_a_restart(sim
             )
             for job_id in ("701", "702", "703")
         }
+        log.wait_for_cycle(reports["701"]["ended_at"])
         short_after = job(port, "704")  # kept across the restart
         text = subprocess.run(
             [EXPORTER, "job-report", "702", f"--url=http://127.0.0.1:{port}"],
