@@ -536,6 +536,13 @@ METRICS: tuple[MetricSpec, ...] = (
             "clocks_hertz",
             ("domain",),
         ),
+        device(
+            "amdgpu_clock_average_hertz",
+            "Average clock by domain over the SMU's averaging window: gfx, memory, soc, video, decode "
+            "(MI200-class, gpu_metrics v1_0-v1_3 average_*clk_frequency; later tables have no average).",
+            "clocks_average_hertz",
+            ("domain",),
+        ),
         off_by_default(
             device(
                 "amdgpu_clock_max_hertz",
@@ -1190,6 +1197,7 @@ NOT_ON_DASHBOARDS: Mapping[str, str] = {
     "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
     "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
     "amdgpu_gfx_clock_lock_active": "new; a clock lock beside amdgpu_clock_hertz, not drawn yet",
+    "amdgpu_clock_average_hertz": "new; MI200-class only, beside amdgpu_clock_hertz, not drawn yet",
     # The collectors' own outcome (as node_exporter's node_scrape_collector_*): off by default.
     "amdgpu_exporter_collector_success": "the exporter's own; off by default (the series budget)",
     "amdgpu_exporter_collector_duration_seconds": "the exporter's own; off by default (the series budget)",
