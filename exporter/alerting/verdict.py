@@ -210,12 +210,11 @@ class _Gpu:
                 points[-1] = (self.monotonic, total)
             else:
                 points.append((self.monotonic, total))
-        # The baseline: the newest point at least a window old, else the first one seen (the points
-        # are in time order, so only a second point a window old moves it).
+        # The baseline: the newest point at least a window old, else the first one seen.
         start = self.monotonic - window
-        if len(points) >= 2 and points[1][0] <= start:
-            points = points[max(i for i, (t, _v) in enumerate(points) if t <= start) :]
-        old = points[0][0] <= start
+        old = [i for i, (t, _v) in enumerate(points) if t <= start]
+        if old and old[-1]:
+            points = points[old[-1] :]
         self.counters[check] = tuple(points)
         grown = total - points[0][1]
         if limits.enabled and grown >= limits.threshold:
