@@ -138,7 +138,13 @@ def _telemetry_path(text: str) -> str:
     return text
 
 
+_DEMO_FLEET = "4xMI250X"
+_DEMO_SCENARIO = "training"
+
+
 def _fleet(text: str) -> str:
+    if text == _DEMO_FLEET:
+        return text  # the default, parsed by the simulator's tests: importing its ASIC tables costs every daemon ~3 MB
     from exporter.simulator.fleet import parse_fleet
 
     parse_fleet(text)  # ValueError names what is wrong
@@ -146,6 +152,8 @@ def _fleet(text: str) -> str:
 
 
 def _scenario(text: str) -> str:
+    if text == _DEMO_SCENARIO:
+        return text
     from exporter.simulator.workload import parse_scenario
 
     parse_scenario(text)
@@ -422,7 +430,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "demo.fleet",
         _fleet,
-        "4xMI250X",
+        _DEMO_FLEET,
         "simulated fleet for --demo: [N x]MODEL[:OPTION...] terms, comma-separated, e.g. 4xMI250X, 2xMI210,"
         " 2xMI300X:CPX:NPS4, MI300X:gpu_metrics=1.5 (models MI210, MI250X, MI300X, MI325X, MI350X, MI355X;"
         " options: SPX|DPX|QPX|CPX, NPS1|NPS2|NPS4, gpu_metrics=1.N (unset: the table a current kernel writes,"
@@ -433,7 +441,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "demo.scenario",
         _scenario,
-        "training",
+        _DEMO_SCENARIO,
         # simulator.workload.scenario_help(), written out: importing the simulator costs the daemon
         # ~0.15 s at start (tests/unit/test_simulator.py holds the two the same)
         "simulated workload for --demo and its options: idle; training: period, load, xgmi_down, down_at;"

@@ -15,7 +15,6 @@ from types import FrameType
 
 from exporter.config import ConfigError, Settings
 from exporter.log import get_logger
-from exporter.simulator.simulator import Simulator
 
 log = get_logger("exporter.demo")
 _PREFIX = "amdgpu-exporter-demo-"  # then the pid of the process that made the tree
@@ -68,6 +67,8 @@ def sysfs_tree(settings: Settings) -> Iterator[str]:
     # tmpfs where there is one: the simulator rewrites a few files per GCD every tick.
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     _remove_orphans(shm)
+    from exporter.simulator.simulator import Simulator  # only a demo pays for the simulator's import
+
     with _unwound_on_signals(), tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{os.getpid()}-", dir=shm) as tmp:
         root = Path(tmp) / "sys"
         try:

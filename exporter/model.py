@@ -151,6 +151,8 @@ class Sample:
     memory_used_bytes: Mapping[str, float] = each_within(0.0, _POOL)  # pool -> bytes
     memory_total_bytes: Mapping[str, float] = each_within(0.0, _POOL, low_exclusive=True)
     clocks_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)  # domain -> Hz
+    # MI200-class (gpu_metrics v1_0-v1_3 average_*clk_frequency): domain -> Hz, the SMU's average
+    clocks_average_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)
     clocks_max_hertz: Mapping[str, float] = each_within(0.0, _CLOCK, low_exclusive=True)
     clocks_min_hertz: Mapping[str, float] = each_within(0.0, _CLOCK)  # domain -> lowest DPM level, Hz
     # The gfx DPM table (pp_dpm_sclk) levels in Hz, lowest first; None when not read. A fine-grained

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from exporter.model import (
@@ -92,40 +92,35 @@ _POINTS_PER_WINDOW = 16
 
 # --- the counters the counter checks watch (a Sample -> the count of each key: RAS block, AER port) ---
 
-
-def _ecc(kind: str) -> Callable[[Sample], dict[str, float]]:
-    def counts(sample: Sample) -> dict[str, float]:
-        return {block: float(count) for (block, type_), count in sample.ecc_errors.items() if type_ == kind}
-
-    return counts
-
-
-def _aer(severity: str) -> Callable[[Sample], dict[str, float]]:
-    def counts(sample: Sample) -> dict[str, float]:
-        return {port: float(count) for (port, sev), count in sample.pcie_aer_errors.items() if sev == severity}
-
-    return counts
-
-
-def _xgmi(sample: Sample) -> dict[str, float]:
-    return {} if sample.xgmi_error_events is None else {"": float(sample.xgmi_error_events)}
-
-
-@dataclass(frozen=True, slots=True)
-class _Counter:
-    counts: Callable[[Sample], dict[str, float]]  # key (RAS block, AER port) -> its count; {} when unreadable
-    what: str  # "uncorrectable ECC errors"
-
-
-_COUNTERS: Mapping[str, _Counter] = {
-    "ecc_uncorrectable": _Counter(_ecc("uncorrectable"), "uncorrectable ECC errors"),
-    "ecc_deferred": _Counter(_ecc("deferred"), "deferred ECC errors"),
-    "ecc_correctable_rate": _Counter(_ecc("correctable"), "correctable ECC errors"),
-    "pcie_aer_fatal": _Counter(_aer("fatal"), "fatal PCIe AER errors"),
-    "pcie_aer_nonfatal": _Counter(_aer("nonfatal"), "non-fatal PCIe AER errors"),
-    "pcie_aer_correctable_rate": _Counter(_aer("correctable"), "correctable PCIe AER errors"),
-    "xgmi_errors": _Counter(_xgmi, "XGMI error events"),
+_ECC_CHECKS = {"uncorrectable": "ecc_uncorrectable", "deferred": "ecc_deferred", "correctable": "ecc_correctable_rate"}
+_AER_CHECKS = {"fatal": "pcie_aer_fatal", "nonfatal": "pcie_aer_nonfatal", "correctable": "pcie_aer_correctable_rate"}
+# check -> what it counts, in the order the checks are judged
+_COUNTERS: Mapping[str, str] = {
+    "ecc_uncorrectable": "uncorrectable ECC errors",
+    "ecc_deferred": "deferred ECC errors",
+    "ecc_correctable_rate": "correctable ECC errors",
+    "pcie_aer_fatal": "fatal PCIe AER errors",
+    "pcie_aer_nonfatal": "non-fatal PCIe AER errors",
+    "pcie_aer_correctable_rate": "correctable PCIe AER errors",
+    "xgmi_errors": "XGMI error events",
 }
+
+
+def _counter_counts(sample: Sample) -> dict[str, dict[str, float]]:
+    """Every counter check's counts of one Sample (key -> count; {} when unreadable), in one pass
+    over each of its mappings."""
+    counts: dict[str, dict[str, float]] = {check: {} for check in _COUNTERS}
+    for (block, kind), count in sample.ecc_errors.items():
+        if (check := _ECC_CHECKS.get(kind)) is not None:
+            counts[check][block] = float(count)
+    for (port, severity), count in sample.pcie_aer_errors.items():
+        if (check := _AER_CHECKS.get(severity)) is not None:
+            counts[check][port] = float(count)
+    if sample.xgmi_error_events is not None:
+        counts["xgmi_errors"][""] = float(sample.xgmi_error_events)
+    return counts
+
+
 _NONE: Mapping[str, float] = frozen_map()
 _CPER = {"cper_fatal": "fatal", "cper_nonfatal": "nonfatal", "cper_corrected": "corrected"}
 
@@ -158,6 +153,7 @@ class _Gpu:
         now: float,
         monotonic: float,
         linked: frozenset[int] = frozenset(),
+        limits: Mapping[str, CheckThresholds] | None = None,
     ) -> None:
         self.state = state
         self.linked = linked  # the XGMI link slots up on some GPU of the node
@@ -174,16 +170,18 @@ class _Gpu:
         self.first_seen: dict[str, float] = {}
         self.held: dict[str, tuple[float, float]] = {}
         self.residency: dict[str, float] = {}
+        # every check's thresholds for this ASIC (made once per evaluation and ASIC by evaluate_health)
+        self.limits = limits if limits is not None else _limits_of(thresholds, self.asic)
 
     def of(self, check: str) -> CheckThresholds:
-        return self.thresholds.of(check, self.asic)
+        return self.limits[check]
 
     def fail(self, check: str, reason: str, at: float | None = None) -> None:
         self.failing[check] = (reason, at)
 
     # -- counters --
 
-    def counter(self, check: str, spec: _Counter, sample: Sample) -> None:
+    def counter(self, check: str, what: str, counts: dict[str, float]) -> None:
         """Judge one counter check on the growth of each of its keys (RAS block, AER port), added up.
 
         A key read before and missing now is unreadable (a `Query currently inaccessible`, an
@@ -192,13 +190,12 @@ class _Gpu:
         (a driver reload): what it reads now is growth since the reset (as Prometheus's increase()
         takes it), so a flap down and back never clears a failing check early nor counts twice in
         reverse. The check's history is the running total of that growth."""
-        counts = spec.counts(sample)
         before = self.last_counts_before.get(check, _NONE)
         if not counts and not before:
             self.counters.pop(check, None)
             return
-        points = list(self.counters.get(check, ()))
-        total = points[-1][1] if points else 0.0
+        history = self.counters.get(check, ())
+        total = history[-1][1] if history else 0.0
         if counts == before:  # the common case: nothing moved, every key read
             last: Mapping[str, float] = before
         else:
@@ -213,9 +210,11 @@ class _Gpu:
         unreadable = sorted(key for key in last if key not in counts) if len(last) > len(counts) else []
         limits = self.of(check)
         window = limits.window_seconds
-        if not points or total != points[-1][1]:
+        points: tuple[tuple[float, float], ...] | list[tuple[float, float]] = history
+        if not history or total != history[-1][1]:
             # A point per change; a change within 1/_POINTS_PER_WINDOW of a window of the point before the
             # newest moves the newest (to now: the growth leaves the window no earlier than it should).
+            points = list(history)
             if len(points) >= 2 and self.monotonic - points[-2][0] < window / _POINTS_PER_WINDOW:
                 points[-1] = (self.monotonic, total)
             else:
@@ -223,7 +222,8 @@ class _Gpu:
         # The baseline: the newest point at least a window old, else the first one seen.
         start = self.monotonic - window
         old = [i for i, (t, _v) in enumerate(points) if t <= start]
-        points = points[old[-1] :] if old else points
+        if old and old[-1]:
+            points = points[old[-1] :]
         self.counters[check] = tuple(points)
         grown = total - points[0][1]
         if limits.enabled and grown >= limits.threshold:
@@ -234,7 +234,7 @@ class _Gpu:
             detail = f"{_count(sum(last.values()))} in all" + (f": {detail}" if detail else "")
             self.fail(
                 check,
-                f"{_count(grown)} {spec.what} {seen} ({detail}); the threshold is {_count(limits.threshold)} "
+                f"{_count(grown)} {what} {seen} ({detail}); the threshold is {_count(limits.threshold)} "
                 f"within {_duration(window)}",
             )
 
@@ -256,8 +256,9 @@ class _Gpu:
     # -- the checks of a GPU that was read --
 
     def read(self, sample: Sample) -> None:
-        for check, spec in _COUNTERS.items():
-            self.counter(check, spec, sample)
+        counts = _counter_counts(sample)
+        for check, what in _COUNTERS.items():
+            self.counter(check, what, counts[check])
         self.bad_pages(sample)
         for check, severity in _CPER.items():
             self.cper(check, severity, sample)
@@ -432,15 +433,23 @@ def evaluate_health(
         if up
     )
     gpus = []
+    limits: dict[str, Mapping[str, CheckThresholds]] = {}  # ASIC -> its thresholds of every check
     for state in snapshot.devices:
         old = before.get(state.identity.key)
         if not state.up or not state.present or state.sample is None:
             gpus.append(_down(state, old, thresholds, wall))
             continue
-        gpu = _Gpu(state, old, thresholds, wall, snapshot.monotonic_at, linked)
+        asic = state.identity.asic
+        if asic not in limits:
+            limits[asic] = _limits_of(thresholds, asic)
+        gpu = _Gpu(state, old, thresholds, wall, snapshot.monotonic_at, linked, limits[asic])
         gpu.read(state.sample)
         gpus.append(gpu.verdict())
     return _advise(_with_sockets(snapshot.devices, gpus), previous, thresholds, node, wall)
+
+
+def _limits_of(thresholds: HealthThresholds, asic: str) -> dict[str, CheckThresholds]:
+    return {check: thresholds.of(check, asic) for check in CHECKS}
 
 
 def _with_sockets(states: tuple[DeviceState, ...], gpus: list[GpuHealth]) -> tuple[GpuHealth, ...]:

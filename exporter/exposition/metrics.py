@@ -537,6 +537,13 @@ METRICS: tuple[MetricSpec, ...] = (
             "clocks_hertz",
             ("domain",),
         ),
+        device(
+            "amdgpu_clock_average_hertz",
+            "Average clock by domain over the SMU's averaging window: gfx, memory, soc, video, decode "
+            "(MI200-class, gpu_metrics v1_0-v1_3 average_*clk_frequency; later tables have no average).",
+            "clocks_average_hertz",
+            ("domain",),
+        ),
         off_by_default(
             device(
                 "amdgpu_clock_max_hertz",
@@ -1170,6 +1177,54 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(spec for spec in METRICS if spec.
 BY_NAME = {spec.name: spec for spec in METRICS}
 # The node-wide families (no gpu label): one value per node, from the first device that supplies it.
 NODE_FAMILIES = frozenset(spec.name for spec in METRICS if spec.values in _NODE_VALUES)
+
+
+# Families no Grafana panel draws, each with the reason (tests/integration/test_grafana_dashboards.py
+# holds every other family to a panel that queries it): a new family is drawn by
+# grafana/build_dashboards.py or named here, beside its entry's table.
+NOT_ON_DASHBOARDS: Mapping[str, str] = {
+    # The health verdict (docs/health.md): read by deploy/prometheus/amdgpu-health.rules.yml.
+    "amdgpu_health_check_since_seconds": "health panels drawn by the fleet-dashboard work",
+    "amdgpu_health_suggestion_info": "health panels drawn by the fleet-dashboard work",
+    # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
+    # show amdgpu_up.
+    "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
+    # The command and undo of a firing suggestion: AMDGPUDaemonAlert copies them into its annotations;
+    # the dashboards show the alerts themselves (amdgpu_alert_firing).
+    "amdgpu_alert_suggestion_info": "read by AMDGPUDaemonAlert for its annotations",
+    # The MI350-class board/ group: no simulated or real tree the dashboards are checked against has
+    # it yet (MI300X/MI325X have no board/), and the dashboards' JSON is edited in its own change.
+    "amdgpu_board_temperature_celsius": "MI350-class board/ only; no panel until the dashboards get an MI350 row",
+    "amdgpu_baseboard_temperature_celsius": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_node_power_watts": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_node_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_node_power_limit_max_watts": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_node_power_management_active": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_baseboard_power_watts": "MI350-class board/ only (node-wide); no panel yet",
+    "amdgpu_baseboard_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
+    # The raw health signals: the health verdict (docs/health.md) reads them; the dashboards, being
+    # rewritten at the same time, are left to draw them (or the verdict) in their own change.
+    "amdgpu_ras_pending_pages": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_ras_bad_page_threshold_pages": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_cper_records": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_cper_newest_record_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_last_reset_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
+    "amdgpu_pcie_aer_errors_total": "a raw health signal, read by the health verdict; not drawn yet",
+    # Per-XCC and per-decoder detail, the floor of each clock and the VRAM's peak bandwidth: new
+    # families the dashboards' rewrite is to draw (a per-XCC busy heatmap of MI300-class devices).
+    "amdgpu_xcc_busy_ratio": "new; per-XCC detail of amdgpu_busy_ratio{engine=gfx}, not drawn yet",
+    "amdgpu_media_engine_busy_ratio": "opt-in (--collector.xcc); amdgpu_busy_ratio{engine=media} is drawn",
+    "amdgpu_xcc_below_host_limit_seconds_total": "opt-in (--collector.xcc); throttle residency is drawn",
+    "amdgpu_clock_min_hertz": "new; a static floor beside amdgpu_clock_max_hertz, not drawn yet",
+    "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
+    "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
+    "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
+    "amdgpu_gfx_clock_lock_active": "new; a clock lock beside amdgpu_clock_hertz, not drawn yet",
+    "amdgpu_clock_average_hertz": "new; MI200-class only, beside amdgpu_clock_hertz, not drawn yet",
+    # The collectors' own outcome (as node_exporter's node_scrape_collector_*): off by default.
+    "amdgpu_exporter_collector_success": "the exporter's own; off by default (the series budget)",
+    "amdgpu_exporter_collector_duration_seconds": "the exporter's own; off by default (the series budget)",
+}
 
 
 def all_metric_names() -> list[str]:

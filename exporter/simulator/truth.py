@@ -268,6 +268,12 @@ def sample(
             {"vram": float(m.vram_bytes), "visible_vram": float(m.vram_bytes), "gtt": float(m.gtt_bytes)}
         ),
         clocks_hertz=frozen_map({name: getattr(r, clock) * MHZ for name, clock in CLOCKS}),
+        # MI200 (v1_3) averages: the SMU's average is the clock it holds; Aldebaran leaves vclk0/dclk0's at 0
+        clocks_average_hertz=frozen_map(
+            {"gfx": r.sclk * MHZ, "soc": r.socclk * MHZ, "memory": r.mclk * MHZ, "video": 0.0, "decode": 0.0}
+            if not mi300
+            else {}
+        ),
         gfx_dpm_levels_hertz=(m.sclk_range[0] * MHZ, m.sclk_range[1] * MHZ),
         clocks_max_hertz=frozen_map({name: _top_mhz(m, clock) * MHZ for name, clock in CLOCKS}),
         clocks_min_hertz=frozen_map({name: _bottom_mhz(m, clock) * MHZ for name, clock in CLOCKS}),

@@ -94,6 +94,7 @@ def without_implausible(sample: Sample) -> tuple[Sample, dict[str, int]]:
 MAX_KEYS_PER_FIELD = 64
 MAX_KEYS: Mapping[str, int] = {"xgmi_link_up": 16, "xgmi_read_bytes": 16, "xgmi_write_bytes": 16}
 _CAPPED_FIELDS = tuple(sorted(SAMPLE_MAPPINGS - {"file_errors"}))
+_CAPS = tuple((name, MAX_KEYS.get(name, MAX_KEYS_PER_FIELD)) for name in _CAPPED_FIELDS)
 
 
 def within_series_cap(sample: Sample) -> tuple[Sample, dict[str, int]]:
@@ -101,9 +102,8 @@ def within_series_cap(sample: Sample) -> tuple[Sample, dict[str, int]]:
     keys it dropped from each: a run-time bound on a device's series, whatever a source hands in."""
     changes: dict[str, Any] = {}
     dropped: dict[str, int] = {}
-    for name in _CAPPED_FIELDS:
+    for name, cap in _CAPS:
         value = getattr(sample, name)
-        cap = MAX_KEYS.get(name, MAX_KEYS_PER_FIELD)
         if len(value) > cap:
             kept = sorted(value, key=repr)[:cap] if not _sortable(value) else sorted(value)[:cap]
             changes[name] = frozen_map({key: value[key] for key in kept})

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from exporter.exposition.metrics import all_metric_names
+from exporter.exposition.metrics import NOT_ON_DASHBOARDS, all_metric_names
 from grafana import builder
 from grafana.builder import memory_limits, thresholds
 from tests.harness import free_port, stop, wait_until
@@ -38,49 +38,8 @@ EXPORTER = ROOT / ".venv" / "bin" / "amdgpu-exporter"
 # Every metric family the exporter exports, as exposed (counters with _total): from the metric table.
 EXPORTED_FAMILIES = tuple(all_metric_names())
 
-# Families no panel shows on purpose, each with the reason.
-FAMILIES_LEFT_OFF: dict[str, str] = {
-    # The health verdict (docs/health.md): read by deploy/prometheus/amdgpu-health.rules.yml.
-    "amdgpu_health_check_since_seconds": "health panels drawn by the fleet-dashboard work",
-    "amdgpu_health_suggestion_info": "health panels drawn by the fleet-dashboard work",
-    # Why a device is down: read by the rules (AMDGPUDeviceMissing / AMDGPUDeviceDown); the dashboards
-    # show amdgpu_up.
-    "amdgpu_device_down_info": "read by the alert rules; the dashboards show amdgpu_up",
-    # The command and undo of a firing suggestion: AMDGPUDaemonAlert copies them into its annotations;
-    # the dashboards show the alerts themselves (amdgpu_alert_firing).
-    "amdgpu_alert_suggestion_info": "read by AMDGPUDaemonAlert for its annotations",
-    # The MI350-class board/ group: no simulated or real tree the dashboards are checked against has
-    # it yet (MI300X/MI325X have no board/), and the dashboards' JSON is edited in its own change.
-    "amdgpu_board_temperature_celsius": "MI350-class board/ only; no panel until the dashboards get an MI350 row",
-    "amdgpu_baseboard_temperature_celsius": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_node_power_watts": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_node_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_node_power_limit_max_watts": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_node_power_management_active": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_baseboard_power_watts": "MI350-class board/ only (node-wide); no panel yet",
-    "amdgpu_baseboard_power_limit_watts": "MI350-class board/ only (node-wide); no panel yet",
-    # The raw health signals: the health verdict (docs/health.md) reads them; the dashboards, being
-    # rewritten at the same time, are left to draw them (or the verdict) in their own change.
-    "amdgpu_ras_pending_pages": "a raw health signal, read by the health verdict; not drawn yet",
-    "amdgpu_ras_bad_page_threshold_pages": "a raw health signal, read by the health verdict; not drawn yet",
-    "amdgpu_cper_records": "a raw health signal, read by the health verdict; not drawn yet",
-    "amdgpu_cper_newest_record_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
-    "amdgpu_last_reset_timestamp_seconds": "a raw health signal, read by the health verdict; not drawn yet",
-    "amdgpu_pcie_aer_errors_total": "a raw health signal, read by the health verdict; not drawn yet",
-    # Per-XCC and per-decoder detail, the floor of each clock and the VRAM's peak bandwidth: new
-    # families the dashboards' rewrite is to draw (a per-XCC busy heatmap of MI300-class devices).
-    "amdgpu_xcc_busy_ratio": "new; per-XCC detail of amdgpu_busy_ratio{engine=gfx}, not drawn yet",
-    "amdgpu_media_engine_busy_ratio": "opt-in (--collector.xcc); amdgpu_busy_ratio{engine=media} is drawn",
-    "amdgpu_xcc_below_host_limit_seconds_total": "opt-in (--collector.xcc); throttle residency is drawn",
-    "amdgpu_clock_min_hertz": "new; a static floor beside amdgpu_clock_max_hertz, not drawn yet",
-    "amdgpu_memory_max_bandwidth_bytes_per_second": "new; a static peak for a memory panel, not drawn yet",
-    "amdgpu_pcie_replay_rollovers_total": "new; beside amdgpu_pcie_replays_total, not drawn yet",
-    "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
-    "amdgpu_gfx_clock_lock_active": "new; a clock lock beside amdgpu_clock_hertz, not drawn yet",
-    # The collectors' own outcome (as node_exporter's node_scrape_collector_*): off by default.
-    "amdgpu_exporter_collector_success": "the exporter's own; off by default (the series budget)",
-    "amdgpu_exporter_collector_duration_seconds": "the exporter's own; off by default (the series budget)",
-}
+# Families no panel shows on purpose, each with the reason: declared beside the metric table.
+FAMILIES_LEFT_OFF = NOT_ON_DASHBOARDS
 
 # Families the dashboards draw that the exporter does not export yet, each with the reason: their
 # panels say "May be empty:". Drop an entry when the exporter exports the family.

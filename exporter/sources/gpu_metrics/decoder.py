@@ -117,6 +117,7 @@ class GpuMetrics(NamedTuple):
     energy_joules: float | None = None
     busy: Mapping[str, float] = _EMPTY  # ratio 0..1
     clocks_hertz: Mapping[str, float] = _EMPTY
+    clocks_average_hertz: Mapping[str, float] = _EMPTY  # MI200-class (v1_0-v1_3): the SMU's average per domain
     voltages_volts: Mapping[str, float] = _EMPTY
     throttle_status: int | None = None  # raw, ASIC-specific bits
     indep_throttle_status: int | None = None  # raw SMU_THROTTLER_* bits
@@ -227,6 +228,11 @@ _READS: tuple[tuple[str, Key, str, Elements, Kind], ...] = (
     ("clocks_hertz", "memory", "current_uclk", "highest", _CLOCK),
     ("clocks_hertz", "video", "current_vclk0", "highest", _CLOCK),
     ("clocks_hertz", "decode", "current_dclk0", "highest", _CLOCK),
+    ("clocks_average_hertz", "gfx", "average_gfxclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "soc", "average_socclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "memory", "average_uclk_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "video", "average_vclk0_frequency", "first", _CLOCK),
+    ("clocks_average_hertz", "decode", "average_dclk0_frequency", "first", _CLOCK),
     ("voltages_volts", "gfx", "voltage_gfx", "first", _MILLIVOLT),
     ("voltages_volts", "soc", "voltage_soc", "first", _MILLIVOLT),
     ("voltages_volts", "memory", "voltage_mem", "first", _MILLIVOLT),
