@@ -29,12 +29,12 @@ from .queries import (
     NODE_DEVICES,
     NODE_HOTTEST_JUNCTION,
     NODE_POWER,
+    NODE_SAMPLE_AGE,
     NODE_UP,
     PACKAGE_POWER_SHARE,
-    SAMPLE_AGE_FLEET,
     exporter_process,
     integral_over_range,
-    junction,
+    sample_age_now,
     with_identity,
 )
 from .thresholds import Thresholds
@@ -44,6 +44,10 @@ from .variables import adhoc_filter_variable, datasource_variable, query_variabl
 # per-GCD series over a range for the whole fleet, only a node's few (issue 34; docs/recording-rules.md).
 ONE_NODE = 'instance="$gcd_instance"'
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
+# GCDs known and GCDs read per node (recorded): down = known - read.
+NODE_DOWN = f"sum by (instance) ({NODE_DEVICES}) - sum by (instance) ({NODE_UP})"
+# The hottest memory stack per node: the recorded per-node max of the memory and hbm0..3 sensors.
+NODE_HOTTEST_HBM = f"max by (instance) (instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, {HBM_SENSORS}}})"
 # Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
 HOLDER_STEP_SECONDS = "300"
 
@@ -76,10 +80,11 @@ def health_row(t: Thresholds) -> Row:
                 steps=ANY_IS_BAD,
             ),
             tile(
-                "Stale GCDs",
-                "Devices whose latest good sample is older than $stale_after seconds now (the age "
-                "AMDGPUSamplesStale compares).",
-                f"sum({SAMPLE_AGE_FLEET} > bool $stale_after)",
+                "Nodes with stale GCDs",
+                "Nodes with a device whose latest good sample was older than $stale_after seconds when last "
+                "scraped (the recorded per-node oldest age, instance:amdgpu_sample_age_seconds:max, once a "
+                "minute: up to a minute late). The table in 'Stale and down devices' names the nodes.",
+                f"count({NODE_SAMPLE_AGE} > $stale_after) or vector(0)",
                 steps=ANY_IS_BAD,
             ),
             tile(
@@ -214,13 +219,14 @@ def nodes_row(t: Thresholds) -> Row:
     )
 
 
-def hottest_ten(t: Thresholds, title: str, description: str, per_gcd: str) -> Panel:
-    """A bar per GCD for the ten hottest by a per-GCD temperature; a click opens that GCD."""
+def hottest_ten(t: Thresholds, title: str, description: str, per_node: str) -> Panel:
+    """A bar per node for the ten hottest by a recorded per-node temperature; a click opens that node
+    (its dashboard names the GCD). One sample a node: no per-GCD scan of the fleet."""
     return Panel(
         "bargauge",
         title,
         description,
-        Query(f"topk(10, {per_gcd})", "{{instance}} gpu {{gpu}}"),
+        Query(f"topk(10, {per_node})", "{{instance}}"),
         unit="celsius",
         width=8,
         height=9,
@@ -237,16 +243,18 @@ def temperatures_row(t: Thresholds) -> Row:
         (
             hottest_ten(
                 t,
-                "Hottest GCDs: junction",
-                "The ten GCDs with the highest junction (hotspot) temperature now; red from "
-                f"{celsius(t.junction_hot_celsius)}. Click a bar to open that GCD.",
-                junction(FLEET),
+                "Hottest nodes: junction",
+                "The ten nodes with the highest junction (hotspot) temperature of any of their GCDs now (the "
+                f"recorded per-node max); red from {celsius(t.junction_hot_celsius)}. Click a bar to open that "
+                "node: its dashboard draws each GCD.",
+                f"max by (instance) ({NODE_HOTTEST_JUNCTION})",
             ),
             hottest_ten(
                 t,
-                "Hottest GCDs: HBM",
-                "The ten GCDs with the hottest memory stack now (max of the memory and hbm0..3 sensors).",
-                f"max by (instance, gpu) (amdgpu_temperature_celsius{{{FLEET}, {HBM_SENSORS}}})",
+                "Hottest nodes: HBM",
+                "The ten nodes with the hottest memory stack now (the recorded per-node max of the memory and "
+                "hbm0..3 sensors). Click a bar to open that node.",
+                NODE_HOTTEST_HBM,
             ),
             Panel(
                 "timeseries",
@@ -446,16 +454,18 @@ def usage_row() -> Row:
     )
 
 
-def devices_where(title: str, description: str, condition: str, may_be_empty: str) -> Panel:
+def devices_where(
+    title: str, description: str, condition: str, may_be_empty: str, selector: str = FLEET, width: int = 8
+) -> Panel:
     """A table of the GCDs where `<metric> <op> <value>` holds, with product and PCI address; a row opens the GCD."""
     metric, comparison = condition.split(" ", 1)
     return Panel(
         "table",
         title,
         description,
-        with_identity(f"({metric}{{{FLEET}}} {comparison})", FLEET),
+        with_identity(f"({metric}{{{selector}}} {comparison})", selector),
         unit="none",
-        width=8,
+        width=width,
         may_be_empty=may_be_empty,
         hide_columns=("job", "Value"),
         links=(GCD_LINK_FROM_TABLE,),
@@ -571,8 +581,9 @@ def errors_row() -> Row:
                 "stat",
                 "GCDs with a narrowed PCIe link",
                 "GCDs whose PCIe link trained narrower than its maximum width: a reseat or riser problem "
-                "costs host bandwidth.",
-                f"sum(amdgpu_pcie_current_link_width{{{FLEET}}} < bool amdgpu_pcie_max_link_width{{{FLEET}}})",
+                "costs host bandwidth (counted per node once a minute by the recording rules, "
+                "instance:amdgpu_pcie_link_narrowed:count).",
+                f"sum(instance:amdgpu_pcie_link_narrowed:count{{{FLEET}}})",
                 unit="none",
                 width=4,
                 height=8,
@@ -583,37 +594,61 @@ def errors_row() -> Row:
 
 
 def stale_row() -> Row:
+    """Per node for the fleet (recorded counts and maxima, one sample a node); per GCD only for the node
+    picked in 'Node (per-GCD panel)': an instant per-GCD table of the fleet reads a sample a GCD (22 k
+    at 1,000 nodes) and joins the identity of each."""
     return Row(
         "Stale and down devices",
         (
             Panel(
                 "table",
-                "Stale GCDs",
-                "Devices whose latest good sample is more than $stale_after s old now (as AMDGPUSamplesStale "
-                "computes it), with the age. A device that keeps failing reads goes stale while the exporter "
-                "stays up.",
-                f"{SAMPLE_AGE_FLEET} > $stale_after",
+                "Nodes with down or stale GCDs",
+                "One row per node with a device down now (known minus read, from the recorded per-node "
+                "counts) or whose oldest device sample was older than $stale_after s when last scraped "
+                "(instance:amdgpu_sample_age_seconds:max, recorded once a minute). Click a node to open its "
+                "dashboard; pick it in 'Node (per-GCD panel)' for the GCDs beside.",
+                (
+                    f"{NODE_DOWN} > 0",
+                    f"max by (instance) ({NODE_SAMPLE_AGE}) > $stale_after",
+                ),
+                unit="none",
+                width=6,
+                may_be_empty="every device is up and fresh",
+                column_units={"Value #B": "s"},
+                options={"renameByName": {"Value #A": "Down", "Value #B": "Oldest sample age"}},
+                links=(NODE_LINK_FROM_TABLE,),
+            ),
+            devices_where(
+                "Down GCDs of one node",
+                "Devices of the node picked in 'Node (per-GCD panel)' the exporter could not read within the "
+                "deadline in its last cycle.",
+                "amdgpu_up == 0",
+                may_be_empty="every device of the node is up",
+                selector=ONE_NODE,
+                width=6,
+            ),
+            Panel(
+                "table",
+                "Stale GCDs of one node",
+                "Devices of the node picked in 'Node (per-GCD panel)' whose latest good sample is more than "
+                "$stale_after s old now (as AMDGPUSamplesStale computes it), with the age. A device that keeps "
+                "failing reads goes stale while the exporter stays up.",
+                f"{sample_age_now(ONE_NODE)} > $stale_after",
                 unit="s",
-                width=8,
-                may_be_empty="every device is fresh",
+                width=6,
+                may_be_empty="every device of the node is fresh",
                 hide_columns=("job",),
                 options={"renameByName": {"Value": "Sample age"}},
                 links=(GCD_LINK_FROM_TABLE,),
-            ),
-            devices_where(
-                "Down GCDs",
-                "Devices the exporter could not read within the deadline in its last cycle.",
-                "amdgpu_up == 0",
-                may_be_empty="every device is up",
             ),
             Panel(
                 "timeseries",
                 "Oldest sample per node",
                 "Age at scrape time of each node's oldest device sample (instance:amdgpu_sample_age_seconds:max); "
                 "with a 1 s poll it stays near 0.",
-                Query(f"max by (instance) (instance:amdgpu_sample_age_seconds:max{{{FLEET}}})", "{{instance}}"),
+                Query(f"max by (instance) ({NODE_SAMPLE_AGE})", "{{instance}}"),
                 unit="s",
-                width=8,
+                width=6,
                 minimum=0,
             ),
         ),
