@@ -46,10 +46,33 @@ ONE_NODE = 'instance="$gcd_instance"'
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
 # GCDs known and GCDs read per node (recorded): down = known - read.
 NODE_DOWN = f"sum by (instance) ({NODE_DEVICES}) - sum by (instance) ({NODE_UP})"
+NODE_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}}'
+NODE_GFX_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}'
+NODE_VRAM_USED = f"instance:amdgpu_vram_used:ratio{{{FLEET}}}"
+# Nodes at or above each level of mean gfx busy, and the idle ones: a distribution computed by
+# Prometheus (a few series, one comparison each), where a heatmap calculated in the browser fetched
+# every node's series.
+GFX_BUSY_BANDS = (
+    (">= 0.75", "at least 75 % busy"),
+    (">= 0.5", "at least 50 %"),
+    (">= 0.25", "at least 25 %"),
+    (">= 0.05", "at least 5 %"),
+    ("< 0.05", "idle (< 5 %)"),
+)
 # The hottest memory stack per node: the recorded per-node max of the memory and hbm0..3 sensors.
 NODE_HOTTEST_HBM = f"max by (instance) (instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, {HBM_SENSORS}}})"
 # Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
 HOLDER_STEP_SECONDS = "300"
+# A graph of a recorded series steps no finer than its rule group records it (amdgpu-recording every
+# 30 s, amdgpu-recording-minutely every minute): a finer step draws the same value again and costs a
+# lookup per node per step (at 6 h: 720 or 360 steps a series instead of ~1,000).
+RECORDED_30S = "30s"
+RECORDED_1M = "1m"
+# Graphs over the fleet draw a few aggregates over the nodes (highest, mean, lowest), not a line a
+# node: at 1,000 nodes and 6 h a line a node is 720,000 points to encode and draw (5 to 12 s a query
+# measured on the benchmark machine, bench/RESULTS-fleet.md), and a thousand lines show nothing one
+# can read. With a node filter set, the aggregates are that node's value; the node dashboard draws
+# each GCD.
 
 
 NO_HEALTH_CHECKS = "the exporters do not export the health verdict (amdgpu_health_status)"
@@ -170,13 +193,23 @@ def nodes_row(t: Thresholds) -> Row:
                 },
                 links=(NODE_LINK_FROM_TABLE,),
             ),
-            against_reference(
-                "Power per node vs cap",
-                "Socket power summed per node (solid) against the sum of its package caps (dashed).",
-                Query(f"sum by (instance) ({NODE_POWER})", "{{instance}} power"),
-                Query(f"sum by (instance) ({NODE_CAP})", "{{instance}} cap"),
+            Panel(
+                "timeseries",
+                "Node power across the fleet",
+                "The highest, mean and lowest node power of the selected nodes (socket power summed per node "
+                "by the recording rules), against the largest node cap (dashed). 'GCDs per node' lists each "
+                "node's power and cap now.",
+                (
+                    Query(f"max({NODE_POWER})", "highest node"),
+                    Query(f"max({NODE_CAP})", "largest node cap"),
+                    Query(f"avg({NODE_POWER})", "mean node"),
+                    Query(f"min({NODE_POWER})", "lowest node"),
+                ),
                 unit="watt",
                 width=12,
+                minimum=0,
+                dashed=("B",),
+                interval=RECORDED_30S,
             ),
             against_reference(
                 "Fleet power vs cap",
@@ -185,6 +218,7 @@ def nodes_row(t: Thresholds) -> Row:
                 Query(f"sum({NODE_CAP})", "cap"),
                 unit="watt",
                 width=12,
+                interval=RECORDED_30S,
             ),
             Panel(
                 "bargauge",
@@ -276,6 +310,7 @@ def temperatures_row(t: Thresholds) -> Row:
                 height=9,
                 steps=temperature_steps(t),
                 threshold_line=True,
+                interval=RECORDED_30S,
             ),
         ),
     )
@@ -286,22 +321,19 @@ def utilisation_row() -> Row:
         "Utilisation",
         (
             Panel(
-                "heatmap",
-                "GFX busy distribution across nodes",
-                "How many nodes sit at each gfx busy level over time (each node's mean over its GCDs, the "
-                "recorded instance:amdgpu_busy_ratio:avg). A healthy training fleet keeps the mass at the top; a "
-                "band near 0 is idle or stalled nodes. One GCD's stall shows in the panel beside it, per GCD of "
-                "one node.",
-                f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}',
-                unit="percentunit",
+                "timeseries",
+                "Nodes by gfx busy",
+                "How many nodes are at least 75, 50, 25 and 5 % gfx busy over time, and how many idle below 5 % "
+                "(each node's mean over its GCDs, the recorded instance:amdgpu_busy_ratio:avg). A healthy "
+                "training fleet keeps the top line near the node count; idle nodes are idle or stalled. One "
+                "GCD's stall shows in the panel beside it, per GCD of one node.",
+                tuple(Query(f"count({NODE_GFX_BUSY} {band}) or vector(0)", legend) for band, legend in GFX_BUSY_BANDS),
+                unit="none",
                 width=12,
                 height=9,
-                options={
-                    "calculate": True,
-                    "calculation": {"yBuckets": {"mode": "size", "value": "0.1", "scale": {"type": "linear"}}},
-                    "yAxis": {"axisPlacement": "left", "unit": "percentunit", "min": 0, "max": 1},
-                    "cellValues": {"unit": "none"},
-                },
+                minimum=0,
+                # counts over every node at each step: a point a minute (each step compares every node)
+                interval=RECORDED_1M,
             ),
             Panel(
                 "status-history",
@@ -323,25 +355,27 @@ def utilisation_row() -> Row:
             ),
             Panel(
                 "timeseries",
-                "Mean busy per node",
-                "gfx (compute) and memory (HBM controller) busy, averaged over each node's GCDs "
-                "(instance:amdgpu_busy_ratio:avg).",
-                Query(
-                    f'avg by (instance, engine) (instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}})',
-                    "{{instance}} {{engine}}",
+                "Busy across nodes",
+                "gfx (compute) and memory (HBM controller) busy: the mean over the selected nodes and the lowest "
+                "node (each node's mean over its GCDs, instance:amdgpu_busy_ratio:avg).",
+                (
+                    Query(f"avg by (engine) ({NODE_BUSY})", "mean {{engine}}"),
+                    Query(f"min by (engine) ({NODE_BUSY})", "lowest node {{engine}}"),
                 ),
                 unit="percentunit",
                 width=12,
                 minimum=0,
                 maximum=1,
+                interval=RECORDED_1M,
             ),
             Panel(
                 "timeseries",
-                "VRAM used per node",
-                "VRAM in use as a share of VRAM size, summed over each node's GCDs (instance:amdgpu_vram_used:ratio).",
-                Query(
-                    f"max by (instance) (instance:amdgpu_vram_used:ratio{{{FLEET}}})",
-                    "{{instance}}",
+                "VRAM used across nodes",
+                "VRAM in use as a share of VRAM size, summed over each node's GCDs "
+                "(instance:amdgpu_vram_used:ratio): the fullest node and the mean of the selected nodes.",
+                (
+                    Query(f"max({NODE_VRAM_USED})", "fullest node"),
+                    Query(f"avg({NODE_VRAM_USED})", "mean"),
                 ),
                 unit="percentunit",
                 width=12,
@@ -349,6 +383,7 @@ def utilisation_row() -> Row:
                 maximum=1,
                 steps=VRAM_STEPS,
                 threshold_line=True,
+                interval=RECORDED_30S,
             ),
         ),
     )
@@ -552,11 +587,11 @@ def errors_row() -> Row:
             Panel(
                 "timeseries",
                 "ECC errors per 5 minutes",
-                "New ECC errors in the 5 minutes before each point, by node and type (correctable, "
-                "uncorrectable, deferred), from the per-node recorded increase.",
+                "New ECC errors of the selected nodes in the 5 minutes before each point, by type (correctable, "
+                "uncorrectable, deferred), from the per-node recorded increase; the table beside names the nodes.",
                 Query(
-                    f"sum by (instance, type) (instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}})",
-                    "{{instance}} {{type}}",
+                    f"sum by (type) (instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}})",
+                    "{{type}}",
                 ),
                 unit="none",
                 width=5,
@@ -566,11 +601,12 @@ def errors_row() -> Row:
             Panel(
                 "timeseries",
                 "XGMI error events per 5 minutes",
-                "XGMI error events in the 5 minutes before each point, by node (the exporter accumulates the "
-                "driver's clear-on-read xgmi_error file into a counter), from the per-node recorded increase.",
+                "XGMI error events of the selected nodes in the 5 minutes before each point (the exporter "
+                "accumulates the driver's clear-on-read xgmi_error file into a counter), from the per-node "
+                "recorded increase; the table beside names the nodes.",
                 Query(
-                    f"sum by (instance) (instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}})",
-                    "{{instance}}",
+                    f"sum(instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}})",
+                    "XGMI error events",
                 ),
                 unit="none",
                 width=5,
@@ -643,13 +679,17 @@ def stale_row() -> Row:
             ),
             Panel(
                 "timeseries",
-                "Oldest sample per node",
-                "Age at scrape time of each node's oldest device sample (instance:amdgpu_sample_age_seconds:max); "
-                "with a 1 s poll it stays near 0.",
-                Query(f"max by (instance) ({NODE_SAMPLE_AGE})", "{{instance}}"),
+                "Oldest sample across nodes",
+                "Age at scrape time of the oldest device sample (instance:amdgpu_sample_age_seconds:max): of the "
+                "worst node and the mean over the nodes; with a 1 s poll both stay near 0.",
+                (
+                    Query(f"max({NODE_SAMPLE_AGE})", "worst node"),
+                    Query(f"avg({NODE_SAMPLE_AGE})", "mean"),
+                ),
                 unit="s",
                 width=6,
                 minimum=0,
+                interval=RECORDED_1M,
             ),
         ),
     )
@@ -673,18 +713,24 @@ def exporter_health_row(limits: MemoryLimits) -> Row:
                 unit="none",
                 width=9,
                 minimum=0,
+                interval=RECORDED_1M,
                 may_be_empty="no exporter has failed a sysfs file read",
                 links=(NODE_LINK_FROM_SERIES,),
             ),
             against_reference(
-                "Exporter resident memory per node",
-                "Resident memory of each node's exporter against the smaller of the ceilings the project ships "
-                f"(systemd MemoryMax {mebibytes(limits.systemd_memory_max_bytes)}, DaemonSet limit "
-                f"{mebibytes(limits.kubernetes_memory_limit_bytes)}), dashed.",
-                Query(resident, "{{instance}}"),
+                "Exporter resident memory across nodes",
+                "Resident memory of the largest exporter and the mean over them against the smaller of the ceilings "
+                f"the project ships (systemd MemoryMax {mebibytes(limits.systemd_memory_max_bytes)}, DaemonSet "
+                f"limit {mebibytes(limits.kubernetes_memory_limit_bytes)}), dashed; the tile beside counts the "
+                "exporters near it.",
+                Query(f"max({resident})", "largest exporter"),
                 Query(f"vector({promql_number(tightest)})", "tighter shipped limit"),
                 unit="bytes",
                 width=9,
+                # a memory trend: a point every 5 minutes is enough, and each step joins every node's build
+                # info (at 1,000 nodes and a 1-minute step, 0.7 s a query)
+                interval="5m",
+                second_reference=Query(f"avg({resident})", "mean exporter"),
             ),
             tile(
                 "Exporters near their memory limit",
