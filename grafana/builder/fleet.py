@@ -46,6 +46,8 @@ ONE_NODE = 'instance="$gcd_instance"'
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
 # GCDs known and GCDs read per node (recorded): down = known - read.
 NODE_DOWN = f"sum by (instance) ({NODE_DEVICES}) - sum by (instance) ({NODE_UP})"
+NODE_ALERTS_FIRING = f"instance_alert:amdgpu_alert_firing:sum{{{FLEET}}}"
+NODE_CLOCK_DOWN = f"instance:amdgpu_clock_down_suggested_ratio:max{{{FLEET}}}"
 NODE_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}}'
 NODE_GFX_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}'
 NODE_VRAM_USED = f"instance:amdgpu_vram_used:ratio{{{FLEET}}}"
@@ -154,8 +156,9 @@ def health_row(t: Thresholds) -> Row:
             ),
             tile(
                 "In-daemon alerts firing",
-                "Alerts the exporters' own rules are firing now (amdgpu_alert_firing == 1), all nodes.",
-                f"count(amdgpu_alert_firing{{{FLEET}}} == 1) or vector(0)",
+                "Alerts the exporters' own rules are firing now, counted per device (amdgpu_alert_firing, summed "
+                "per node and alert by the recording rules), all nodes.",
+                f"sum({NODE_ALERTS_FIRING}) or vector(0)",
                 steps=ANY_IS_WORTH_A_LOOK,
             ),
         ),
@@ -511,12 +514,19 @@ def alerts_row() -> Row:
     return Row(
         "Alerts and clock-down suggestions",
         (
-            devices_where(
-                "Firing in-daemon alerts",
-                "Alerts each exporter's own rules fire now (they work without Prometheus), with the device "
-                "they fire on.",
-                "amdgpu_alert_firing == 1",
+            Panel(
+                "table",
+                "Nodes with firing in-daemon alerts",
+                "Alerts each exporter's own rules fire now (they work without Prometheus): the node, the alert "
+                "and how many of its devices fire it (instance_alert:amdgpu_alert_firing:sum). Click a node to "
+                "open its dashboard.",
+                f"{NODE_ALERTS_FIRING} > 0",
+                unit="none",
+                width=6,
                 may_be_empty="nothing is firing",
+                hide_columns=("job",),
+                options={"renameByName": {"Value": "Devices firing"}},
+                links=(NODE_LINK_FROM_TABLE,),
             ),
             Panel(
                 "table",
@@ -525,21 +535,36 @@ def alerts_row() -> Row:
                 "as Prometheus evaluates them before Alertmanager routes them.",
                 f'ALERTS{{alertstate="firing", alertname=~"AMDGPU.*", {FLEET}}}',
                 unit="none",
-                width=8,
+                width=6,
                 may_be_empty="nothing is firing, or this Prometheus does not load deploy/prometheus rules",
                 hide_columns=("job", "Value", "alertstate"),
             ),
             Panel(
                 "table",
-                "Clock-down suggestions",
-                "GCDs for which the exporter suggests lowering the gfx clock ceiling (it never applies it): "
-                "the suggested reduction and ceiling. Apply with the command in /api/v1/alerts or the log.",
+                "Nodes with clock-down suggestions",
+                "Nodes for which the exporter suggests lowering a GCD's gfx clock ceiling (it never applies it), "
+                "with the largest suggested reduction (instance:amdgpu_clock_down_suggested_ratio:max). The "
+                "table beside lists the GCDs of the node picked in 'Node (per-GCD panel)'.",
+                f"{NODE_CLOCK_DOWN} > 0",
+                unit="percentunit",
+                width=6,
+                may_be_empty="no GCD is hot enough for a suggestion",
+                hide_columns=("job",),
+                options={"renameByName": {"Value": "Largest suggested reduction"}},
+                links=(NODE_LINK_FROM_TABLE,),
+            ),
+            Panel(
+                "table",
+                "Clock-down suggestions of one node",
+                "GCDs of the node picked in 'Node (per-GCD panel)' for which the exporter suggests lowering the "
+                "gfx clock ceiling: the suggested reduction and ceiling. Apply with the command in "
+                "/api/v1/alerts or the log.",
                 (
-                    f"amdgpu_clock_down_suggested_ratio{{{FLEET}}} > 0",
-                    f"amdgpu_suggested_gfx_clock_max_hertz{{{FLEET}}}",
+                    f"amdgpu_clock_down_suggested_ratio{{{ONE_NODE}}} > 0",
+                    f"amdgpu_suggested_gfx_clock_max_hertz{{{ONE_NODE}}}",
                 ),
                 unit="none",
-                width=8,
+                width=6,
                 may_be_empty="no GCD is hot enough for a suggestion",
                 column_units={"Value #A": "percentunit", "Value #B": "hertz"},
                 options={"renameByName": {"Value #A": "Suggested reduction", "Value #B": "Suggested gfx max"}},
