@@ -226,10 +226,11 @@ def nodes_row(t: Thresholds) -> Row:
             Panel(
                 "bargauge",
                 "Package power / cap",
-                "Each physical package's power as a share of its cap (instance_package:amdgpu_power_cap:ratio). "
-                "MI250X: the recording rule sums the two GCDs of a package through the device's package label "
-                "(only die 0 carries power) and takes the larger cap of the two.",
-                Query(f"sort_desc({PACKAGE_POWER_SHARE})", "{{instance}} package {{package}}"),
+                "The 20 physical packages closest to their power cap, power as a share of the cap "
+                "(instance_package:amdgpu_power_cap:ratio; a bar a package of the whole fleet was 7,000 bars at "
+                "1,000 nodes, 0.7 s a query). MI250X: the recording rule sums the two GCDs of a package through "
+                "the device's package label (only die 0 carries power) and takes the larger cap of the two.",
+                Query(f"topk(20, {PACKAGE_POWER_SHARE})", "{{instance}} package {{package}}"),
                 unit="percentunit",
                 width=12,
                 minimum=0,
