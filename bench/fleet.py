@@ -238,14 +238,17 @@ class Query:
 
 
 _VARIABLE = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)|\[\[(\w+)\]\]")
-_DURATION = re.compile(r"(\d+)([smhd])")
+_DURATION = re.compile(r"((?:\d+[smhd])+)")
+_DURATION_PART = re.compile(r"(\d+)([smhd])")
 
 
 def _seconds(text: str) -> int:
+    """A Prometheus duration ('15s', '1m', '2m30s', '1h'; '>15s' as Grafana writes a minimum) in seconds."""
     match = _DURATION.fullmatch(text.strip().lstrip(">"))
     if not match:
         return SCRAPE_INTERVAL
-    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(int(n) * units[u] for n, u in _DURATION_PART.findall(match.group(1)))
 
 
 def dashboard_range(dashboard: dict[str, Any]) -> int:

@@ -29,12 +29,12 @@ from .queries import (
     NODE_DEVICES,
     NODE_HOTTEST_JUNCTION,
     NODE_POWER,
+    NODE_SAMPLE_AGE,
     NODE_UP,
     PACKAGE_POWER_SHARE,
-    SAMPLE_AGE_FLEET,
     exporter_process,
     integral_over_range,
-    junction,
+    sample_age_now,
     with_identity,
 )
 from .thresholds import Thresholds
@@ -44,8 +44,37 @@ from .variables import adhoc_filter_variable, datasource_variable, query_variabl
 # per-GCD series over a range for the whole fleet, only a node's few (issue 34; docs/recording-rules.md).
 ONE_NODE = 'instance="$gcd_instance"'
 NODE_ENERGY_RATE = f"instance:amdgpu_energy_joules:rate5m{{{FLEET}}}"
+# GCDs known and GCDs read per node (recorded): down = known - read.
+NODE_DOWN = f"sum by (instance) ({NODE_DEVICES}) - sum by (instance) ({NODE_UP})"
+NODE_ALERTS_FIRING = f"instance_alert:amdgpu_alert_firing:sum{{{FLEET}}}"
+NODE_CLOCK_DOWN = f"instance:amdgpu_clock_down_suggested_ratio:max{{{FLEET}}}"
+NODE_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}}'
+NODE_GFX_BUSY = f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}'
+NODE_VRAM_USED = f"instance:amdgpu_vram_used:ratio{{{FLEET}}}"
+# Nodes at or above each level of mean gfx busy, and the idle ones: a distribution computed by
+# Prometheus (a few series, one comparison each), where a heatmap calculated in the browser fetched
+# every node's series.
+GFX_BUSY_BANDS = (
+    (">= 0.75", "at least 75 % busy"),
+    (">= 0.5", "at least 50 %"),
+    (">= 0.25", "at least 25 %"),
+    (">= 0.05", "at least 5 %"),
+    ("< 0.05", "idle (< 5 %)"),
+)
+# The hottest memory stack per node: the recorded per-node max of the memory and hbm0..3 sensors.
+NODE_HOTTEST_HBM = f"max by (instance) (instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, {HBM_SENSORS}}})"
 # Per-holder series can be as many a node as its devices (a CPX node: 64 pods): counted every 5 minutes.
 HOLDER_STEP_SECONDS = "300"
+# A graph of a recorded series steps no finer than its rule group records it (amdgpu-recording every
+# 30 s, amdgpu-recording-minutely every minute): a finer step draws the same value again and costs a
+# lookup per node per step (at 6 h: 720 or 360 steps a series instead of ~1,000).
+RECORDED_30S = "30s"
+RECORDED_1M = "1m"
+# Graphs over the fleet draw a few aggregates over the nodes (highest, mean, lowest), not a line a
+# node: at 1,000 nodes and 6 h a line a node is 720,000 points to encode and draw (5 to 12 s a query
+# measured on the benchmark machine, bench/RESULTS-fleet.md), and a thousand lines show nothing one
+# can read. With a node filter set, the aggregates are that node's value; the node dashboard draws
+# each GCD.
 
 
 NO_HEALTH_CHECKS = "the exporters do not export the health verdict (amdgpu_health_status)"
@@ -76,10 +105,11 @@ def health_row(t: Thresholds) -> Row:
                 steps=ANY_IS_BAD,
             ),
             tile(
-                "Stale GCDs",
-                "Devices whose latest good sample is older than $stale_after seconds now (the age "
-                "AMDGPUSamplesStale compares).",
-                f"sum({SAMPLE_AGE_FLEET} > bool $stale_after)",
+                "Nodes with stale GCDs",
+                "Nodes with a device whose latest good sample was older than $stale_after seconds when last "
+                "scraped (the recorded per-node oldest age, instance:amdgpu_sample_age_seconds:max, once a "
+                "minute: up to a minute late). The table in 'Stale and down devices' names the nodes.",
+                f"count({NODE_SAMPLE_AGE} > $stale_after) or vector(0)",
                 steps=ANY_IS_BAD,
             ),
             tile(
@@ -126,8 +156,9 @@ def health_row(t: Thresholds) -> Row:
             ),
             tile(
                 "In-daemon alerts firing",
-                "Alerts the exporters' own rules are firing now (amdgpu_alert_firing == 1), all nodes.",
-                f"count(amdgpu_alert_firing{{{FLEET}}} == 1) or vector(0)",
+                "Alerts the exporters' own rules are firing now, counted per device (amdgpu_alert_firing, summed "
+                "per node and alert by the recording rules), all nodes.",
+                f"sum({NODE_ALERTS_FIRING}) or vector(0)",
                 steps=ANY_IS_WORTH_A_LOOK,
             ),
         ),
@@ -165,13 +196,23 @@ def nodes_row(t: Thresholds) -> Row:
                 },
                 links=(NODE_LINK_FROM_TABLE,),
             ),
-            against_reference(
-                "Power per node vs cap",
-                "Socket power summed per node (solid) against the sum of its package caps (dashed).",
-                Query(f"sum by (instance) ({NODE_POWER})", "{{instance}} power"),
-                Query(f"sum by (instance) ({NODE_CAP})", "{{instance}} cap"),
+            Panel(
+                "timeseries",
+                "Node power across the fleet",
+                "The highest, mean and lowest node power of the selected nodes (socket power summed per node "
+                "by the recording rules), against the largest node cap (dashed). 'GCDs per node' lists each "
+                "node's power and cap now.",
+                (
+                    Query(f"max({NODE_POWER})", "highest node"),
+                    Query(f"max({NODE_CAP})", "largest node cap"),
+                    Query(f"avg({NODE_POWER})", "mean node"),
+                    Query(f"min({NODE_POWER})", "lowest node"),
+                ),
                 unit="watt",
                 width=12,
+                minimum=0,
+                dashed=("B",),
+                interval=RECORDED_30S,
             ),
             against_reference(
                 "Fleet power vs cap",
@@ -180,14 +221,16 @@ def nodes_row(t: Thresholds) -> Row:
                 Query(f"sum({NODE_CAP})", "cap"),
                 unit="watt",
                 width=12,
+                interval=RECORDED_30S,
             ),
             Panel(
                 "bargauge",
                 "Package power / cap",
-                "Each physical package's power as a share of its cap (instance_package:amdgpu_power_cap:ratio). "
-                "MI250X: the recording rule sums the two GCDs of a package through the device's package label "
-                "(only die 0 carries power) and takes the larger cap of the two.",
-                Query(f"sort_desc({PACKAGE_POWER_SHARE})", "{{instance}} package {{package}}"),
+                "The 20 physical packages closest to their power cap, power as a share of the cap "
+                "(instance_package:amdgpu_power_cap:ratio; a bar a package of the whole fleet was 7,000 bars at "
+                "1,000 nodes, 0.7 s a query). MI250X: the recording rule sums the two GCDs of a package through "
+                "the device's package label (only die 0 carries power) and takes the larger cap of the two.",
+                Query(f"topk(20, {PACKAGE_POWER_SHARE})", "{{instance}} package {{package}}"),
                 unit="percentunit",
                 width=12,
                 minimum=0,
@@ -214,13 +257,14 @@ def nodes_row(t: Thresholds) -> Row:
     )
 
 
-def hottest_ten(t: Thresholds, title: str, description: str, per_gcd: str) -> Panel:
-    """A bar per GCD for the ten hottest by a per-GCD temperature; a click opens that GCD."""
+def hottest_ten(t: Thresholds, title: str, description: str, per_node: str) -> Panel:
+    """A bar per node for the ten hottest by a recorded per-node temperature; a click opens that node
+    (its dashboard names the GCD). One sample a node: no per-GCD scan of the fleet."""
     return Panel(
         "bargauge",
         title,
         description,
-        Query(f"topk(10, {per_gcd})", "{{instance}} gpu {{gpu}}"),
+        Query(f"topk(10, {per_node})", "{{instance}}"),
         unit="celsius",
         width=8,
         height=9,
@@ -237,16 +281,18 @@ def temperatures_row(t: Thresholds) -> Row:
         (
             hottest_ten(
                 t,
-                "Hottest GCDs: junction",
-                "The ten GCDs with the highest junction (hotspot) temperature now; red from "
-                f"{celsius(t.junction_hot_celsius)}. Click a bar to open that GCD.",
-                junction(FLEET),
+                "Hottest nodes: junction",
+                "The ten nodes with the highest junction (hotspot) temperature of any of their GCDs now (the "
+                f"recorded per-node max); red from {celsius(t.junction_hot_celsius)}. Click a bar to open that "
+                "node: its dashboard draws each GCD.",
+                f"max by (instance) ({NODE_HOTTEST_JUNCTION})",
             ),
             hottest_ten(
                 t,
-                "Hottest GCDs: HBM",
-                "The ten GCDs with the hottest memory stack now (max of the memory and hbm0..3 sensors).",
-                f"max by (instance, gpu) (amdgpu_temperature_celsius{{{FLEET}, {HBM_SENSORS}}})",
+                "Hottest nodes: HBM",
+                "The ten nodes with the hottest memory stack now (the recorded per-node max of the memory and "
+                "hbm0..3 sensors). Click a bar to open that node.",
+                NODE_HOTTEST_HBM,
             ),
             Panel(
                 "timeseries",
@@ -268,6 +314,7 @@ def temperatures_row(t: Thresholds) -> Row:
                 height=9,
                 steps=temperature_steps(t),
                 threshold_line=True,
+                interval=RECORDED_30S,
             ),
         ),
     )
@@ -278,22 +325,19 @@ def utilisation_row() -> Row:
         "Utilisation",
         (
             Panel(
-                "heatmap",
-                "GFX busy distribution across nodes",
-                "How many nodes sit at each gfx busy level over time (each node's mean over its GCDs, the "
-                "recorded instance:amdgpu_busy_ratio:avg). A healthy training fleet keeps the mass at the top; a "
-                "band near 0 is idle or stalled nodes. One GCD's stall shows in the panel beside it, per GCD of "
-                "one node.",
-                f'instance:amdgpu_busy_ratio:avg{{{FLEET}, engine="gfx"}}',
-                unit="percentunit",
+                "timeseries",
+                "Nodes by gfx busy",
+                "How many nodes are at least 75, 50, 25 and 5 % gfx busy over time, and how many idle below 5 % "
+                "(each node's mean over its GCDs, the recorded instance:amdgpu_busy_ratio:avg). A healthy "
+                "training fleet keeps the top line near the node count; idle nodes are idle or stalled. One "
+                "GCD's stall shows in the panel beside it, per GCD of one node.",
+                tuple(Query(f"count({NODE_GFX_BUSY} {band}) or vector(0)", legend) for band, legend in GFX_BUSY_BANDS),
+                unit="none",
                 width=12,
                 height=9,
-                options={
-                    "calculate": True,
-                    "calculation": {"yBuckets": {"mode": "size", "value": "0.1", "scale": {"type": "linear"}}},
-                    "yAxis": {"axisPlacement": "left", "unit": "percentunit", "min": 0, "max": 1},
-                    "cellValues": {"unit": "none"},
-                },
+                minimum=0,
+                # counts over every node at each step: a point a minute (each step compares every node)
+                interval=RECORDED_1M,
             ),
             Panel(
                 "status-history",
@@ -315,25 +359,27 @@ def utilisation_row() -> Row:
             ),
             Panel(
                 "timeseries",
-                "Mean busy per node",
-                "gfx (compute) and memory (HBM controller) busy, averaged over each node's GCDs "
-                "(instance:amdgpu_busy_ratio:avg).",
-                Query(
-                    f'avg by (instance, engine) (instance:amdgpu_busy_ratio:avg{{{FLEET}, engine=~"gfx|memory"}})',
-                    "{{instance}} {{engine}}",
+                "Busy across nodes",
+                "gfx (compute) and memory (HBM controller) busy: the mean over the selected nodes and the lowest "
+                "node (each node's mean over its GCDs, instance:amdgpu_busy_ratio:avg).",
+                (
+                    Query(f"avg by (engine) ({NODE_BUSY})", "mean {{engine}}"),
+                    Query(f"min by (engine) ({NODE_BUSY})", "lowest node {{engine}}"),
                 ),
                 unit="percentunit",
                 width=12,
                 minimum=0,
                 maximum=1,
+                interval=RECORDED_1M,
             ),
             Panel(
                 "timeseries",
-                "VRAM used per node",
-                "VRAM in use as a share of VRAM size, summed over each node's GCDs (instance:amdgpu_vram_used:ratio).",
-                Query(
-                    f"max by (instance) (instance:amdgpu_vram_used:ratio{{{FLEET}}})",
-                    "{{instance}}",
+                "VRAM used across nodes",
+                "VRAM in use as a share of VRAM size, summed over each node's GCDs "
+                "(instance:amdgpu_vram_used:ratio): the fullest node and the mean of the selected nodes.",
+                (
+                    Query(f"max({NODE_VRAM_USED})", "fullest node"),
+                    Query(f"avg({NODE_VRAM_USED})", "mean"),
                 ),
                 unit="percentunit",
                 width=12,
@@ -341,6 +387,7 @@ def utilisation_row() -> Row:
                 maximum=1,
                 steps=VRAM_STEPS,
                 threshold_line=True,
+                interval=RECORDED_30S,
             ),
         ),
     )
@@ -446,16 +493,18 @@ def usage_row() -> Row:
     )
 
 
-def devices_where(title: str, description: str, condition: str, may_be_empty: str) -> Panel:
+def devices_where(
+    title: str, description: str, condition: str, may_be_empty: str, selector: str = FLEET, width: int = 8
+) -> Panel:
     """A table of the GCDs where `<metric> <op> <value>` holds, with product and PCI address; a row opens the GCD."""
     metric, comparison = condition.split(" ", 1)
     return Panel(
         "table",
         title,
         description,
-        with_identity(f"({metric}{{{FLEET}}} {comparison})", FLEET),
+        with_identity(f"({metric}{{{selector}}} {comparison})", selector),
         unit="none",
-        width=8,
+        width=width,
         may_be_empty=may_be_empty,
         hide_columns=("job", "Value"),
         links=(GCD_LINK_FROM_TABLE,),
@@ -466,12 +515,19 @@ def alerts_row() -> Row:
     return Row(
         "Alerts and clock-down suggestions",
         (
-            devices_where(
-                "Firing in-daemon alerts",
-                "Alerts each exporter's own rules fire now (they work without Prometheus), with the device "
-                "they fire on.",
-                "amdgpu_alert_firing == 1",
+            Panel(
+                "table",
+                "Nodes with firing in-daemon alerts",
+                "Alerts each exporter's own rules fire now (they work without Prometheus): the node, the alert "
+                "and how many of its devices fire it (instance_alert:amdgpu_alert_firing:sum). Click a node to "
+                "open its dashboard.",
+                f"{NODE_ALERTS_FIRING} > 0",
+                unit="none",
+                width=6,
                 may_be_empty="nothing is firing",
+                hide_columns=("job",),
+                options={"renameByName": {"Value": "Devices firing"}},
+                links=(NODE_LINK_FROM_TABLE,),
             ),
             Panel(
                 "table",
@@ -480,21 +536,36 @@ def alerts_row() -> Row:
                 "as Prometheus evaluates them before Alertmanager routes them.",
                 f'ALERTS{{alertstate="firing", alertname=~"AMDGPU.*", {FLEET}}}',
                 unit="none",
-                width=8,
+                width=6,
                 may_be_empty="nothing is firing, or this Prometheus does not load deploy/prometheus rules",
                 hide_columns=("job", "Value", "alertstate"),
             ),
             Panel(
                 "table",
-                "Clock-down suggestions",
-                "GCDs for which the exporter suggests lowering the gfx clock ceiling (it never applies it): "
-                "the suggested reduction and ceiling. Apply with the command in /api/v1/alerts or the log.",
+                "Nodes with clock-down suggestions",
+                "Nodes for which the exporter suggests lowering a GCD's gfx clock ceiling (it never applies it), "
+                "with the largest suggested reduction (instance:amdgpu_clock_down_suggested_ratio:max). The "
+                "table beside lists the GCDs of the node picked in 'Node (per-GCD panel)'.",
+                f"{NODE_CLOCK_DOWN} > 0",
+                unit="percentunit",
+                width=6,
+                may_be_empty="no GCD is hot enough for a suggestion",
+                hide_columns=("job",),
+                options={"renameByName": {"Value": "Largest suggested reduction"}},
+                links=(NODE_LINK_FROM_TABLE,),
+            ),
+            Panel(
+                "table",
+                "Clock-down suggestions of one node",
+                "GCDs of the node picked in 'Node (per-GCD panel)' for which the exporter suggests lowering the "
+                "gfx clock ceiling: the suggested reduction and ceiling. Apply with the command in "
+                "/api/v1/alerts or the log.",
                 (
-                    f"amdgpu_clock_down_suggested_ratio{{{FLEET}}} > 0",
-                    f"amdgpu_suggested_gfx_clock_max_hertz{{{FLEET}}}",
+                    f"amdgpu_clock_down_suggested_ratio{{{ONE_NODE}}} > 0",
+                    f"amdgpu_suggested_gfx_clock_max_hertz{{{ONE_NODE}}}",
                 ),
                 unit="none",
-                width=8,
+                width=6,
                 may_be_empty="no GCD is hot enough for a suggestion",
                 column_units={"Value #A": "percentunit", "Value #B": "hertz"},
                 options={"renameByName": {"Value #A": "Suggested reduction", "Value #B": "Suggested gfx max"}},
@@ -542,11 +613,11 @@ def errors_row() -> Row:
             Panel(
                 "timeseries",
                 "ECC errors per 5 minutes",
-                "New ECC errors in the 5 minutes before each point, by node and type (correctable, "
-                "uncorrectable, deferred), from the per-node recorded increase.",
+                "New ECC errors of the selected nodes in the 5 minutes before each point, by type (correctable, "
+                "uncorrectable, deferred), from the per-node recorded increase; the table beside names the nodes.",
                 Query(
-                    f"sum by (instance, type) (instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}})",
-                    "{{instance}} {{type}}",
+                    f"sum by (type) (instance_type:amdgpu_ecc_errors:increase5m{{{FLEET}}})",
+                    "{{type}}",
                 ),
                 unit="none",
                 width=5,
@@ -556,11 +627,12 @@ def errors_row() -> Row:
             Panel(
                 "timeseries",
                 "XGMI error events per 5 minutes",
-                "XGMI error events in the 5 minutes before each point, by node (the exporter accumulates the "
-                "driver's clear-on-read xgmi_error file into a counter), from the per-node recorded increase.",
+                "XGMI error events of the selected nodes in the 5 minutes before each point (the exporter "
+                "accumulates the driver's clear-on-read xgmi_error file into a counter), from the per-node "
+                "recorded increase; the table beside names the nodes.",
                 Query(
-                    f"sum by (instance) (instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}})",
-                    "{{instance}}",
+                    f"sum(instance:amdgpu_xgmi_error_events:increase5m{{{FLEET}}})",
+                    "XGMI error events",
                 ),
                 unit="none",
                 width=5,
@@ -571,8 +643,9 @@ def errors_row() -> Row:
                 "stat",
                 "GCDs with a narrowed PCIe link",
                 "GCDs whose PCIe link trained narrower than its maximum width: a reseat or riser problem "
-                "costs host bandwidth.",
-                f"sum(amdgpu_pcie_current_link_width{{{FLEET}}} < bool amdgpu_pcie_max_link_width{{{FLEET}}})",
+                "costs host bandwidth (counted per node once a minute by the recording rules, "
+                "instance:amdgpu_pcie_link_narrowed:count).",
+                f"sum(instance:amdgpu_pcie_link_narrowed:count{{{FLEET}}})",
                 unit="none",
                 width=4,
                 height=8,
@@ -583,38 +656,66 @@ def errors_row() -> Row:
 
 
 def stale_row() -> Row:
+    """Per node for the fleet (recorded counts and maxima, one sample a node); per GCD only for the node
+    picked in 'Node (per-GCD panel)': an instant per-GCD table of the fleet reads a sample a GCD (22 k
+    at 1,000 nodes) and joins the identity of each."""
     return Row(
         "Stale and down devices",
         (
             Panel(
                 "table",
-                "Stale GCDs",
-                "Devices whose latest good sample is more than $stale_after s old now (as AMDGPUSamplesStale "
-                "computes it), with the age. A device that keeps failing reads goes stale while the exporter "
-                "stays up.",
-                f"{SAMPLE_AGE_FLEET} > $stale_after",
+                "Nodes with down or stale GCDs",
+                "One row per node with a device down now (known minus read, from the recorded per-node "
+                "counts) or whose oldest device sample was older than $stale_after s when last scraped "
+                "(instance:amdgpu_sample_age_seconds:max, recorded once a minute). Click a node to open its "
+                "dashboard; pick it in 'Node (per-GCD panel)' for the GCDs beside.",
+                (
+                    f"{NODE_DOWN} > 0",
+                    f"max by (instance) ({NODE_SAMPLE_AGE}) > $stale_after",
+                ),
+                unit="none",
+                width=6,
+                may_be_empty="every device is up and fresh",
+                column_units={"Value #B": "s"},
+                options={"renameByName": {"Value #A": "Down", "Value #B": "Oldest sample age"}},
+                links=(NODE_LINK_FROM_TABLE,),
+            ),
+            devices_where(
+                "Down GCDs of one node",
+                "Devices of the node picked in 'Node (per-GCD panel)' the exporter could not read within the "
+                "deadline in its last cycle.",
+                "amdgpu_up == 0",
+                may_be_empty="every device of the node is up",
+                selector=ONE_NODE,
+                width=6,
+            ),
+            Panel(
+                "table",
+                "Stale GCDs of one node",
+                "Devices of the node picked in 'Node (per-GCD panel)' whose latest good sample is more than "
+                "$stale_after s old now (as AMDGPUSamplesStale computes it), with the age. A device that keeps "
+                "failing reads goes stale while the exporter stays up.",
+                f"{sample_age_now(ONE_NODE)} > $stale_after",
                 unit="s",
-                width=8,
-                may_be_empty="every device is fresh",
+                width=6,
+                may_be_empty="every device of the node is fresh",
                 hide_columns=("job",),
                 options={"renameByName": {"Value": "Sample age"}},
                 links=(GCD_LINK_FROM_TABLE,),
             ),
-            devices_where(
-                "Down GCDs",
-                "Devices the exporter could not read within the deadline in its last cycle.",
-                "amdgpu_up == 0",
-                may_be_empty="every device is up",
-            ),
             Panel(
                 "timeseries",
-                "Oldest sample per node",
-                "Age at scrape time of each node's oldest device sample (instance:amdgpu_sample_age_seconds:max); "
-                "with a 1 s poll it stays near 0.",
-                Query(f"max by (instance) (instance:amdgpu_sample_age_seconds:max{{{FLEET}}})", "{{instance}}"),
+                "Oldest sample across nodes",
+                "Age at scrape time of the oldest device sample (instance:amdgpu_sample_age_seconds:max): of the "
+                "worst node and the mean over the nodes; with a 1 s poll both stay near 0.",
+                (
+                    Query(f"max({NODE_SAMPLE_AGE})", "worst node"),
+                    Query(f"avg({NODE_SAMPLE_AGE})", "mean"),
+                ),
                 unit="s",
-                width=8,
+                width=6,
                 minimum=0,
+                interval=RECORDED_1M,
             ),
         ),
     )
@@ -638,18 +739,24 @@ def exporter_health_row(limits: MemoryLimits) -> Row:
                 unit="none",
                 width=9,
                 minimum=0,
+                interval=RECORDED_1M,
                 may_be_empty="no exporter has failed a sysfs file read",
                 links=(NODE_LINK_FROM_SERIES,),
             ),
             against_reference(
-                "Exporter resident memory per node",
-                "Resident memory of each node's exporter against the smaller of the ceilings the project ships "
-                f"(systemd MemoryMax {mebibytes(limits.systemd_memory_max_bytes)}, DaemonSet limit "
-                f"{mebibytes(limits.kubernetes_memory_limit_bytes)}), dashed.",
-                Query(resident, "{{instance}}"),
+                "Exporter resident memory across nodes",
+                "Resident memory of the largest exporter and the mean over them against the smaller of the ceilings "
+                f"the project ships (systemd MemoryMax {mebibytes(limits.systemd_memory_max_bytes)}, DaemonSet "
+                f"limit {mebibytes(limits.kubernetes_memory_limit_bytes)}), dashed; the tile beside counts the "
+                "exporters near it.",
+                Query(f"max({resident})", "largest exporter"),
                 Query(f"vector({promql_number(tightest)})", "tighter shipped limit"),
                 unit="bytes",
                 width=9,
+                # a memory trend: a point every 5 minutes is enough, and each step joins every node's build
+                # info (at 1,000 nodes and a 1-minute step, 0.7 s a query)
+                interval="5m",
+                second_reference=Query(f"avg({resident})", "mean exporter"),
             ),
             tile(
                 "Exporters near their memory limit",

@@ -135,6 +135,7 @@ def against_reference(
     minimum: float | None = 0,
     may_be_empty: str = "",
     second_reference: Query | None = None,
+    interval: str = "",
 ) -> Panel:
     """A time series of a value (solid) against its limit, cap or maximum (dashed; a second one dotted)."""
     queries = (value, reference) if second_reference is None else (value, reference, second_reference)
@@ -150,4 +151,5 @@ def against_reference(
         may_be_empty=may_be_empty,
         dashed=("B",),
         dotted=("C",) if second_reference else (),
+        interval=interval,
     )

@@ -43,9 +43,10 @@ def age_at_scrape(metric: str, selector: str) -> str:
     return f"timestamp({metric}{{{selector}}}) - {metric}{{{selector}}}"
 
 
-# Age now, as AMDGPUSamplesStale computes it (the fleet's stale count and table compare it with the
-# alert's own age); at one instant, so each device series is read once.
-SAMPLE_AGE_FLEET = f"(time() - amdgpu_sample_timestamp_seconds{{{FLEET}}})"
+def sample_age_now(selector: str) -> str:
+    """Age now, as AMDGPUSamplesStale computes it (compared with the alert's own age, $stale_after); at one
+    instant, so each device series is read once. Per GCD: for one node's devices only."""
+    return f"(time() - amdgpu_sample_timestamp_seconds{{{selector}}})"
 
 
 def vram_used_ratio(selector: str) -> str:
@@ -102,6 +103,8 @@ PACKAGE_POWER_SHARE = f"instance_package:amdgpu_power_cap:ratio{{{FLEET}}}"
 NODE_UP = f"instance:amdgpu_up:sum{{{FLEET}}}"
 NODE_DEVICES = f"instance:amdgpu_up:count{{{FLEET}}}"
 NODE_HOTTEST_JUNCTION = f'instance_sensor:amdgpu_temperature_celsius:max{{{FLEET}, sensor="junction"}}'
+# Age at scrape of each node's oldest device sample (amdgpu-recording-minutely, once a minute).
+NODE_SAMPLE_AGE = f"instance:amdgpu_sample_age_seconds:max{{{FLEET}}}"
 
 
 def integral_over_range(recorded: str, every: str = "") -> str:

@@ -62,7 +62,7 @@ def test_changed_limits_change_the_memory_panels(units: tuple[Path, Path]) -> No
     assert exprs(node, "Exporter memory against its limits")[2:] == [f"vector({1024 * MIB})", f"vector({384 * MIB})"]
     (share,) = exprs(node, "Memory share of the tighter limit")
     assert share.endswith(f" / {384 * MIB}")
-    assert exprs(fleet, "Exporter resident memory per node")[1] == f"vector({384 * MIB})"
+    assert exprs(fleet, "Exporter resident memory across nodes")[1] == f"vector({384 * MIB})"
     (near,) = exprs(fleet, "Exporters near their memory limit")
     assert f"> {round(0.8 * 384 * MIB)})" in near
     (description,) = [p["description"] for p in panels(node) if p["title"] == "Exporter memory against its limits"]
