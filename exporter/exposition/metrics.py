@@ -1221,6 +1221,9 @@ NOT_ON_DASHBOARDS: Mapping[str, str] = {
     "amdgpu_pcie_other_end_recoveries_total": "new; beside amdgpu_pcie_recoveries_total, not drawn yet",
     "amdgpu_gfx_clock_lock_active": "new; a clock lock beside amdgpu_clock_hertz, not drawn yet",
     "amdgpu_clock_average_hertz": "new; MI200-class only, beside amdgpu_clock_hertz, not drawn yet",
+    # Opt-in modes' own counters: no series unless the mode is on; logged per action/call as well.
+    "amdgpu_exporter_actions_total": "only with --action.slurm; each action is also a log event",
+    "amdgpu_exporter_device_plugin_calls_total": "only with --device-plugin.socket; not drawn yet",
     # The collectors' own outcome (as node_exporter's node_scrape_collector_*): off by default.
     "amdgpu_exporter_collector_success": "the exporter's own; off by default (the series budget)",
     "amdgpu_exporter_collector_duration_seconds": "the exporter's own; off by default (the series budget)",

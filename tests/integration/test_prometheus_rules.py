@@ -83,6 +83,7 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     "amdgpu_memory_total_bytes": {**_GPU, "pool": frozenset({"vram", "visible_vram", "gtt", "partition_vram"})},
     "amdgpu_clock_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_clock_max_hertz": {**_GPU, "domain": _DOMAINS},
+    "amdgpu_clock_average_hertz": {**_GPU, "domain": _DOMAINS},
     "amdgpu_voltage_volts": {**_GPU, "rail": None},
     "amdgpu_throttle_active": {**_GPU, "reason": None},
     "amdgpu_throttle_residency_seconds_total": {
@@ -204,6 +205,12 @@ CONTRACT: dict[str, dict[str, frozenset[str] | None]] = {
     # per-job accounting (docs/accounting.md): two series a running job
     "amdgpu_job_energy_joules_total": {"job_id": None, "scheduler": frozenset({"slurm", "flux", "pbs", "kubernetes"})},
     "amdgpu_job_gpu_seconds_total": {"job_id": None, "scheduler": frozenset({"slurm", "flux", "pbs", "kubernetes"})},
+    # the opt-in Slurm action mode and device-plugin health service (no series when off)
+    "amdgpu_exporter_actions_total": {
+        "action": frozenset({"drain", "resume"}),
+        "outcome": frozenset({"done", "dry_run", "refused_share", "refused_foreign", "rate_limited", "failed"}),
+    },
+    "amdgpu_exporter_device_plugin_calls_total": {"method": frozenset({"List", "GetGPUState"})},
     # each collector's render outcome (off by default: the series budget)
     "amdgpu_exporter_collector_success": {"collector": frozenset(COLLECTOR_NAMES)},
     "amdgpu_exporter_collector_duration_seconds": {"collector": frozenset(COLLECTOR_NAMES)},
