@@ -42,17 +42,18 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         harness.stop(daemon.process)
 
 
-# --- integration and oracle tests on several workers (`make test`: pytest-xdist, --dist loadgroup) ----
+# --- integration, oracle and fuzz tests on several workers (`make test`: pytest-xdist, --dist loadfile) --
 #
-# Each module's tests run on one worker, in order, so a module-scoped daemon or stack is started once
-# (as `--dist loadfile` would). The modules below share a group instead: a group's modules run one
-# after the other on one worker, so no two of them ever overlap each other.
+# Each module's tests run on one worker, in order, so a module-scoped daemon or stack starts once.
+# The modules below share a group instead: a group runs on one worker, one module after the other,
+# so no two of its modules ever overlap.
 # - "stacks": real Prometheus / Alertmanager / VictoriaMetrics stacks and chromium, whose waits are on
 #   pages and rule evaluations of 1 s stacks, and the bench-like tests that compare latencies or hold
-#   thousands of connections: they get the same share of the machine as when they ran alone with
-#   the rest of the suite.
+#   thousands of connections.
 # - "builds": the OCI image, the .deb, the venvs installed from the wheel, the systemd install and the
-#   coverage-guided fuzzer: CPU-bound work that would starve the stacks if it ran beside them twice.
+#   coverage-guided fuzzer: CPU-bound work, one at a time.
+# (pytest-xdist's own `--dist loadgroup` reads xdist_group marks, but sets a node id field that
+# pytest 9 no longer reads: every test would go its own way.)
 SERIAL_GROUPS = {
     "stacks": (
         "tests/integration/test_alerting_e2e.py",
@@ -84,16 +85,24 @@ SERIAL_GROUPS = {
     ),
 }
 _GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
-_OWN_GROUP = ("tests/integration/", "tests/oracles/", "tests/fuzz/")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the marks (--dist loadgroup)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadfile, with the modules of a group as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return _GROUP_OF.get(module, module)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
-    for item in items:
-        module = item.path.relative_to(root).as_posix()
-        if module.startswith(_OWN_GROUP):
-            item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(module, module)))
-    # The long groups first: a worker that takes one at the end would run alone for minutes.
+    """The groups first, in the order above: a worker that took one last would run alone for minutes."""
     first = {group: rank for rank, group in enumerate(SERIAL_GROUPS)}
+    root = config.rootpath
     items.sort(key=lambda item: first.get(_GROUP_OF.get(item.path.relative_to(root).as_posix(), ""), len(first)))

@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 
-
 def _memory_tmpdir() -> Path | None:
     chosen = os.environ.get("AMDGPU_EXPORTER_TEST_TMPDIR")
     if chosen is not None:
