@@ -16,12 +16,14 @@ DEBIAN_BENCH_PACKAGES := wrk strace
 # `make demo PORT=9500` (and `make demo-stack PORT=9500`): the demo exporter's port on 127.0.0.1.
 PORT ?= 9442
 # The unit tests run on every core (pytest-xdist; PYTEST_WORKERS=0 runs them in one process).
-# The integration, oracle and fuzz tests mostly wait on real processes (run alone they keep half a
-# core busy), so they run on INTEGRATION_WORKERS workers (0: one process): each module on one worker,
-# and the Prometheus stacks, chromium and bench-like tests in one group that runs one module at a time,
-# the image/.deb/venv builds and the fuzzer in another (SERIAL_GROUPS in tests/conftest.py).
+# The integration, oracle and fuzz tests run one at a time (INTEGRATION_WORKERS=0): they start
+# daemons, Prometheus stacks and real tools whose deadlines assume no other such test loads the same
+# two cores. INTEGRATION_WORKERS=3 runs them on three workers, each module on one, the Prometheus
+# stacks / chromium / bench-like modules in one group and the image/.deb/venv builds and the fuzzer
+# in another (SERIAL_GROUPS in tests/conftest.py); not the default until it has shown itself
+# stable on a 2-core machine (on a shared, loaded one its stack tests missed their windows).
 PYTEST_WORKERS ?= auto
-INTEGRATION_WORKERS ?= 3
+INTEGRATION_WORKERS ?= 0
 UNIT_PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) tests/unit
 INTEGRATION_PYTEST := $(BIN)/pytest -n $(INTEGRATION_WORKERS) --dist loadfile tests/integration tests/oracles tests/fuzz
 

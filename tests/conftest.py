@@ -42,9 +42,10 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         harness.stop(daemon.process)
 
 
-# --- integration, oracle and fuzz tests on several workers (`make test`: pytest-xdist, --dist loadfile) --
+# --- integration, oracle and fuzz tests on several workers -------------------------------------------
 #
-# Each module's tests run on one worker, in order, so a module-scoped daemon or stack starts once.
+# `make integration INTEGRATION_WORKERS=3` (pytest-xdist, --dist loadfile; the default is one process):
+# each module's tests run on one worker, in order, so a module-scoped daemon or stack starts once.
 # The modules below share a group instead: a group runs on one worker, one module after the other,
 # so no two of its modules ever overlap.
 # - "stacks": real Prometheus / Alertmanager / VictoriaMetrics stacks and chromium, whose waits are on
