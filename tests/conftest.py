@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,7 +104,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The groups first, in the order above: a worker that took one last would run alone for minutes."""
+    """On workers, the groups first, in the order above: a worker that took one last would run alone
+    for minutes. One process keeps the collection order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
     first = {group: rank for rank, group in enumerate(SERIAL_GROUPS)}
     root = config.rootpath
     items.sort(key=lambda item: first.get(_GROUP_OF.get(item.path.relative_to(root).as_posix(), ""), len(first)))
