@@ -22,13 +22,20 @@ def _trees(pid: int) -> list[Path]:
     return sorted(SHM.glob(f"amdgpu-exporter-demo-{pid}-*"))
 
 
+def _started_as_a_background_job() -> None:
+    # SIGINT as a background job of a script starts it: ignored, as a shell leaves it there; SIGHUP at
+    # its default even when the suite runs under nohup (which ignores it for every child: the demo would
+    # rightly keep it ignored, and the SIGHUP case could never end it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _watch() -> subprocess.Popen[bytes]:
-    # SIGINT as a background job of a script starts it: ignored, as a shell leaves it there
     return subprocess.Popen(
         [EXPORTER, "snapshot", "--demo", "--watch", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        preexec_fn=_started_as_a_background_job,
     )
 
 

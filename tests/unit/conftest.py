@@ -1,4 +1,4 @@
-"""Settings for the unit tests: hypothesis without deadlines, temporary files in memory.
+"""Settings for the unit tests: temporary files in memory (hypothesis's profile: tests/conftest.py).
 
 Their temporary files (pytest's tmp_path and every `tempfile` folder, in this process and in the
 processes it starts) go to a tmpfs when the machine has one (/dev/shm): the simulator writes
@@ -12,13 +12,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-
-from hypothesis import HealthCheck, settings
-
-# No property test is timed: hypothesis's default 200 ms deadline per example (and its too-slow health
-# check) fail on a loaded machine what passes on an idle one. A test's own @settings still rules.
-settings.register_profile("unit", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("unit")
 
 
 def _memory_tmpdir() -> Path | None:
