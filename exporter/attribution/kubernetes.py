@@ -17,16 +17,14 @@ Device IDs, as the allocators name them:
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from exporter.attribution.matching import normalize_bdf, xcp_index
 from exporter.attribution.schedule import AttributionReadError, ScheduledAttribution
+from exporter.grpcproto import compile_proto
 from exporter.model import ByBdf, ByDrm, ByPhysicalIndex, ByXcp, Claim, DeviceName
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -54,22 +52,8 @@ def services() -> Any:
     return _compile()[1]
 
 
-@functools.cache
 def _compile() -> tuple[Any, Any]:
-    """grpc finds the .proto (and names the generated modules) through sys.path. An editable install
-    puts no sys.path entry above the package (a meta-path finder maps it), so the folder holding
-    `exporter/` is put on sys.path for the compile; with a wheel install it is already there."""
-    import grpc
-
-    root = str(Path(__file__).resolve().parents[2])
-    added = root not in sys.path
-    if added:
-        sys.path.append(root)
-    try:
-        return grpc.protos_and_services(_PROTO)
-    finally:
-        if added:
-            sys.path.remove(root)
+    return compile_proto(_PROTO)
 
 
 def device_plugin_device(device_id: str) -> DeviceName | None:

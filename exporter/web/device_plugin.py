@@ -31,22 +31,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import socket
 import stat
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from exporter.attribution.matching import xcp_index
 from exporter.config import ConfigError
+from exporter.grpcproto import compile_proto
 from exporter.log import get_logger
 from exporter.model import DEVICE_PLUGIN_METHODS, DevicePluginStats, DeviceState, Published, frozen_map
 
@@ -121,20 +119,8 @@ def gpu_states(published: Published | None, now_monotonic: float, max_age: float
     return tuple(out)
 
 
-@functools.cache
 def _compile() -> tuple[Any, Any]:
-    """The messages and service of metricssvc.proto, compiled in memory (as attribution/kubernetes.py does)."""
-    import grpc
-
-    root = str(Path(__file__).resolve().parents[2])
-    added = root not in sys.path
-    if added:
-        sys.path.append(root)
-    try:
-        return grpc.protos_and_services(_PROTO)
-    finally:
-        if added:
-            sys.path.remove(root)
+    return compile_proto(_PROTO)
 
 
 def _response(states: Iterable[GpuState]) -> Any:

@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
             "exporter.threads",
             "exporter.safeyaml",
             "exporter.boundedfile",
+            "exporter.grpcproto",
         ),
     ),
     (("exporter.sources",), ("exporter.simulator",)),
