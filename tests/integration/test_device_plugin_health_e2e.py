@@ -168,13 +168,17 @@ def test_the_device_plugin_sees_a_faulted_gpu_unhealthy_until_it_recovers(tmp_pa
             for client in idle:
                 client.close()
 
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain"}, timeout=5).text
-        calls = {
-            line.split('method="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("amdgpu_exporter_device_plugin_calls_total{")
-        }
-        assert calls["List"] >= 5 and calls["GetGPUState"] == 1
+        def calls() -> dict[str, float]:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain"}, timeout=5).text
+            return {
+                line.split('method="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("amdgpu_exporter_device_plugin_calls_total{")
+            }
+
+        # /metrics shows the counts as of the last published cycle: the newest calls appear with the next.
+        counted = wait(lambda: (c := calls()).get("List", 0) >= 5 and c, "5 List calls counted")
+        assert counted["GetGPUState"] == 1
 
         # One owner only: a second exporter (or DME) on the same socket is a start-up error, and the
         # first one keeps it.
