@@ -27,6 +27,7 @@ Groups side by side on one floor never import each other.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,8 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def imports(path: Path) -> set[str]:
+@functools.cache  # each module parsed once per process, not once per test that reads it
+def imports(path: Path) -> frozenset[str]:
     """Every exporter module `path` imports (`from exporter.web import routes` is exporter.web.routes)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -93,7 +95,7 @@ def imports(path: Path) -> set[str]:
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if is_module(sub) else node.module)
-    return {name for name in found if name == "exporter" or name.startswith("exporter.")}
+    return frozenset(name for name in found if name == "exporter" or name.startswith("exporter."))
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
