@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from exporter.simulator import Simulator
-from tests.integration.test_systemd_unit import in_namespace, install_root, parse_unit  # noqa: F401 (fixture)
+from tests.integration.test_systemd_unit import in_namespace, parse_unit
 from tests.realtools import EXPORTER, require_root, require_tool, start_listening, stop, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -84,7 +84,7 @@ def test_the_drop_in_lets_the_service_uid_read_the_cper_ring(tree: Path) -> None
     assert any('severity="fatal"' in line for line in series), series
 
 
-def test_the_merged_unit_verifies(install_root: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_the_merged_unit_verifies(install_root: Path, tmp_path: Path) -> None:
     systemd_analyze = require_tool("systemd-analyze")
     merged = tmp_path / UNIT.name
     merged.write_text(UNIT.read_text() + "\n" + DROP_IN.read_text())

@@ -17,14 +17,11 @@ import grp
 import json
 import pwd
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,22 +171,16 @@ def exec_start_path() -> Path:
 # --- A real install at the ExecStart path, visible only inside a private mount namespace ----------
 
 
-@pytest.fixture(scope="module")
-def install_root(runtime_wheels: Path, exporter_wheel: Path) -> Iterator[Path]:
-    """A world-readable folder holding <venv> of ExecStart, installed as the unit's header says:
-    `python3 -m venv /opt/amdgpu-exporter`, then pip install of the wheel built from this repo (its
-    dependencies from the runtime lock)."""
+def install_into(root: Path, runtime_wheels: Path, exporter_wheel: Path) -> None:
+    """Installs <venv> of ExecStart under `root` as the unit's header says: `python3 -m venv
+    /opt/amdgpu-exporter`, then pip install of the wheel built from this repo (its dependencies from the
+    runtime lock). The install_root fixture (tests/integration/conftest.py) does it once per session for
+    this module and test_systemd_debugfs_dropin.py, which only read it."""
     require_tool("python3", path=str(SYSTEM_PYTHON.parent))
-    root = Path(tempfile.mkdtemp(prefix="amdgpu-exporter-systemd-"))
-    try:
-        root.chmod(0o755)
-        install_release(
-            SYSTEM_PYTHON, root / exec_start_path().parent.parent.relative_to("/"), runtime_wheels, exporter_wheel
-        )
-        assert (root / exec_start_path().relative_to("/")).is_file()
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    install_release(
+        SYSTEM_PYTHON, root / exec_start_path().parent.parent.relative_to("/"), runtime_wheels, exporter_wheel
+    )
+    assert (root / exec_start_path().relative_to("/")).is_file()
 
 
 def in_namespace(root: Path, argv: list[str]) -> list[str]:
