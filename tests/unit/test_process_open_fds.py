@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from unittest import mock
 
 from exporter.pipeline import process
@@ -13,15 +14,27 @@ def listed() -> int:
     return len(os.listdir("/proc/self/fd")) - 1  # without the listing's own descriptor
 
 
+def while_still(count: Callable[[], int]) -> tuple[int, int]:
+    """(listed, count()) at a moment no other thread of this process opened or closed a descriptor
+    (a test runner's own threads may): the listing agrees before and after."""
+    for _ in range(100):
+        before, counted, after = listed(), count(), listed()
+        if before == after:
+            return before, counted
+    raise AssertionError("descriptors never still for three calls")
+
+
 def test_the_count_is_the_listing_without_its_own_descriptor() -> None:
-    before = process._open_fds()
-    assert before == listed()
+    expected, counted = while_still(process._open_fds)
+    assert counted == expected
     fd = os.open("/dev/null", os.O_RDONLY)
     try:
-        assert process._open_fds() == before + 1
+        expected, counted = while_still(process._open_fds)
+        assert counted == expected
     finally:
         os.close(fd)
-    assert process.read_process_stats().values["process_open_fds"] == float(before)
+    expected, counted = while_still(lambda: int(process.read_process_stats().values["process_open_fds"]))
+    assert counted == expected
 
 
 def test_a_kernel_without_the_count_is_listed() -> None:
@@ -32,4 +45,5 @@ def test_a_kernel_without_the_count_is_listed() -> None:
         return os.stat_result((*status[:6], 0, *status[7:])) if path == "/proc/self/fd" else status
 
     with mock.patch.object(process.os, "stat", old_kernel):
-        assert process._open_fds() == listed()
+        expected, counted = while_still(process._open_fds)
+    assert counted == expected
