@@ -70,8 +70,8 @@ def open_descriptors() -> int:
         return 64
 
 
-# Descriptors a device can hold beside its kept files: the slow layer's, the fast sampler's and
-# pcie_bw's reads, and one more while a hung read is outstanding.
+# Descriptors a device can hold beside its kept files: the slow layer's and pcie_bw's reads, the
+# fast sampler's table (kept open by the sampler), and one more while a hung read is outstanding.
 _TRANSIENT_PER_DEVICE = 8
 
 
