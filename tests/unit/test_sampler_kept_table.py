@@ -8,6 +8,7 @@ no longer tracked, and every device at stop(), has its descriptor closed.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from exporter.pipeline.sampler import Sampler
@@ -89,4 +90,26 @@ def test_a_device_no_longer_tracked_has_its_descriptor_closed(tmp_path: Path) ->
     sampler.track(devices[:1])
     sampler.sample_once()  # closed by the loop, never under a read
     assert open_descriptors_of(gone) == 0
+    sampler.stop()
+
+
+def test_a_table_that_is_not_a_regular_file_is_read_the_ordinary_way_and_not_kept(tmp_path: Path) -> None:
+    devices = make_devices(tmp_path, 1)
+    table = os.path.join(devices[0][1].device_dir, "gpu_metrics")
+    os.unlink(table)
+    os.mkfifo(table)
+    content = v1_3_table(70, 300, 65536 * 1000, 10**9)
+
+    def write_once() -> None:
+        with open(table, "wb") as pipe:  # blocks until the sampler opens it
+            pipe.write(content)
+
+    writer = threading.Thread(target=write_once, daemon=True)
+    writer.start()
+    sampler = Sampler(interval=0.1, window=5.0)
+    sampler.track(devices)
+    sampler.sample_once()
+    writer.join(10)
+    assert junction_maxima(sampler) == [70.0]
+    assert open_descriptors_of(table) == 0  # a pipe is not kept: pread cannot read it from offset 0
     sampler.stop()
