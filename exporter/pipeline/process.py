@@ -31,8 +31,9 @@ def _boot_time() -> float:
 
 def _open_fds() -> int:
     """Descriptors open now. Linux 6.2+ gives their count as the size of /proc/self/fd (one stat, where
-    listing it costs tens of microseconds with the poll's kept files open); older kernels say 0 there,
-    and the listing is counted without the descriptor the listing itself holds."""
+    listing it costs tens of microseconds with the poll's kept files open; the kernel also counts a
+    descriptor a thread is still opening, such as a read stuck opening a hung device's file); older
+    kernels say 0 there, and the listing is counted without the descriptor the listing itself holds."""
     size = os.stat("/proc/self/fd").st_size
     return size if size > 0 else len(os.listdir("/proc/self/fd")) - 1
 
