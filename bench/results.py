@@ -311,7 +311,7 @@ class Results:
         labels = {
             "daemon_default": "daemon at defaults (--fast.interval 100ms), scraped every 15 s",
             "daemon_no_sampler": "daemon with --fast.interval 0, scraped every 15 s",
-            "bare_loop": "bare loop: the sampler's opens, reads, unpacks every 100 ms, nothing else",
+            "bare_loop": "bare loop: the sampler's reads (kept open, pread) and unpacks every 100 ms, nothing else",
             "node_exporter": "prometheus-node-exporter (drm, hwmon), scraped every 15 s",
         }
         rows = [

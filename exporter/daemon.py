@@ -450,7 +450,7 @@ async def serve(settings: Settings) -> None:
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         stop.set()
-        server.should_exit = True
+        server.exit()
         for task in done:
             if task is not stopper and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]

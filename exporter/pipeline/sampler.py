@@ -21,6 +21,7 @@ import contextlib
 import errno
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -47,6 +48,54 @@ def read_gpu_metrics(path: str) -> bytes:
         os.close(fd)
 
 
+def _linked_file(fd: int) -> bool:
+    """The descriptor still names a regular file that has a path (a simulated tree replaces files by rename)."""
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_nlink > 0
+
+
+def _read_kept(device: _Device) -> bytes:
+    """The device's table re-read in place: its descriptor kept open, read from offset 0 (pread).
+
+    A read from offset 0 of an open sysfs attribute runs its show() again (kernfs regenerates the
+    text, or the table, at every read from the start: Documentation/filesystems/sysfs.rst's way to
+    re-read after poll() is to seek to 0 and read), so this reads what open, read, close would, for
+    one system call instead of three, and without the path walk. The path is opened again when the
+    file was replaced (fstat: no longer linked) or a read failed; a device that went away at all
+    is a new device to the sampler (track), with a descriptor of its own.
+    """
+    fd = device.fd
+    if fd is not None and not _linked_file(fd):
+        _close(device)
+        fd = None
+    if fd is None:
+        fd = os.open(device.path, os.O_RDONLY | os.O_CLOEXEC)
+        if not _linked_file(fd):  # not a regular file (a test's pipe): read the ordinary way, not kept
+            try:
+                return os.read(fd, 65536)
+            finally:
+                os.close(fd)
+        device.fd = fd
+    try:
+        return os.pread(fd, 65536, 0)
+    except OSError:
+        _close(device)
+        raise
+    finally:
+        if device.dropped:
+            _close(device)
+
+
+def _close(device: _Device) -> None:
+    fd, device.fd = device.fd, None
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 @dataclass(slots=True)
 class _Device:
     """Mutable bookkeeping for one device, private to the sampler (windows copy out of it)."""
@@ -56,6 +105,8 @@ class _Device:
     path: str
     ring: SampleRing
     mask_power: bool
+    fd: int | None = None  # gpu_metrics kept open, re-read from offset 0 (the default read only)
+    dropped: bool = False  # no longer tracked: its descriptor is closed by the sampler's loop, never under a read
     reading_since: float | None = None  # monotonic start of the read running now (possibly stuck)
     timed_out: bool = False  # the running read has passed the deadline (counted once)
     samples: int = 0
@@ -71,7 +122,7 @@ class Sampler:
         interval: float = 0.1,
         window: float = 15.0,
         read_timeout: float = 2.0,
-        read: Callable[[str], bytes] = read_gpu_metrics,
+        read: Callable[[str], bytes] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -85,7 +136,7 @@ class Sampler:
         # so a hung device holds the others up for at most watch_every + slow_after, once.
         self.slow_after = min(0.05, interval / 2, read_timeout / 4)
         self.watch_every = min(0.25, read_timeout / 8)
-        self._read = read
+        self._read = read  # None: each device's table kept open and re-read in place (_read_kept)
         # Samples are stamped on the monotonic clock, so a step of the wall clock can neither
         # stretch a window nor make a waveform run backwards; the waveform is shown on the wall
         # clock with one offset per answer.
@@ -101,6 +152,7 @@ class Sampler:
         self._running: concurrent.futures.Future[None] | None = None
         self._reading: _Device | None = None  # the device the current loop is reading
         self._stop = threading.Event()
+        self._dropped: list[_Device] = []  # devices no longer tracked whose descriptor the loop closes
         self._cycle_durations = SamplerStats().cycle_durations  # empty, over the sampler cycle buckets
         self.cycles = 0
 
@@ -134,6 +186,9 @@ class Sampler:
                     )
                 device.gpu = gpu
                 kept[key] = device
+            self._dropped += [d for key, d in self._devices.items() if kept.get(key) is not d]
+            for device in self._dropped:
+                device.dropped = True
             self._devices = kept
             self._by_gpu = {d.gpu: d for d in kept.values()}
         self._pool.resize(len(kept) + 2)
@@ -155,6 +210,7 @@ class Sampler:
             with contextlib.suppress(TimeoutError):
                 self._running.result(timeout=self.read_timeout)
         self._pool.close()
+        self._close_all()
 
     def _run(self, loop: int) -> None:
         next_tick = time.monotonic()
@@ -188,6 +244,13 @@ class Sampler:
         started = time.monotonic()
         with self._lock:
             devices = list(self._devices.values())
+            dropped, self._dropped = self._dropped, []
+        for device in dropped:  # on the loop's thread, so never under a read of this loop
+            if device.reading_since is None:
+                _close(device)
+            else:  # its read is stuck: closed after it returns
+                with self._lock:
+                    self._dropped.append(device)
         for device in devices:
             since = device.reading_since
             if since is not None:  # still in the read it started: never pile another one on top
@@ -214,7 +277,7 @@ class Sampler:
 
     def _read_device(self, device: _Device) -> None:
         try:
-            blob = self._read(device.path)
+            blob = self._read(device.path) if self._read is not None else _read_kept(device)
             values = sampler_values(blob)
         except GpuMetricsError:
             device.errors["unreadable_table"] = device.errors.get("unreadable_table", 0) + 1
@@ -227,6 +290,14 @@ class Sampler:
             values[_POWER] = values[_ENERGY] = math.nan
         device.ring.append(self._clock(), values)
         device.samples += 1
+
+    def _close_all(self) -> None:
+        """Close every kept descriptor once the loop has ended (a read still stuck keeps its own)."""
+        with self._lock:
+            devices = [*self._devices.values(), *self._dropped]
+        for device in devices:
+            if device.reading_since is None:
+                _close(device)
 
     # -- what is published ----------------------------------------------------------------------
     def windows(self, now: float | None = None) -> WindowSnapshot:

@@ -109,6 +109,12 @@ def note_ok(path: str) -> None:
         errors.read_ok.add(path)
 
 
+def failures_recorded() -> int:
+    """How many failures the block this thread is in has recorded so far (0 outside one)."""
+    errors: FileErrors | None = getattr(_current, "errors", None)
+    return sum(errors.counts.values()) if errors is not None else 0
+
+
 def record(path_or_file: str, reason: str, detail: str = "") -> None:
     """Count one failure for the device this thread is reading (nothing outside a `collecting` block)."""
     errors: FileErrors | None = getattr(_current, "errors", None)

@@ -23,7 +23,7 @@ from exporter.model import DeviceIdentity
 from exporter.sources import textfiles as tf
 from exporter.sources.base import SourceError
 from exporter.sources.cper import RING_BYTES, RING_POINTERS_BYTES, scan_cper_ring
-from exporter.sources.errors import FileErrors, collecting, record
+from exporter.sources.errors import FileErrors, collecting, failures_recorded, record
 from exporter.sources.labels import clean_name
 from exporter.sources.plausible import MAX_XGMI_ERRORS_PER_READ, plausible
 from exporter.sources.sysfs.board import read_board
@@ -57,17 +57,21 @@ def read_slow_layer(
     *,
     present: PresentFiles | None = None,
     skip: frozenset[str] = frozenset(),
+    static: SampleValues | None = None,
 ) -> SampleValues:
     """SLOW_FILES plus the readers a single row cannot express (one file -> two fields, a directory, a
     sum, a binary ring); `root` is the sysfs root (debugfs and the module parameters are under it).
 
     Only the files of `present` (what discovery found: probed now when not given) are opened, and
-    none that fill only the Sample fields of `skip` (those no family shown reads)."""
+    none that fill only the Sample fields of `skip` (those no family shown reads). `static`: the
+    values of the static rows read earlier (read_static_layer), which are then not read again."""
     dev = device.device_dir
     present = probe(device, root) if present is None else present
     read = present.read
-    values = SampleValues()
-    read_rows([row for row in SLOW_FILES if row.field not in skip], device, values, read)
+    if static is None:
+        static, _ = read_static_layer(device, present, skip)
+    values = SampleValues.copy_of(static)
+    read_rows([row for row in SLOW_FILES if not row.static and row.field not in skip], device, values, read)
     _read_health_signals(device, values, root, present)
     for domain, name in DPM_FILES.items():
         levels = read_parsed(f"{dev}/{name}", tf.parse_pp_dpm, read)
@@ -104,6 +108,18 @@ def read_slow_layer(
     values.set("xgmi_error_events", None, total, "xgmi_error")
     read_board(dev, values, read, skip)
     return values
+
+
+def read_static_layer(
+    device: DeviceIdentity, present: PresentFiles, skip: frozenset[str] = frozenset()
+) -> tuple[SampleValues, bool]:
+    """The static rows of SLOW_FILES (values that cannot change while the device stays what discovery
+    found), and whether every read went through: a failed one (counted as any) is read again at
+    the next refresh rather than missing until the next discovery."""
+    values = SampleValues()
+    failures = failures_recorded()
+    read_rows([row for row in SLOW_FILES if row.static and row.field not in skip], device, values, present.read)
+    return values, failures_recorded() == failures
 
 
 def _read_health_signals(device: DeviceIdentity, values: SampleValues, root: str, present: PresentFiles) -> None:

@@ -40,7 +40,7 @@ from exporter.sources.sysfs.partitions import (
     xcc_below_host_limit_seconds,
 )
 from exporter.sources.sysfs.present import PresentFiles, probe
-from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer
+from exporter.sources.sysfs.slow import PcieBandwidthReader, read_slow_layer, read_static_layer
 from exporter.sources.sysfs.table import (
     CYCLE_FILES,
     GPU_METRICS_FIELDS,
@@ -80,6 +80,9 @@ class DeviceReadState:
     closed: bool = False
     plan: RowPlan | None = None  # the every-cycle rows planned for this identity, its files and the fields wanted
     slow: SampleValues | None = None  # the slow layer, never mutated once stored
+    # The slow layer's static rows, read once after each discovery, with what they were read for
+    # (the identity and the fields skipped); never mutated once stored.
+    static: tuple[object, SampleValues] | None = None
     slow_due: float = 0.0  # monotonic time of its next refresh
     residency: Mapping[str, int] | None = None  # the last read's throttler residency counters
     layout: PartitionLayout | None = None  # how the socket is split now
@@ -210,6 +213,7 @@ class SysfsSource(Source):
                 states[bdf] = state
                 state.layout = layouts.get(bdf)
                 state.present, state.socket_dir = present[bdf], device.device_dir
+                state.static = None  # read again after each discovery
                 if bdf in errors_of:
                     state.discovery_errors.update(errors_of[bdf].counts)
             for bdf in incomplete & self._devices.keys():  # not read until identified: kept as they are
@@ -394,7 +398,13 @@ class SysfsSource(Source):
         now = time.monotonic()
         if state.slow is not None and now < state.slow_due:
             return state.slow
-        fresh = read_slow_layer(device, state.slow, self.root, present=state.present, skip=self.skip)
+        kept, key = state.static, (device, self.skip)
+        if kept is not None and kept[0] == key:
+            static = kept[1]
+        else:
+            static, complete = read_static_layer(device, state.present, self.skip)
+            state.static = (key, static) if complete else None
+        fresh = read_slow_layer(device, state.slow, self.root, present=state.present, skip=self.skip, static=static)
         if device.compute_partition and not self._rediscover.is_set() and partition_modes_changed(device):
             # SPX -> CPX (or back) re-enumerates the partitions: discovery must run, not wait its turn
             log.info("partition_mode_changed", pci_bus_id=device.pci_bus_id, was=device.compute_partition)

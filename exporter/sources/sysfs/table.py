@@ -3,7 +3,8 @@
 A device's Sample is assembled in layers:
 
 1. the slow layer: SLOW_FILES plus the DPM, RAS, health-signal and xgmi_error readers in slow.py, re-read every
-   --slow-interval (caps, thresholds, DPM tables and RAS counts change rarely or cost a firmware trip);
+   --slow-interval (caps, thresholds, DPM tables and RAS counts change rarely or cost a firmware trip),
+   but for its `static` rows (limits, totals, link maxima), read once after each discovery;
 2. gpu_metrics: the fields of GPU_METRICS_FIELDS, from one binary table (one SMU round trip), win
    over the slow layer wherever they are supplied (current clocks, PCIe link state);
 3. CYCLE_FILES: files read every cycle, each per its fill rule, most of them fallbacks for a device
@@ -46,6 +47,10 @@ class FileField:
     file: str  # path below `where`
     parse: Callable[[str], float | int | None]  # file text -> the field's SI value, named by the file's unit
     fill: Fill = "always"
+    # A slow file whose value cannot change while the device stays what discovery found (a limit of
+    # its firmware tables, its VRAM, its PCIe link's capability): read at the first slow refresh after
+    # each discovery, then kept (slow.read_static_layer).
+    static: bool = False
 
     def path(self, device: DeviceIdentity) -> str | None:
         base = device.device_dir if self.where == "device" else device.hwmon_dir
@@ -96,16 +101,24 @@ CYCLE_FILES: tuple[FileField, ...] = (
 )
 
 SLOW_FILES: tuple[FileField, ...] = (
+    # The SMU's limits from its firmware tables, fixed at driver load.
     *(
-        FileField("temperature_thresholds", (sensor, threshold), "hwmon", f"temp{i}_{suffix}", _millidegrees)
+        FileField(
+            "temperature_thresholds", (sensor, threshold), "hwmon", f"temp{i}_{suffix}", _millidegrees, static=True
+        )
         for sensor, i in _HWMON_TEMPERATURES
         for threshold, suffix in (("critical", "crit"), ("emergency", "emergency"))
     ),
-    FileField("power_cap_watts", None, "hwmon", "power1_cap", _microwatts_nonzero),
-    FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _microwatts_nonzero),
-    *(FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes) for pool, prefix in MEMORY_POOLS),
-    FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", _gigatransfers),
-    FileField("pcie_max_link_width", None, "device", "max_link_width", _lanes),
+    FileField("power_cap_watts", None, "hwmon", "power1_cap", _microwatts_nonzero),  # root may set it any time
+    FileField("power_cap_max_watts", None, "hwmon", "power1_cap_max", _microwatts_nonzero, static=True),
+    # Sized at driver load (a memory partition change re-enumerates the device: a rediscovery).
+    *(
+        FileField("memory_total_bytes", pool, "device", f"{prefix}_total", _bytes, static=True)
+        for pool, prefix in MEMORY_POOLS
+    ),
+    # The link's capability (PCI core), not its trained state.
+    FileField("pcie_max_link_transfers_per_second", None, "device", "max_link_speed", _gigatransfers, static=True),
+    FileField("pcie_max_link_width", None, "device", "max_link_width", _lanes, static=True),
     FileField("pcie_link_transfers_per_second", None, "device", "current_link_speed", _gigatransfers),
     FileField("pcie_link_width", None, "device", "current_link_width", _lanes),
     FileField("pcie_replays", None, "device", "pcie_replay_count", tf.parse_unsigned),
