@@ -72,7 +72,7 @@ TRIXIE = Target(
 )
 TARGET = TRIXIE
 
-# The Debian architecture the locked native wheels (grpcio, uvloop, httptools, ...) are for.
+# The Debian architecture the locked native wheels (grpcio, uvloop, pydantic-core, ...) are for.
 ARCH = "amd64"
 _WHEEL_ARCH = "x86_64"
 # Bump when the way the venv is made changes (not its inputs): the cache keys must change with it.

@@ -6,29 +6,28 @@ Read from the last cycle's ledger (PublishedState.jobs); a 404 names why: accoun
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from exporter.accounting.document import job_document, jobs_document
 from exporter.cycle import PublishedState
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 OFF = "per-job accounting is off: it runs with --slurm.state-dir or --kubernetes"
 
 
-def job_routes(state_ref: Callable[[], PublishedState], node: str) -> list[tuple[str, Endpoint]]:
-    """(path, endpoint) of each route; routes.py makes them GET routes."""
-
-    async def jobs(_request: Request) -> JSONResponse:
+def add_job_routes(app: Any, state_ref: Callable[[], PublishedState], node: str) -> None:
+    @app.get("/api/v1/jobs")
+    async def jobs() -> JSONResponse:
         ledger = state_ref().jobs
         if ledger is None:
             return JSONResponse({"error": OFF}, status_code=404)
         return JSONResponse(jobs_document(ledger.running, ledger.ended, node))
 
-    async def job(request: Request) -> JSONResponse:
-        job_id = request.path_params["job_id"]
+    # A pod's id is "namespace/name": the path converter keeps the slash.
+    @app.get("/api/v1/jobs/{job_id:path}")
+    async def job(job_id: str) -> JSONResponse:
         ledger = state_ref().jobs
         if ledger is None:
             return JSONResponse({"error": OFF}, status_code=404)
@@ -36,6 +35,3 @@ def job_routes(state_ref: Callable[[], PublishedState], node: str) -> list[tuple
         if found is None:
             return JSONResponse({"error": f"no job {job_id!r} is running or kept on this node"}, status_code=404)
         return JSONResponse(job_document(found, node))
-
-    # A pod's id is "namespace/name": the path converter keeps the slash.
-    return [("/api/v1/jobs", jobs), ("/api/v1/jobs/{job_id:path}", job)]

@@ -2,8 +2,8 @@
 /api/v1/alerts, /api/v1/health, /api/v1/waveform, / (status page).
 
 The handlers never touch hardware: they read the PublishedState of the last poll cycle
-(exporter/cycle.py). /metrics is answered by a raw ASGI fast path in front of Starlette,
-because a scrape should cost little more than sending bytes; everything else goes through Starlette.
+(exporter/cycle.py). /metrics is answered by a raw ASGI fast path in front of FastAPI,
+because a scrape should cost little more than sending bytes; everything else goes through FastAPI.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, TypeVar
 
-from starlette.applications import Starlette
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 from exporter import __version__
 from exporter.cycle import PublishedState
@@ -37,7 +35,7 @@ from exporter.log import get_logger
 from exporter.model import Published
 from exporter.pipeline.readiness import Readiness
 from exporter.threads import DaemonPool
-from exporter.web.jobs import Endpoint, job_routes
+from exporter.web.jobs import add_job_routes
 from exporter.web.status_page import render_status_page
 from exporter.web.waveform import WaveformSource, waveform_response
 
@@ -147,7 +145,7 @@ class MetricsEndpoint:
 
 
 def json_bytes(document: Any) -> bytes | None:
-    """A document as Starlette's JSONResponse encodes it; text no reader cleaned (a lone surrogate)
+    """A document as FastAPI's JSONResponse encodes it; text no reader cleaned (a lone surrogate)
     becomes "?" rather than failing the answer. None stays None (not found)."""
     if document is None:
         return None
@@ -181,13 +179,6 @@ async def send_response(
     await send({"type": "http.response.body", "body": body})
 
 
-def get(path: str, endpoint: Endpoint) -> Route:
-    """A GET route; HEAD is answered by 405 as for any other method (what FastAPI's app.get did)."""
-    route = Route(path, endpoint, methods=["GET"])
-    route.methods = {"GET"}  # Starlette adds HEAD to every GET route
-    return route
-
-
 def create_app(
     state_ref: Callable[[], PublishedState],
     telemetry_path: str = "/metrics",
@@ -197,23 +188,25 @@ def create_app(
     node: str | None = None,
 ) -> Any:
     """node: the name the page and /api/v1/devices show (--node-name), the host name when None."""
-    # Starlette, not FastAPI: no route here takes a validated body or needs a schema, and FastAPI
-    # with pydantic is ~16 MB of the daemon's memory. No /api/docs or /openapi.json either way;
-    # unknown paths and methods get a bare status line, no detail.
+    # No /api/docs or /openapi.json (Swagger UI loads from a CDN and describes the
+    # API to anyone); unknown paths and methods get a bare status line, no detail.
+    app = FastAPI(title="amdgpu-exporter", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     # Without a poll loop's Readiness (tests, tools), only "no cycle yet" makes it unready.
     checks = readiness if readiness is not None else Readiness(interval=math.inf)
     shown_node = node if node is not None else socket.gethostname()
 
-    async def bare_error(_request: Any, error: Exception) -> PlainTextResponse:
-        status = error.status_code if isinstance(error, StarletteHTTPException) else 500
-        text = {404: "not found", 405: "method not allowed"}.get(status, "error")
-        return PlainTextResponse(text + "\n", status_code=status)
+    @app.exception_handler(StarletteHTTPException)
+    async def bare_error(_request: Any, error: StarletteHTTPException) -> PlainTextResponse:
+        text = {404: "not found", 405: "method not allowed"}.get(error.status_code, "error")
+        return PlainTextResponse(text + "\n", status_code=error.status_code)
 
-    async def healthz(_request: Request) -> PlainTextResponse:
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> PlainTextResponse:
         alive, why = checks.liveness()
         return PlainTextResponse(f"{why}\n", status_code=200 if alive else 503)
 
-    async def readyz(_request: Request) -> PlainTextResponse:
+    @app.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> PlainTextResponse:
         ready, why = checks.readiness(state_ref().published)
         return PlainTextResponse(f"{why}\n", status_code=200 if ready else 503)
 
@@ -230,12 +223,13 @@ def create_app(
             return JSONResponse({"error": "not found"}, status_code=404)
         return Response(body, media_type="application/json")
 
-    async def devices(_request: Request) -> Response:
+    @app.get("/api/v1/devices")
+    async def devices() -> Response:
         return await published_json(lambda p: devices_document(p.snapshot, time.time(), shown_node))
 
-    async def cper(request: Request) -> Response:
+    @app.get("/api/v1/devices/{gpu}/cper")
+    async def cper(gpu: str, request: Request) -> Response:
         query = request.query_params
-        gpu = request.path_params["gpu"]
         numbers = (gpu, query.get("offset", "0"), query.get("limit", str(CPER_PAGE_DEFAULT)))
         if not all(text.isascii() and text.isdigit() and len(text) <= 9 for text in numbers):
             return JSONResponse({"error": "gpu, offset and limit are non-negative integers"}, status_code=400)
@@ -243,51 +237,43 @@ def create_app(
         limit = min(max(limit, 1), CPER_PAGE_MAX)
         return await published_json(lambda p: cper_document(p.snapshot, index, offset, limit))
 
-    async def alerts(_request: Request) -> Response:
+    @app.get("/api/v1/alerts")
+    async def alerts() -> Response:
         return await published_json(
             lambda p: {"taken_at": p.snapshot.taken_at, "alerts": [alert_json(a) for a in p.alerts]}
         )
 
-    async def health_route(_request: Request) -> Response:
+    @app.get("/api/v1/health")
+    async def health_route() -> Response:
         return await published_json(lambda p: health_document(p, shown_node))
 
+    @app.get("/api/v1/waveform")
     async def waveform_route(request: Request) -> JSONResponse:
         status, body = waveform_response(waveform, request.query_params)
         return JSONResponse(body, status_code=status)
 
-    async def status_page(_request: Request) -> HTMLResponse:
+    add_job_routes(app, state_ref, shown_node)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def status_page() -> str:
         state = state_ref()
         published = state.published
         sampled = tuple(waveform.gpus()) if waveform is not None else ()
         seconds = min(60.0, waveform.max_seconds) if waveform is not None else 60.0
-        return HTMLResponse(
-            render_status_page(
-                published.snapshot if published is not None else None,
-                published.alerts if published is not None else (),
-                health=published.health if published is not None else None,
-                version=__version__,
-                source=state.source,
-                telemetry_path=telemetry_path,
-                refresh_seconds=refresh_seconds,
-                # the fast sampler's ring, for the devices it samples (asking for another is a 404)
-                waveform_url=f"api/v1/waveform?gpu={{gpu}}&seconds={seconds:g}" if waveform is not None else "",
-                waveform_gpus=sampled,
-                waveform_seconds=seconds,
-                node=shown_node,
-                rules=state.rules,
-            )
+        return render_status_page(
+            published.snapshot if published is not None else None,
+            published.alerts if published is not None else (),
+            health=published.health if published is not None else None,
+            version=__version__,
+            source=state.source,
+            telemetry_path=telemetry_path,
+            refresh_seconds=refresh_seconds,
+            # the fast sampler's ring, for the devices it samples (asking for another is a 404)
+            waveform_url=f"api/v1/waveform?gpu={{gpu}}&seconds={seconds:g}" if waveform is not None else "",
+            waveform_gpus=sampled,
+            waveform_seconds=seconds,
+            node=shown_node,
+            rules=state.rules,
         )
 
-    routes = [
-        get("/healthz", healthz),
-        get("/readyz", readyz),
-        get("/api/v1/devices", devices),
-        get("/api/v1/devices/{gpu}/cper", cper),
-        get("/api/v1/alerts", alerts),
-        get("/api/v1/health", health_route),
-        get("/api/v1/waveform", waveform_route),
-        *(get(path, endpoint) for path, endpoint in job_routes(state_ref, shown_node)),
-        get("/", status_page),
-    ]
-    app = Starlette(routes=routes, exception_handlers={StarletteHTTPException: bare_error})
     return MetricsEndpoint(app, state_ref, telemetry_path, checks)

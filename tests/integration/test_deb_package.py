@@ -144,7 +144,7 @@ def test_installed_exporter_runs_on_the_release_python(node: Node) -> None:
     assert node.run("amdgpu-exporter", "--version").stdout.split()[-1] == __version__
     config = node.run("cat", f"{PREFIX}/pyvenv.cfg").stdout
     assert f"executable = /usr/bin/python{TARGET.python}" in config
-    node.run(f"{PREFIX}/bin/python", "-c", "import grpc, uvloop, yaml, bcrypt, httptools")
+    node.run(f"{PREFIX}/bin/python", "-c", "import grpc, uvloop, pydantic_core, yaml, bcrypt, httptools")
 
 
 def test_service_user_is_a_system_user_in_video_and_render(node: Node) -> None:
