@@ -5,6 +5,7 @@ itself (real Prometheus servers and VictoriaMetrics at 1,000 nodes) is not part 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def test_blocks_give_every_node_to_one_shard_and_every_shard_the_same_mix() -> N
     parts = split_nodes(1000, 3, FLEETS)
     assert sorted(i for part in parts for i in part) == list(range(1000))
     assert [len(p) for p in parts] == [334, 333, 333]
-    assert all(i < j for a, b in zip(parts, parts[1:], strict=False) for i in a for j in b[:1])
+    assert all(i < j for a, b in itertools.pairwise(parts) for i in a for j in b[:1])
 
 
 def test_by_kind_gives_one_demo_fleet_a_shard() -> None:
