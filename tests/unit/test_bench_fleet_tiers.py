@@ -175,7 +175,7 @@ def test_group_summary_counts_only_what_happened_while_measuring() -> None:
 
 
 def test_queue_summary_names_the_stores() -> None:
-    points = [
+    points: list[dict[str, dict[str, float]]] = [
         {"http://c/w": {"sent": 10, "pending": 5, "lag": 1, "shards": 1}},
         {"http://c/w": {"sent": 20, "pending": 1, "lag": 3, "shards": 2, "failed": 1}},
     ]
