@@ -543,7 +543,9 @@ def summarise_groups(
     for source, series in samples.items():
         names = {g for s in series for g in s}
         for group in sorted(names):
-            durations = [s[group]["last"] for s in series if s.get(group, {}).get("iterations", 0) > 0]
+            durations = [
+                s[group]["last"] for s in series if "last" in s.get(group, {}) and s[group].get("iterations", 0) > 0
+            ]
             last = series[-1].get(group, {})
             mean = sum(durations) / len(durations) if durations else 0.0
             if "count" in last:  # vmalert: the mean over the evaluations during the measurement
