@@ -289,7 +289,11 @@ def _get(url: str) -> str:
 
 
 def _query(client: httpx.Client, expr: str, at: float) -> dict[str, Any]:
-    body = client.post("/api/v1/query", data={"query": expr, "time": f"{at:.3f}"}).json()
+    try:
+        response = client.post("/api/v1/query", data={"query": expr, "time": f"{at:.3f}"})
+        body = response.json()
+    except (httpx.HTTPError, ValueError) as error:  # VictoriaMetrics answers some errors in plain text
+        raise RuntimeError(f"{type(error).__name__}: {error}"[:200]) from None
     if body.get("status") != "success":
         raise RuntimeError(f"{body.get('errorType')}: {body.get('error')}"[:200])
     return dict(body["data"])
@@ -499,7 +503,14 @@ def measure(
         queue_samples,
         {f"{central_url}/api/v1/write": "central", f"{victoria_url}/api/v1/write": "victoria-metrics"},
     )
-    queries = dashboard_answers(args, central, victoria, pids)
+    if args.json:  # kept should the queries fail
+        measured = {"processes": processes, "head_series": heads, "groups": groups, "remote_write": queues}
+        Path(args.json + ".partial").write_text(json.dumps(measured, indent=1), encoding="utf-8")
+    try:
+        queries = dashboard_answers(args, central, victoria, pids)
+    except (httpx.HTTPError, ValueError, RuntimeError) as error:
+        print(f"  dashboard queries failed: {error}", flush=True)
+        queries = []
     loads.append(fmt.load_average())
     central.close()
     victoria.close()
@@ -586,6 +597,16 @@ def summarise_queues(
     return out
 
 
+def _time_query(
+    client: httpx.Client, query: fleet.Query, values: dict[str, str], now: float, repeats: int, pid: int
+) -> dict[str, Any]:
+    try:
+        return fleet.time_query(client, query, values, now, repeats, pid)
+    except (httpx.HTTPError, ValueError) as error:  # an answer that is not JSON, a timeout
+        failed = {"seconds": math.nan, "cpu": math.nan, "series": 0, "samples": 0, "promql": ""}
+        return failed | {"error": f"{type(error).__name__}: {error}"[:200]}
+
+
 def dashboard_answers(
     args: argparse.Namespace, central: httpx.Client, victoria: httpx.Client, pids: dict[str, int]
 ) -> list[dict[str, Any]]:
@@ -600,10 +621,10 @@ def dashboard_answers(
         if query.dashboard not in wanted:
             continue
         timed = {
-            store: fleet.time_query(client, query, values[query.dashboard], now, args.repeats, pids[store])
+            store: _time_query(client, query, values[query.dashboard], now, args.repeats, pids[store])
             for store, client in (("central", central), ("victoria-metrics", victoria))
         }
-        promql = timed["central"]["promql"]
+        promql = timed["central"]["promql"] or timed["victoria-metrics"]["promql"]
         try:
             difference = compare(
                 _query(central, promql, now),
@@ -768,14 +789,15 @@ def build_report(result: dict[str, Any]) -> str:
         same = [q for q in queries if not q["difference"]]
         increase = [q for q in queries if q["difference"] and "increase" in q["promql"]]
         rows = []
-        for q in sorted(queries, key=lambda q: -q["central"]["seconds"]):
+        for q in sorted(queries, key=lambda q: 0.0 if q["central"]["error"] else -q["central"]["seconds"]):
             cells = [f"{q['dashboard']}: {q['where']}".replace("|", "/")]
             for store in ("central", "victoria-metrics"):
                 t = q[store]
                 cells.append("error" if t["error"] else f"{fmt.seconds(t['seconds'])} / {fmt.seconds(t['cpu'])}")
             cells.append(q["difference"] or "same")
             rows.append(cells)
-        totals = {s: sum(q[s]["seconds"] for q in queries) for s in ("central", "victoria-metrics")}
+        stores = ("central", "victoria-metrics")
+        totals = {s: sum(q[s]["seconds"] for q in queries if not q[s]["error"]) for s in stores}
         slowest = {s: _slowest(queries, s) for s in ("central", "victoria-metrics")}
         out += [
             f"Dashboard queries ({len(queries)}, as bench.fleet sends them, at the default range, during "
@@ -799,7 +821,7 @@ def build_report(result: dict[str, Any]) -> str:
 
 
 def _slowest(queries: list[dict[str, Any]], store: str) -> dict[str, Any]:
-    return max(queries, key=lambda q: float(q[store]["seconds"]))
+    return max(queries, key=lambda q: -1.0 if q[store]["error"] else float(q[store]["seconds"]))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
