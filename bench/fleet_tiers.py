@@ -12,7 +12,8 @@ nothing else changed (bench.fleet_tiers.render_*):
 
 - `--layout agent`: K agent shards (shard-agent.yml, `--enable-feature=agent`) remote-write every
   sample to the central Prometheus (central.yml, `--web.enable-remote-write-receiver`, the shipped
-  rules) and to VictoriaMetrics (the file's second remote_write).
+  rules) and to VictoriaMetrics (the file's second remote_write), where vmalert evaluates the
+  shipped rules with the flags docs/fleet.md gives.
 - `--layout rules`: K full shards (shard-rules.yml: the shipped rules, external label `shard`)
   remote-write everything to a central Prometheus that evaluates nothing (central.yml without
   rule_files, as docs/fleet.md says) and to VictoriaMetrics (shard-agent.yml's second
