@@ -2,6 +2,7 @@
 
     python -m bench.fleet [--nodes 100,300,600,1000] [--fleets 'MIXED'] [--warmup 240] [--label before]
                           [--rules-dir DIR] [--rule-files a.rules.yml,b.rules.yml]
+                          [--go-gc GOGC] [--go-memory-limit GOMEMLIMIT]
                           [--output bench/RESULTS-fleet.md] [--json FILE] [--before FILE]
     python -m bench.fleet sizes 'FLEET;FLEET...' [DAEMON FLAG ...]   (one node's series and bytes)
 
@@ -25,7 +26,8 @@ over the dashboard's default range the way Grafana sends it (range queries at th
 picks for ~1,000 points, instant queries for instant targets; variables substituted: All where a
 variable allows it, else its first value), with the same stats. Costs are fitted on a log-log
 line and extrapolated to 1,000 and 10,000 nodes. The warm-up is shorter than most windows and
-ranges (--warmup): they see that much data, which the report states.
+ranges (--warmup): they see that much data, which the report states. --go-gc and --go-memory-limit
+run Prometheus (Go) with GOGC and GOMEMLIMIT set: the collector's trade of CPU for resident memory.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import asyncio
 import gzip
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -51,7 +54,7 @@ import httpx
 import yaml
 
 from bench import report as fmt
-from bench.procstat import cpu_seconds, rss_bytes
+from bench.procstat import cpu_seconds, peak_rss_bytes, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_FILE = Path(__file__).with_name("RESULTS-fleet.md")
@@ -429,6 +432,7 @@ def run_nodes(
     repeats: int,
     rule_paths: Sequence[Path],
     dashboard_dir: Path = DASHBOARD_DIR,
+    go_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     run_dir = work / f"n{nodes}"
     run_dir.mkdir()
@@ -455,6 +459,7 @@ def run_nodes(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(go_env or {})},
     )
     client = httpx.Client(base_url=f"http://127.0.0.1:{prom_port}", timeout=300)
     try:
@@ -476,6 +481,7 @@ def run_nodes(
         cpu = (cpu_seconds(prometheus.pid) - cpu_from) / (time.time() - cpu_at)
         server_cpu = cpu_seconds(server.pid)
         rss = rss_bytes(prometheus.pid)
+        rss_peak = peak_rss_bytes(prometheus.pid)
         tsdb = client.get("/api/v1/status/tsdb").json()["data"]["headStats"]
         window = f"{int(min(warmup - 2 * SCRAPE_INTERVAL, 180))}s"
         groups: dict[str, dict[str, float]] = {}
@@ -511,6 +517,7 @@ def run_nodes(
             "head_series": int(tsdb["numSeries"]),
             "chunks": int(tsdb.get("chunkCount", 0)),
             "rss": rss,
+            "rss_peak": rss_peak,  # VmHWM over the warm-up: what a memory limit must allow
             "cpu_cores": cpu,
             "server_cpu_seconds": server_cpu,
             "groups": groups,
@@ -518,6 +525,7 @@ def run_nodes(
             "rss_after_queries": max(rss_quiet, rss_bytes(prometheus.pid)),
             "queries": timings,
             "loads": loads,
+            "go_env": go_env or {},
             "data_seconds": now - started,  # scraped data before the reload stopped scraping
             "data_until_reload": True,
             "variables": {k: {n: v for n, v in d.items() if not n.startswith("__")} for k, d in values.items()},
@@ -631,6 +639,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         + "; ".join(f"{c['fleet']}: {c['series']} series, {c['bytes'] / 1e3:.1f} kB a body" for c in result["captures"])
         + f". Scrape and evaluation every {SCRAPE_INTERVAL} s; rule files: {', '.join(result['rule_files'])}; "
         f"{result['warmup']:.0f} s of data before measuring (queries over the last {QUERY_RANGE} s see that much); "
+        f"Prometheus's Go collector: {go_settings(result.get('go_env') or {})}; "
         f"query latency = best of {result['repeats']} (wall, over HTTP, and Prometheus's CPU time "
         "during it), run after a reload that stops scraping and rules.",
         "",
@@ -646,7 +655,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
             str(r["nodes"]),
             _count(r["head_series"]),
             f"{r['head_series'] / r['nodes']:.0f}",
-            _gib(r["rss"]),
+            _gib(r["rss"]) + (f" (peak {_gib(r['rss_peak'])})" if r.get("rss_peak") else ""),
             f"{r['rss'] / r['nodes'] / 2**20:.1f} MiB",
             f"{r['cpu_cores']:.2f}",
             f"{fmt.seconds(s['slowest_group_seconds'])} ({s['slowest_group']})",
@@ -783,6 +792,10 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
             "",
         ]
     return "\n".join(out)
+
+
+def go_settings(env: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "Go's defaults (GOGC=100, no GOMEMLIMIT)"
 
 
 def data_span(run: dict[str, Any]) -> float:
@@ -948,6 +961,25 @@ def report_from_json(argv: list[str]) -> int:
     return 0
 
 
+_GOGC = re.compile(r"\d+|off")
+_GOMEMLIMIT = re.compile(r"\d+(B|KiB|MiB|GiB|TiB)?")
+
+
+def go_environment(gogc: str, memory_limit: str) -> dict[str, str] | str:
+    """GOGC / GOMEMLIMIT for Prometheus, checked the way Go reads them (a bad value Go would ignore
+    silently, measuring the default), or the message saying what is wrong."""
+    env: dict[str, str] = {}
+    if gogc:
+        if not _GOGC.fullmatch(gogc):
+            return f"--go-gc {gogc!r}: a percentage (100 is Go's default) or 'off'"
+        env["GOGC"] = gogc
+    if memory_limit:
+        if not _GOMEMLIMIT.fullmatch(memory_limit):
+            return f"--go-memory-limit {memory_limit!r}: bytes with an optional B, KiB, MiB, GiB or TiB suffix (3GiB)"
+        env["GOMEMLIMIT"] = memory_limit
+    return env
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="100,300,600,1000", help="node counts, one Prometheus each")
@@ -961,6 +993,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", default=str(RESULTS_FILE), help="results file ('' = print only)")
     parser.add_argument("--json", default="", help="also write the raw figures here")
     parser.add_argument("--before", default="", help="raw figures of an earlier run, for the memory goal")
+    parser.add_argument("--go-gc", default="", help="GOGC for Prometheus (Go's collector target, percent; '' = Go's 100)")
+    parser.add_argument("--go-memory-limit", default="", help="GOMEMLIMIT for Prometheus, e.g. 3GiB ('' = none)")
     return parser.parse_args(argv)
 
 
@@ -999,6 +1033,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         return report_from_json(argv[1:])
     args = parse_args(argv)
+    go_env = go_environment(args.go_gc, args.go_memory_limit)
+    if isinstance(go_env, str):
+        print(go_env, file=sys.stderr)
+        return 2
     if shutil.which("prometheus") is None:
         print("prometheus is missing: ./.ci/install-debian-packages prometheus", file=sys.stderr)
         return 2
@@ -1024,6 +1062,7 @@ def main(argv: list[str]) -> int:
         "warmup": args.warmup,
         "repeats": args.repeats,
         "rule_files": [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in rule_paths],
+        "go_env": go_env,
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
@@ -1041,7 +1080,9 @@ def main(argv: list[str]) -> int:
         captures_file.write_text(json.dumps(captures), encoding="utf-8")
         for n in nodes:
             print(f"{n} nodes ...", flush=True)
-            run = run_nodes(n, captures_file, work, args.warmup, args.repeats, rule_paths, Path(args.dashboards_dir))
+            run = run_nodes(
+                n, captures_file, work, args.warmup, args.repeats, rule_paths, Path(args.dashboards_dir), go_env
+            )
             result["runs"].append(run)
             s = summarise(run)
             print(
