@@ -49,6 +49,15 @@ HOLDERS = (
     ("amdgpu_allocation_info", ("pod", "namespace", "container")),
 )
 IDENTITY_SERIES = "gpu:amdgpu_device_info:dme_labels"
+# Every group once a minute: DME's dashboards open at 6 h and 24 h and DME's own agent refreshes its
+# values every 30 s, so a minute is what its panels show; at the scrape's 15 s the rules cost a whole
+# Prometheus core at 300 nodes (issue 34). The identity (with the job and pod holding each GPU) is
+# joined once a minute in the first group; the other groups join that recorded series, so a value is
+# at most a minute older than the scrape, and a job's labels reach it up to two minutes after the job
+# starts. Split by what the rules read, so that each group stays a small share of its minute and
+# Prometheus evaluates them side by side.
+INTERVAL = "1m"
+IDENTITY_GROUP = "dme-compat-identity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +265,17 @@ def _with_holders(identity: str) -> str:
     return expr
 
 
+def group_of(metric: DmeMetric) -> str:
+    """The rule group of a DME metric's rule (DME_METRICS keeps each group's metrics together)."""
+    if not metric.per_gpu or metric.name == "gpu_health":
+        return IDENTITY_GROUP
+    if metric.name.startswith(("pcie_", "gpu_ecc_")):
+        return "dme-compat-pcie-ecc"
+    if any(word in metric.name for word in ("temperature", "power", "energy")):
+        return "dme-compat-thermal-power"
+    return "dme-compat-activity"
+
+
 def render_rules() -> str:
     identity = ", ".join([*(dme for dme, _ in DME_LABELS), *(label for _, labels in HOLDERS for label in labels)])
     without_attribution = f"max without ({', '.join(ATTRIBUTION)}) (amdgpu_device_info)"
@@ -267,8 +287,12 @@ def render_rules() -> str:
         "# amdgpu-exporter's series, so DME's dashboards and alerts keep working during a migration.",
         "# Needs the `node` target label of the documented scrape configs (-> hostname); cluster_name, job_id",
         "# and pod pass through when the target or the exporter sets them. Delete this file after the move.",
+        "#",
+        "# Every group is evaluated once a minute: values are at most a minute older than the scrape, and a",
+        "# job's labels reach them up to two minutes after it starts (docs/migrating-from-dme.md, Cost).",
         "groups:",
-        "  - name: dme-compat",
+        f"  - name: {IDENTITY_GROUP}",
+        f"    interval: {INTERVAL}",
         "    rules:",
         "      # DME's identity labels for each device, once, with the job and pod holding it (amdgpu_job_info,",
         "      # amdgpu_allocation_info): every rule below joins this one series per GPU.",
@@ -276,8 +300,12 @@ def render_rules() -> str:
         "        expr: >-",
         f"          {_with_holders(_renamed(without_attribution))}",
     ]
+    group = IDENTITY_GROUP
     for metric in sourced():
         assert metric.source is not None
+        if group_of(metric) != group:
+            group = group_of(metric)
+            lines += [f"  - name: {group}", f"    interval: {INTERVAL}", "    rules:"]
         lines.append(f"      - record: {metric.name}")
         if metric.per_gpu:
             lines += [

@@ -5,7 +5,7 @@ import re
 
 import yaml
 
-from exporter.exposition.dme_reference import DME_METRICS, DOC, RULES, render_rules, replace_table
+from exporter.exposition.dme_reference import DME_METRICS, DOC, IDENTITY_SERIES, RULES, render_rules, replace_table
 from exporter.exposition.metrics import METRICS
 
 FAMILIES = {spec.exposed_name for spec in METRICS}
@@ -33,7 +33,8 @@ def test_every_source_reads_families_the_exporter_serves() -> None:
 
 
 def test_one_rule_per_sourced_metric_each_joining_identity_once() -> None:
-    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"][0]["rules"]
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
     records = [rule["record"] for rule in rules]
     assert records[1:] == [metric.name for metric in DME_METRICS if metric.source is not None]
     for rule, metric in zip(rules[1:], [m for m in DME_METRICS if m.source is not None], strict=True):
@@ -44,3 +45,13 @@ def test_every_dme_name_in_the_doc() -> None:
     doc = DOC.read_text(encoding="utf-8")
     for metric in DME_METRICS:
         assert f"`{metric.name}`" in doc
+
+
+def test_every_group_once_a_minute_the_identity_first() -> None:
+    """Issue 34: the identity joined once a minute in the first group; each other group joins it."""
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    assert groups[0]["rules"][0]["record"] == IDENTITY_SERIES
+    assert all(group["interval"] == "1m" for group in groups)
+    assert len({group["name"] for group in groups}) == len(groups)
+    for group in groups[1:]:
+        assert all(IDENTITY_SERIES in rule["expr"] for rule in group["rules"]), group["name"]
