@@ -54,7 +54,7 @@ import httpx
 import yaml
 
 from bench import report as fmt
-from bench.procstat import cpu_seconds, peak_rss_bytes, rss_bytes
+from bench.procstat import cpu_seconds, file_rss_bytes, peak_rss_bytes, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_FILE = Path(__file__).with_name("RESULTS-fleet.md")
@@ -482,6 +482,11 @@ def run_nodes(
         server_cpu = cpu_seconds(server.pid)
         rss = rss_bytes(prometheus.pid)
         rss_peak = peak_rss_bytes(prometheus.pid)
+        rss_file = file_rss_bytes(prometheus.pid)
+        heap = {
+            series["metric"]["__name__"]: float(series["value"][1])
+            for series in _instant(client, '{__name__=~"go_memstats_(heap_inuse|next_gc)_bytes", job="prometheus"}')
+        }
         tsdb = client.get("/api/v1/status/tsdb").json()["data"]["headStats"]
         window = f"{int(min(warmup - 2 * SCRAPE_INTERVAL, 180))}s"
         groups: dict[str, dict[str, float]] = {}
@@ -518,6 +523,10 @@ def run_nodes(
             "chunks": int(tsdb.get("chunkCount", 0)),
             "rss": rss,
             "rss_peak": rss_peak,  # VmHWM over the warm-up: what a memory limit must allow
+            "rss_file": rss_file,  # mmapped files in the RSS, outside Go's heap and GOMEMLIMIT
+            "go_heap_inuse": heap.get("go_memstats_heap_inuse_bytes"),
+            "go_next_gc": heap.get("go_memstats_next_gc_bytes"),
+            "gc_seconds": _gc_seconds(client),
             "cpu_cores": cpu,
             "server_cpu_seconds": server_cpu,
             "groups": groups,
@@ -536,6 +545,12 @@ def run_nodes(
         _stop(server)
         log.close()
         shutil.rmtree(run_dir / "data", ignore_errors=True)
+
+
+def _gc_seconds(client: httpx.Client) -> float | None:
+    """Prometheus's own time in GC stop-the-world pauses so far (go_gc_duration_seconds_sum)."""
+    result = _instant(client, 'go_gc_duration_seconds_sum{job="prometheus"}')
+    return float(result[0]["value"][1]) if result else None
 
 
 def _group(labels: dict[str, str]) -> str:
@@ -993,7 +1008,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", default=str(RESULTS_FILE), help="results file ('' = print only)")
     parser.add_argument("--json", default="", help="also write the raw figures here")
     parser.add_argument("--before", default="", help="raw figures of an earlier run, for the memory goal")
-    parser.add_argument("--go-gc", default="", help="GOGC for Prometheus (Go's collector target, percent; '' = Go's 100)")
+    parser.add_argument("--go-gc", default="", help="GOGC for Prometheus, percent ('' = Go's 100)")
     parser.add_argument("--go-memory-limit", default="", help="GOMEMLIMIT for Prometheus, e.g. 3GiB ('' = none)")
     return parser.parse_args(argv)
 
