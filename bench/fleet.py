@@ -18,7 +18,8 @@ Per N, after the warm-up: head series (/api/v1/status/tsdb), Prometheus RSS and 
 group's evaluation time (prometheus_rule_group_last_duration_seconds, mean and max over the last
 warm-up minutes, Prometheus scraping itself), missed iterations
 (prometheus_rule_group_iterations_missed_total). Then scraping and rules are stopped by a reload
-(the head keeps its data) and, on that otherwise idle ("quiet") Prometheus, every rule's
+(the head keeps its data), Prometheus is left to write the staleness markers of every series until
+its CPU is idle, and, on that otherwise idle ("quiet") Prometheus, every rule's
 expression is run once as an instant query with `stats=all`: its wall and CPU time and the
 samples it reads (totalQueryableSamples), a count that does not depend on the machine's load;
 a group's quiet cost is the sum over its rules. Last, every query of grafana/dashboards/*.json
@@ -509,7 +510,7 @@ def run_nodes(
         quiet["scrape_configs"] = []
         (run_dir / "prometheus.yml").write_text(yaml.safe_dump(quiet))
         client.post("/-/reload").raise_for_status()
-        time.sleep(2)
+        settle_seconds = wait_idle(prometheus.pid)
         quiet_groups = rule_costs(client, rule_paths, now, prometheus.pid, repeats)
         rss_quiet = rss_bytes(prometheus.pid)
         timings = [
@@ -535,6 +536,7 @@ def run_nodes(
             "queries": timings,
             "loads": loads,
             "go_env": go_env or {},
+            "settle_seconds": settle_seconds,  # after the reload, until Prometheus's CPU went quiet
             "data_seconds": now - started,  # scraped data before the reload stopped scraping
             "data_until_reload": True,
             "variables": {k: {n: v for n, v in d.items() if not n.startswith("__")} for k, d in values.items()},
@@ -545,6 +547,24 @@ def run_nodes(
         _stop(server)
         log.close()
         shutil.rmtree(run_dir / "data", ignore_errors=True)
+
+
+IDLE_CPU = 0.05  # of a core: Prometheus counts as idle below this
+IDLE_FOR = 3  # seconds in a row
+IDLE_TIMEOUT = 180.0
+
+
+def wait_idle(pid: int) -> float:
+    """Seconds until Prometheus, its scraping and rules stopped by the reload, goes idle: stopping a
+    target writes a staleness marker to each of its series (1.2 M at 1,000 nodes), seconds of CPU
+    that the first quiet queries would otherwise be charged with."""
+    started = time.monotonic()
+    quiet = 0
+    while quiet < IDLE_FOR and time.monotonic() - started < IDLE_TIMEOUT:
+        before = cpu_seconds(pid)
+        time.sleep(1.0)
+        quiet = quiet + 1 if cpu_seconds(pid) - before < IDLE_CPU else 0
+    return time.monotonic() - started
 
 
 def _gc_seconds(client: httpx.Client) -> float | None:
