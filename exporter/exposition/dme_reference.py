@@ -55,8 +55,13 @@ IDENTITY_SERIES = "gpu:amdgpu_device_info:dme_labels"
 # joined once a minute in the first group; the other groups join that recorded series, so a value is
 # at most a minute older than the scrape, and a job's labels reach it up to two minutes after the job
 # starts. Split by what the rules read, so that each group stays a small share of its minute and
-# Prometheus evaluates them side by side.
+# Prometheus evaluates them side by side. DME's hardware labels (ten label_replace calls over every
+# GPU's info series, the costliest rule at 1,000 nodes) are renamed every 2 minutes in their own group:
+# they change only with the hardware or its partition mode.
 INTERVAL = "1m"
+HARDWARE_INTERVAL = "2m"
+HARDWARE_GROUP = "dme-compat-hardware"
+HARDWARE_SERIES = "gpu:amdgpu_device_info:dme_hardware_labels"
 IDENTITY_GROUP = "dme-compat-identity"
 
 
@@ -269,11 +274,15 @@ def group_of(metric: DmeMetric) -> str:
     """The rule group of a DME metric's rule (DME_METRICS keeps each group's metrics together)."""
     if not metric.per_gpu or metric.name == "gpu_health":
         return IDENTITY_GROUP
-    if metric.name.startswith(("pcie_", "gpu_ecc_")):
-        return "dme-compat-pcie-ecc"
+    if metric.name.startswith("pcie_"):
+        return "dme-compat-pcie"
+    if metric.name.startswith("gpu_ecc_"):
+        return "dme-compat-ecc"
     if any(word in metric.name for word in ("temperature", "power", "energy")):
         return "dme-compat-thermal-power"
-    return "dme-compat-activity"
+    if "gfx" in metric.name:
+        return "dme-compat-activity"
+    return "dme-compat-memory-clock"
 
 
 def render_rules() -> str:
@@ -288,9 +297,17 @@ def render_rules() -> str:
         "# Needs the `node` target label of the documented scrape configs (-> hostname); cluster_name, job_id",
         "# and pod pass through when the target or the exporter sets them. Delete this file after the move.",
         "#",
-        "# Every group is evaluated once a minute: values are at most a minute older than the scrape, and a",
-        "# job's labels reach them up to two minutes after it starts (docs/migrating-from-dme.md, Cost).",
+        "# The groups run once a minute, the hardware labels every 2 minutes: values are at most a minute",
+        "# older than the scrape, a job's labels reach them up to two minutes after it starts, a new GPU or",
+        "# partition mode up to four (docs/migrating-from-dme.md, Cost).",
         "groups:",
+        f"  - name: {HARDWARE_GROUP}",
+        f"    interval: {HARDWARE_INTERVAL}",
+        "    rules:",
+        "      # DME's hardware labels for each device, renamed from amdgpu_device_info's.",
+        f"      - record: {HARDWARE_SERIES}",
+        "        expr: >-",
+        f"          {_renamed(without_attribution)}",
         f"  - name: {IDENTITY_GROUP}",
         f"    interval: {INTERVAL}",
         "    rules:",
@@ -298,7 +315,7 @@ def render_rules() -> str:
         "      # amdgpu_allocation_info): every rule below joins this one series per GPU.",
         f"      - record: {IDENTITY_SERIES}",
         "        expr: >-",
-        f"          {_with_holders(_renamed(without_attribution))}",
+        f"          {_with_holders(HARDWARE_SERIES)}",
     ]
     group = IDENTITY_GROUP
     for metric in sourced():
