@@ -2,6 +2,7 @@
 
     python -m bench.fleet [--nodes 100,300,600,1000] [--fleets 'MIXED'] [--warmup 240] [--label before]
                           [--rules-dir DIR] [--rule-files a.rules.yml,b.rules.yml]
+                          [--go-gc GOGC] [--go-memory-limit GOMEMLIMIT]
                           [--output bench/RESULTS-fleet.md] [--json FILE] [--before FILE]
     python -m bench.fleet sizes 'FLEET;FLEET...' [DAEMON FLAG ...]   (one node's series and bytes)
 
@@ -17,7 +18,8 @@ Per N, after the warm-up: head series (/api/v1/status/tsdb), Prometheus RSS and 
 group's evaluation time (prometheus_rule_group_last_duration_seconds, mean and max over the last
 warm-up minutes, Prometheus scraping itself), missed iterations
 (prometheus_rule_group_iterations_missed_total). Then scraping and rules are stopped by a reload
-(the head keeps its data) and, on that otherwise idle ("quiet") Prometheus, every rule's
+(the head keeps its data), Prometheus is left to write the staleness markers of every series until
+its CPU is idle, and, on that otherwise idle ("quiet") Prometheus, every rule's
 expression is run once as an instant query with `stats=all`: its wall and CPU time and the
 samples it reads (totalQueryableSamples), a count that does not depend on the machine's load;
 a group's quiet cost is the sum over its rules. Last, every query of grafana/dashboards/*.json
@@ -25,7 +27,8 @@ over the dashboard's default range the way Grafana sends it (range queries at th
 picks for ~1,000 points, instant queries for instant targets; variables substituted: All where a
 variable allows it, else its first value), with the same stats. Costs are fitted on a log-log
 line and extrapolated to 1,000 and 10,000 nodes. The warm-up is shorter than most windows and
-ranges (--warmup): they see that much data, which the report states.
+ranges (--warmup): they see that much data, which the report states. --go-gc and --go-memory-limit
+run Prometheus (Go) with GOGC and GOMEMLIMIT set: the collector's trade of CPU for resident memory.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import asyncio
 import gzip
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -51,7 +55,7 @@ import httpx
 import yaml
 
 from bench import report as fmt
-from bench.procstat import cpu_seconds, rss_bytes
+from bench.procstat import cpu_seconds, file_rss_bytes, peak_rss_bytes, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_FILE = Path(__file__).with_name("RESULTS-fleet.md")
@@ -429,6 +433,7 @@ def run_nodes(
     repeats: int,
     rule_paths: Sequence[Path],
     dashboard_dir: Path = DASHBOARD_DIR,
+    go_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     run_dir = work / f"n{nodes}"
     run_dir.mkdir()
@@ -455,6 +460,7 @@ def run_nodes(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(go_env or {})},
     )
     client = httpx.Client(base_url=f"http://127.0.0.1:{prom_port}", timeout=300)
     try:
@@ -476,6 +482,12 @@ def run_nodes(
         cpu = (cpu_seconds(prometheus.pid) - cpu_from) / (time.time() - cpu_at)
         server_cpu = cpu_seconds(server.pid)
         rss = rss_bytes(prometheus.pid)
+        rss_peak = peak_rss_bytes(prometheus.pid)
+        rss_file = file_rss_bytes(prometheus.pid)
+        heap = {
+            series["metric"]["__name__"]: float(series["value"][1])
+            for series in _instant(client, '{__name__=~"go_memstats_(heap_inuse|next_gc)_bytes", job="prometheus"}')
+        }
         tsdb = client.get("/api/v1/status/tsdb").json()["data"]["headStats"]
         window = f"{int(min(warmup - 2 * SCRAPE_INTERVAL, 180))}s"
         groups: dict[str, dict[str, float]] = {}
@@ -498,7 +510,7 @@ def run_nodes(
         quiet["scrape_configs"] = []
         (run_dir / "prometheus.yml").write_text(yaml.safe_dump(quiet))
         client.post("/-/reload").raise_for_status()
-        time.sleep(2)
+        settle_seconds = wait_idle(prometheus.pid)
         quiet_groups = rule_costs(client, rule_paths, now, prometheus.pid, repeats)
         rss_quiet = rss_bytes(prometheus.pid)
         timings = [
@@ -511,6 +523,11 @@ def run_nodes(
             "head_series": int(tsdb["numSeries"]),
             "chunks": int(tsdb.get("chunkCount", 0)),
             "rss": rss,
+            "rss_peak": rss_peak,  # VmHWM over the warm-up: what a memory limit must allow
+            "rss_file": rss_file,  # mmapped files in the RSS, outside Go's heap and GOMEMLIMIT
+            "go_heap_inuse": heap.get("go_memstats_heap_inuse_bytes"),
+            "go_next_gc": heap.get("go_memstats_next_gc_bytes"),
+            "gc_seconds": _gc_seconds(client),
             "cpu_cores": cpu,
             "server_cpu_seconds": server_cpu,
             "groups": groups,
@@ -518,6 +535,8 @@ def run_nodes(
             "rss_after_queries": max(rss_quiet, rss_bytes(prometheus.pid)),
             "queries": timings,
             "loads": loads,
+            "go_env": go_env or {},
+            "settle_seconds": settle_seconds,  # after the reload, until Prometheus's CPU went quiet
             "data_seconds": now - started,  # scraped data before the reload stopped scraping
             "data_until_reload": True,
             "variables": {k: {n: v for n, v in d.items() if not n.startswith("__")} for k, d in values.items()},
@@ -528,6 +547,30 @@ def run_nodes(
         _stop(server)
         log.close()
         shutil.rmtree(run_dir / "data", ignore_errors=True)
+
+
+IDLE_CPU = 0.05  # of a core: Prometheus counts as idle below this
+IDLE_FOR = 3  # seconds in a row
+IDLE_TIMEOUT = 180.0
+
+
+def wait_idle(pid: int) -> float:
+    """Seconds until Prometheus, its scraping and rules stopped by the reload, goes idle: stopping a
+    target writes a staleness marker to each of its series (1.2 M at 1,000 nodes), seconds of CPU
+    that the first quiet queries would otherwise be charged with."""
+    started = time.monotonic()
+    quiet = 0
+    while quiet < IDLE_FOR and time.monotonic() - started < IDLE_TIMEOUT:
+        before = cpu_seconds(pid)
+        time.sleep(1.0)
+        quiet = quiet + 1 if cpu_seconds(pid) - before < IDLE_CPU else 0
+    return time.monotonic() - started
+
+
+def _gc_seconds(client: httpx.Client) -> float | None:
+    """Prometheus's own time in GC stop-the-world pauses so far (go_gc_duration_seconds_sum)."""
+    result = _instant(client, 'go_gc_duration_seconds_sum{job="prometheus"}')
+    return float(result[0]["value"][1]) if result else None
 
 
 def _group(labels: dict[str, str]) -> str:
@@ -631,6 +674,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
         + "; ".join(f"{c['fleet']}: {c['series']} series, {c['bytes'] / 1e3:.1f} kB a body" for c in result["captures"])
         + f". Scrape and evaluation every {SCRAPE_INTERVAL} s; rule files: {', '.join(result['rule_files'])}; "
         f"{result['warmup']:.0f} s of data before measuring (queries over the last {QUERY_RANGE} s see that much); "
+        f"Prometheus's Go collector: {go_settings(result.get('go_env') or {})}; "
         f"query latency = best of {result['repeats']} (wall, over HTTP, and Prometheus's CPU time "
         "during it), run after a reload that stops scraping and rules.",
         "",
@@ -646,7 +690,7 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
             str(r["nodes"]),
             _count(r["head_series"]),
             f"{r['head_series'] / r['nodes']:.0f}",
-            _gib(r["rss"]),
+            _gib(r["rss"]) + (f" (peak {_gib(r['rss_peak'])})" if r.get("rss_peak") else ""),
             f"{r['rss'] / r['nodes'] / 2**20:.1f} MiB",
             f"{r['cpu_cores']:.2f}",
             f"{fmt.seconds(s['slowest_group_seconds'])} ({s['slowest_group']})",
@@ -783,6 +827,10 @@ def build_report(result: dict[str, Any], before: dict[str, Any] | None) -> str:
             "",
         ]
     return "\n".join(out)
+
+
+def go_settings(env: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "Go's defaults (GOGC=100, no GOMEMLIMIT)"
 
 
 def data_span(run: dict[str, Any]) -> float:
@@ -948,6 +996,25 @@ def report_from_json(argv: list[str]) -> int:
     return 0
 
 
+_GOGC = re.compile(r"\d+|off")
+_GOMEMLIMIT = re.compile(r"\d+(B|KiB|MiB|GiB|TiB)?")
+
+
+def go_environment(gogc: str, memory_limit: str) -> dict[str, str] | str:
+    """GOGC / GOMEMLIMIT for Prometheus, checked the way Go reads them (a bad value Go would ignore
+    silently, measuring the default), or the message saying what is wrong."""
+    env: dict[str, str] = {}
+    if gogc:
+        if not _GOGC.fullmatch(gogc):
+            return f"--go-gc {gogc!r}: a percentage (100 is Go's default) or 'off'"
+        env["GOGC"] = gogc
+    if memory_limit:
+        if not _GOMEMLIMIT.fullmatch(memory_limit):
+            return f"--go-memory-limit {memory_limit!r}: bytes with an optional B, KiB, MiB, GiB or TiB suffix (3GiB)"
+        env["GOMEMLIMIT"] = memory_limit
+    return env
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="100,300,600,1000", help="node counts, one Prometheus each")
@@ -961,6 +1028,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", default=str(RESULTS_FILE), help="results file ('' = print only)")
     parser.add_argument("--json", default="", help="also write the raw figures here")
     parser.add_argument("--before", default="", help="raw figures of an earlier run, for the memory goal")
+    parser.add_argument("--go-gc", default="", help="GOGC for Prometheus, percent ('' = Go's 100)")
+    parser.add_argument("--go-memory-limit", default="", help="GOMEMLIMIT for Prometheus, e.g. 3GiB ('' = none)")
     return parser.parse_args(argv)
 
 
@@ -999,6 +1068,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         return report_from_json(argv[1:])
     args = parse_args(argv)
+    go_env = go_environment(args.go_gc, args.go_memory_limit)
+    if isinstance(go_env, str):
+        print(go_env, file=sys.stderr)
+        return 2
     if shutil.which("prometheus") is None:
         print("prometheus is missing: ./.ci/install-debian-packages prometheus", file=sys.stderr)
         return 2
@@ -1024,6 +1097,7 @@ def main(argv: list[str]) -> int:
         "warmup": args.warmup,
         "repeats": args.repeats,
         "rule_files": [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in rule_paths],
+        "go_env": go_env,
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
@@ -1041,7 +1115,9 @@ def main(argv: list[str]) -> int:
         captures_file.write_text(json.dumps(captures), encoding="utf-8")
         for n in nodes:
             print(f"{n} nodes ...", flush=True)
-            run = run_nodes(n, captures_file, work, args.warmup, args.repeats, rule_paths, Path(args.dashboards_dir))
+            run = run_nodes(
+                n, captures_file, work, args.warmup, args.repeats, rule_paths, Path(args.dashboards_dir), go_env
+            )
             result["runs"].append(run)
             s = summarise(run)
             print(

@@ -33,6 +33,12 @@ def peak_rss_bytes(pid: int) -> int:
     return _status_kib(pid, "VmHWM") * 1024
 
 
+def file_rss_bytes(pid: int) -> int:
+    """The part of the resident set that maps files (RssFile: for Prometheus, its mmapped chunks and
+    blocks, which the kernel can drop and Go's GOMEMLIMIT does not count)."""
+    return _status_kib(pid, "RssFile") * 1024
+
+
 def thread_count(pid: int) -> int:
     return _status_kib(pid, "Threads")
 

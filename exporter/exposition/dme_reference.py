@@ -49,6 +49,20 @@ HOLDERS = (
     ("amdgpu_allocation_info", ("pod", "namespace", "container")),
 )
 IDENTITY_SERIES = "gpu:amdgpu_device_info:dme_labels"
+# Every group once a minute: DME's dashboards open at 6 h and 24 h and DME's own agent refreshes its
+# values every 30 s, so a minute is what its panels show; at the scrape's 15 s the rules cost a whole
+# Prometheus core at 300 nodes (issue 34). The identity (with the job and pod holding each GPU) is
+# joined once a minute in the first group; the other groups join that recorded series, so a value is
+# at most a minute older than the scrape, and a job's labels reach it up to two minutes after the job
+# starts. Split by what the rules read, so that each group stays a small share of its minute and
+# Prometheus evaluates them side by side. DME's hardware labels (ten label_replace calls over every
+# GPU's info series, the costliest rule at 1,000 nodes) are renamed every 2 minutes in their own group:
+# they change only with the hardware or its partition mode.
+INTERVAL = "1m"
+HARDWARE_INTERVAL = "2m"
+HARDWARE_GROUP = "dme-compat-hardware"
+HARDWARE_SERIES = "gpu:amdgpu_device_info:dme_hardware_labels"
+IDENTITY_GROUP = "dme-compat-identity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +270,21 @@ def _with_holders(identity: str) -> str:
     return expr
 
 
+def group_of(metric: DmeMetric) -> str:
+    """The rule group of a DME metric's rule (DME_METRICS keeps each group's metrics together)."""
+    if not metric.per_gpu or metric.name == "gpu_health":
+        return IDENTITY_GROUP
+    if metric.name.startswith("pcie_"):
+        return "dme-compat-pcie"
+    if metric.name.startswith("gpu_ecc_"):
+        return "dme-compat-ecc"
+    if any(word in metric.name for word in ("temperature", "power", "energy")):
+        return "dme-compat-thermal-power"
+    if "gfx" in metric.name:
+        return "dme-compat-activity"
+    return "dme-compat-memory-clock"
+
+
 def render_rules() -> str:
     identity = ", ".join([*(dme for dme, _ in DME_LABELS), *(label for _, labels in HOLDERS for label in labels)])
     without_attribution = f"max without ({', '.join(ATTRIBUTION)}) (amdgpu_device_info)"
@@ -267,17 +296,33 @@ def render_rules() -> str:
         "# amdgpu-exporter's series, so DME's dashboards and alerts keep working during a migration.",
         "# Needs the `node` target label of the documented scrape configs (-> hostname); cluster_name, job_id",
         "# and pod pass through when the target or the exporter sets them. Delete this file after the move.",
+        "#",
+        "# The groups run once a minute, the hardware labels every 2 minutes: values are at most a minute",
+        "# older than the scrape, a job's labels reach them up to two minutes after it starts, a new GPU or",
+        "# partition mode up to four (docs/migrating-from-dme.md, Cost).",
         "groups:",
-        "  - name: dme-compat",
+        f"  - name: {HARDWARE_GROUP}",
+        f"    interval: {HARDWARE_INTERVAL}",
+        "    rules:",
+        "      # DME's hardware labels for each device, renamed from amdgpu_device_info's.",
+        f"      - record: {HARDWARE_SERIES}",
+        "        expr: >-",
+        f"          {_renamed(without_attribution)}",
+        f"  - name: {IDENTITY_GROUP}",
+        f"    interval: {INTERVAL}",
         "    rules:",
         "      # DME's identity labels for each device, once, with the job and pod holding it (amdgpu_job_info,",
         "      # amdgpu_allocation_info): every rule below joins this one series per GPU.",
         f"      - record: {IDENTITY_SERIES}",
         "        expr: >-",
-        f"          {_with_holders(_renamed(without_attribution))}",
+        f"          {_with_holders(HARDWARE_SERIES)}",
     ]
+    group = IDENTITY_GROUP
     for metric in sourced():
         assert metric.source is not None
+        if group_of(metric) != group:
+            group = group_of(metric)
+            lines += [f"  - name: {group}", f"    interval: {INTERVAL}", "    rules:"]
         lines.append(f"      - record: {metric.name}")
         if metric.per_gpu:
             lines += [
