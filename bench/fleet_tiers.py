@@ -164,6 +164,15 @@ def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return found
 
 
+def samples_by_label(text: str, fields: dict[str, str], label: str) -> dict[str, dict[str, float]]:
+    """{value of `label`: {key: value}} for each metric of `fields` ({metric: key}) in an exposition."""
+    rows: dict[str, dict[str, float]] = {}
+    for metric, key in fields.items():
+        for labels, value in metric_samples(text, metric):
+            rows.setdefault(labels.get(label, "?"), {})[key] = value
+    return rows
+
+
 def rule_groups(text: str) -> dict[str, dict[str, float]]:
     """Per rule group (its name, without the file): last duration, interval, iterations, missed."""
     fields = {
@@ -173,16 +182,14 @@ def rule_groups(text: str) -> dict[str, dict[str, float]]:
         "prometheus_rule_group_iterations_missed_total": "missed",
     }
     groups: dict[str, dict[str, float]] = {}
-    for metric, key in fields.items():
-        for labels, value in metric_samples(text, metric):
-            groups.setdefault(labels.get("rule_group", "?").rsplit(";", 1)[-1], {})[key] = value
+    for name, row in samples_by_label(text, fields, "rule_group").items():  # "file;group"
+        groups.setdefault(name.rsplit(";", 1)[-1], {}).update(row)
     return groups
 
 
 def vmalert_groups(text: str) -> dict[str, dict[str, float]]:
     """Per vmalert group: evaluation time summed and counted so far, the highest of its recent
     evaluations (quantile 1), interval, iterations, missed."""
-    groups: dict[str, dict[str, float]] = {}
     fields = {
         "vmalert_iteration_duration_seconds_sum": "sum",
         "vmalert_iteration_duration_seconds_count": "count",
@@ -190,9 +197,7 @@ def vmalert_groups(text: str) -> dict[str, dict[str, float]]:
         "vmalert_iteration_total": "iterations",
         "vmalert_iteration_missed_total": "missed",
     }
-    for metric, key in fields.items():
-        for labels, value in metric_samples(text, metric):
-            groups.setdefault(labels.get("group", "?"), {})[key] = value
+    groups = samples_by_label(text, fields, "group")
     for labels, value in metric_samples(text, "vmalert_iteration_duration_seconds"):
         if labels.get("quantile") == "1":
             groups.setdefault(labels.get("group", "?"), {})["last"] = value
@@ -211,10 +216,7 @@ def remote_writes(text: str) -> dict[str, dict[str, float]]:
         "prometheus_remote_storage_shards": "shards",
         "prometheus_remote_storage_queue_highest_sent_timestamp_seconds": "highest_sent",
     }
-    queues: dict[str, dict[str, float]] = {}
-    for metric, key in fields.items():
-        for labels, value in metric_samples(text, metric):
-            queues.setdefault(labels.get("url", "?"), {})[key] = value
+    queues = samples_by_label(text, fields, "url")
     newest = metric_samples(text, "prometheus_remote_storage_highest_timestamp_in_seconds")
     if newest:
         for queue in queues.values():
