@@ -21,7 +21,6 @@ import contextlib
 import errno
 import math
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +32,7 @@ from exporter.pipeline.windows import SampleRing, ring_slots, window_stats
 from exporter.sources.gpu_metrics import GpuMetricsError
 from exporter.sources.gpu_metrics.sampler_fields import SAMPLER_FIELD_INDEX, SAMPLER_FIELDS, sampler_values
 from exporter.sources.identity import measures_package_power
+from exporter.sources.sysfs.files import keepable
 from exporter.threads import DaemonPool
 
 _POWER = SAMPLER_FIELD_INDEX[("power", "socket")]
@@ -48,15 +48,6 @@ def read_gpu_metrics(path: str) -> bytes:
         os.close(fd)
 
 
-def _linked_file(fd: int) -> bool:
-    """The descriptor still names a regular file that has a path (a simulated tree replaces files by rename)."""
-    try:
-        status = os.fstat(fd)
-    except OSError:
-        return False
-    return stat.S_ISREG(status.st_mode) and status.st_nlink > 0
-
-
 def _read_kept(device: _Device) -> bytes:
     """The device's table re-read in place: its descriptor kept open, read from offset 0 (pread).
 
@@ -68,12 +59,12 @@ def _read_kept(device: _Device) -> bytes:
     is a new device to the sampler (track), with a descriptor of its own.
     """
     fd = device.fd
-    if fd is not None and not _linked_file(fd):
+    if fd is not None and not keepable(fd):
         _close(device)
         fd = None
     if fd is None:
         fd = os.open(device.path, os.O_RDONLY | os.O_CLOEXEC)
-        if not _linked_file(fd):  # not a regular file (a test's pipe): read the ordinary way, not kept
+        if not keepable(fd):  # not a regular file (a test's pipe): read the ordinary way, not kept
             try:
                 return os.read(fd, 65536)
             finally:

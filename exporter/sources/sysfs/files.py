@@ -146,7 +146,7 @@ class KeptFiles:
 
     def read(self, path: str) -> bytes | None:
         fd = self._fds.get(path)
-        if fd is not None and not _keepable(fd):  # replaced under us: the path names another file now
+        if fd is not None and not keepable(fd):  # replaced under us: the path names another file now
             self._drop(path)
             fd = None
         if fd is None:
@@ -155,7 +155,7 @@ class KeptFiles:
             fd = _open(path)
             if fd is None:
                 return None
-            if not _keepable(fd):
+            if not keepable(fd):
                 return _read_and_close(fd, path)
             self._fds[path] = fd
         try:
@@ -181,7 +181,7 @@ class KeptFiles:
             self._drop(path)
 
 
-def _keepable(fd: int) -> bool:
+def keepable(fd: int) -> bool:
     """A regular file (as every sysfs attribute is) still linked where it was opened."""
     try:
         status = os.fstat(fd)
